@@ -1,0 +1,84 @@
+// fa4 public API: one parameter struct that expresses every feature of the forward pass.
+//
+// Shapes (BSHD; any strides unless a GPU path says otherwise):
+//   dense      q[B, Sq, Hq, Dqk]  k[B, Sk, Hkv, Dqk]  v[B, Sk, Hkv, Dv]  out[B, Sq, Hq, Dv]
+//              lse[B, Hq, Sq] (fp32, optional)
+//   varlen q   q[Tq, Hq, Dqk] out[Tq, Hq, Dv] lse[Hq, Tq] with cu_seqlens_q[B+1]
+//   varlen k   k[Tk, Hkv, Dqk] v[Tk, Hkv, Dv] with cu_seqlens_k[B+1], optional seqused_k[B]
+//   KV cache   k[Bc, Sk_max, Hkv, Dqk] v[Bc, Sk_max, Hkv, Dv] with cache_seqlens[B] (optional:
+//              default Sk_max) and optional cache_batch_idx[B] (default b -> b, Bc >= B)
+//   paged KV   k[num_pages, page_size, Hkv, Dqk] v[num_pages, page_size, Hkv, Dv] with
+//              page_table[B, max_pages]; capacity = max_pages * page_size; cache_seqlens[B]
+//              optional (default: capacity)
+//   append     k_new[B, Snew, Hkv, Dqk] v_new[B, Snew, Hkv, Dv]: rows written into the cache at
+//              positions cache_seqlens[b] .. cache_seqlens[b] + Snew - 1 before attention, which
+//              then sees cache_seqlens[b] + Snew keys. Needs a (contiguous or paged) cache and
+//              cache_seqlens; not combined with varlen q.
+// Varlen q combines with varlen k, with a KV cache or with paged KV (serving with ragged
+// prefill chunks); B is then len(cu_seqlens_q) - 1.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fa4/tensor.h"
+
+namespace fa4 {
+
+enum class Backend : int32_t { automatic = 0, reference = 1, cpu = 2, cuda = 3 };
+
+const char* backend_name(Backend b);
+
+struct AttentionParams {
+  // ---- tensors (q, k, v, out required) ----
+  TensorView q, k, v;
+  TensorView out;  // dtype: q's dtype for fp32/fp16/bf16 inputs, bf16 for fp8 inputs
+  TensorView lse;  // optional fp32 output, natural log units, includes the sink
+
+  // ---- scores ----
+  float scale = 0.0f;    // 0 = default 1/sqrt(Dqk); must be finite
+  float softcap = 0.0f;  // s <- softcap * tanh(s / softcap) before masking; 0 = off
+
+  // ---- mask (bottom-right aligned: off = Sk - Sq per sequence) ----
+  // Key j is visible to query i iff
+  //   (window_left  < 0 or j >= i + off - window_left) and
+  //   (window_right < 0 or j <= i + off + window_right) and
+  //   (chunk_size  == 0 or floor(j / C) == floor((i + off) / C)).
+  // causal = true is window_right = 0 (window_right must then be -1 or 0).
+  // chunk_size > 0 is chunked causal attention (Llama 4): it implies causal.
+  bool causal = false;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  int64_t chunk_size = 0;
+
+  // ---- attention sinks: fp32 [Hq], one logit per query head, denominator only ----
+  TensorView sinks;
+
+  // ---- fp8 e4m3 inputs: fp32 dequantization factors, each [B, Hkv] (optional, default 1) ----
+  TensorView q_descale, k_descale, v_descale;
+
+  // ---- variable length (int32) ----
+  TensorView cu_seqlens_q;  // [B+1]
+  TensorView cu_seqlens_k;  // [B+1]
+  TensorView seqused_k;     // [B]
+  int64_t max_seqlen_q = 0;  // hints only (0 = unknown); never needed for correctness
+  int64_t max_seqlen_k = 0;
+
+  // ---- KV cache (int32) ----
+  TensorView cache_seqlens;    // [B]
+  TensorView cache_batch_idx;  // [B]
+  TensorView page_table;       // [B, max_pages]
+  TensorView k_new, v_new;     // [B, Snew, Hkv, D]: append before attention
+
+  // ---- execution ----
+  int32_t num_splits = 0;  // split-KV: 0 = heuristic, 1 = off, n = force n splits
+  Backend backend = Backend::automatic;
+  int32_t num_threads = 0;  // cpu backend: 0 = all cores
+  void* stream = nullptr;   // cuda backend: the caller's cudaStream_t (nullptr = default)
+  // cuda backend split-KV scratch (fp32 partials). nullptr = fa4 allocates it once and caches
+  // it; see attention_workspace_size().
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+}  // namespace fa4

@@ -1,0 +1,111 @@
+// attention_forward / combine_partials: validate once, pick the backend, run it.
+#include <cmath>
+
+#include "core/backends.h"
+#include "fa4/fa4.h"
+
+#ifndef FA4_VERSION_STRING
+#define FA4_VERSION_STRING "0.1.0"
+#endif
+
+namespace fa4 {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
+    case DType::float8_e4m3: return "float8_e4m3";
+    case DType::int32: return "int32";
+  }
+  return "unknown";
+}
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::automatic: return "auto";
+    case Backend::reference: return "reference";
+    case Backend::cpu: return "cpu";
+    case Backend::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+const char* status_code_name(StatusCode c) {
+  switch (c) {
+    case StatusCode::ok: return "ok";
+    case StatusCode::invalid_argument: return "invalid_argument";
+    case StatusCode::unsupported: return "unsupported";
+    case StatusCode::backend_unavailable: return "backend_unavailable";
+    case StatusCode::device_error: return "device_error";
+    case StatusCode::out_of_memory: return "out_of_memory";
+    case StatusCode::internal: return "internal";
+  }
+  return "unknown";
+}
+
+const char* version() { return FA4_VERSION_STRING; }
+
+Status attention_forward(const AttentionParams& params) {
+  core::Problem pb;
+  Status st = core::normalize(params, &pb);
+  if (!st) return st;
+  switch (pb.backend) {
+    case Backend::reference:
+      core::append_kv_host(pb);
+      return core::reference_forward(pb);
+    case Backend::cpu:
+      core::append_kv_host(pb);
+      return core::cpu_forward(pb);
+    case Backend::cuda:
+      if (!core::cuda_available())
+        return Status{StatusCode::backend_unavailable, "backend", "backend: cuda is not available (" + core::cuda_info() + ")"};
+      st = core::cuda_check(pb);
+      if (!st) return st;
+      return core::cuda_forward(pb);
+    default: break;
+  }
+  return Status::Error(StatusCode::internal, "unresolved backend");
+}
+
+Status combine_partials(const CombineParams& params) {
+  Backend b = Backend::cpu;
+  Status st = core::validate_combine(params, &b);
+  if (!st) return st;
+  switch (b) {
+    case Backend::reference: return core::reference_combine(params);
+    case Backend::cpu: return core::cpu_combine(params);
+    case Backend::cuda:
+      if (!core::cuda_available())
+        return Status{StatusCode::backend_unavailable, "backend", "backend: cuda is not available (" + core::cuda_info() + ")"};
+      return core::cuda_combine(params);
+    default: break;
+  }
+  return Status::Error(StatusCode::internal, "unresolved backend");
+}
+
+size_t attention_workspace_size(const AttentionParams& params) {
+  core::Problem pb;
+  if (!core::normalize(params, &pb).ok() || pb.backend != Backend::cuda || !core::cuda_available()) return 0;
+  return core::cuda_workspace_size(pb);
+}
+
+bool backend_available(Backend b) {
+  switch (b) {
+    case Backend::automatic:
+    case Backend::reference:
+    case Backend::cpu: return true;
+    case Backend::cuda: return core::cuda_available();
+  }
+  return false;
+}
+
+std::vector<BackendInfo> backend_info() {
+  return {
+      {Backend::reference, true, "fp64 accumulation, every feature"},
+      {Backend::cpu, true, core::cpu_info()},
+      {Backend::cuda, core::cuda_available(), core::cuda_info()},
+  };
+}
+
+}  // namespace fa4

@@ -1,0 +1,494 @@
+// Validation + normalization of AttentionParams (see problem.h). Every rule here names the
+// argument it is about; tests/test_validation.cpp has one test per rule.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "core/problem.h"
+
+namespace fa4::core {
+namespace {
+
+constexpr int64_t kMaxHeadDim = 256;
+constexpr int32_t kMaxSplits = 1024;
+
+std::string shape_str(const TensorView& t) {
+  std::ostringstream s;
+  s << "[";
+  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
+  s << "]";
+  return s.str();
+}
+
+std::string dims_str(std::initializer_list<int64_t> d) {
+  std::ostringstream s;
+  s << "[";
+  int i = 0;
+  for (int64_t x : d) s << (i++ ? ", " : "") << x;
+  s << "]";
+  return s.str();
+}
+
+const char* device_str(DeviceType d) { return d == DeviceType::cuda ? "cuda" : "cpu"; }
+
+// Largest element offset reachable in t, and its byte size, checked against int64 overflow.
+bool extent_fits(const TensorView& t) {
+  __int128 last = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] == 0) return true;
+    last += static_cast<__int128>(t.shape[i] - 1) * t.stride[i];
+  }
+  const __int128 bytes = (last + 1) * static_cast<__int128>(dtype_size(t.dtype));
+  return bytes < static_cast<__int128>(std::numeric_limits<int64_t>::max());
+}
+
+// Generic per-tensor checks: rank, dtype, device, strides, pointer, size overflow, and the GPU
+// layout rules when the tensor lives on a GPU. `output` tensors may not have zero strides over
+// dimensions of size > 1 (elements would alias and the result would depend on write order).
+Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType dev, int dev_idx,
+                    bool output) {
+  if (t.ndim != ndim) {
+    std::ostringstream s;
+    s << name << ": expected a " << ndim << "-d tensor, got " << t.ndim << "-d";
+    return Status::Invalid(name, s.str());
+  }
+  if (t.device != dev || (dev == DeviceType::cuda && t.device_index != dev_idx)) {
+    std::ostringstream s;
+    s << name << ": is on " << device_str(t.device) << ":" << t.device_index << " but q is on "
+      << device_str(dev) << ":" << dev_idx << " (all tensors must be on one device)";
+    return Status::Invalid(name, s.str());
+  }
+  bool empty = false;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] < 0) {
+      std::ostringstream s;
+      s << name << ": negative size in dim " << i << " (shape " << shape_str(t) << ")";
+      return Status::Invalid(name, s.str());
+    }
+    if (t.stride[i] < 0) {
+      std::ostringstream s;
+      s << name << ": negative stride in dim " << i << " (" << t.stride[i] << ")";
+      return Status::Invalid(name, s.str());
+    }
+    if (output && t.stride[i] == 0 && t.shape[i] > 1) {
+      std::ostringstream s;
+      s << name << ": zero stride in dim " << i << " of an output (elements would alias)";
+      return Status::Invalid(name, s.str());
+    }
+    empty = empty || t.shape[i] == 0;
+  }
+  if (!extent_fits(t)) {
+    std::ostringstream s;
+    s << name << ": shape " << shape_str(t) << " with its strides overflows 64-bit byte offsets";
+    return Status::Invalid(name, s.str());
+  }
+  if (!empty && t.data == nullptr) return Status::Invalid(name, std::string(name) + ": data pointer is null");
+  if (dev == DeviceType::cuda && !empty && t.dtype != DType::int32) {
+    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+    if (t.stride[ndim - 1] != 1 && t.shape[ndim - 1] > 1)
+      return Status::Invalid(name, std::string(name) + ": the last dimension must be contiguous (stride 1) on the GPU");
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+      return Status::Invalid(name, std::string(name) + ": data pointer must be 16-byte aligned on the GPU");
+    for (int i = 0; i < ndim - 1; ++i)
+      if ((t.stride[i] * es) % 16 != 0 && t.shape[i] > 1) {
+        std::ostringstream s;
+        s << name << ": stride of dim " << i << " (" << t.stride[i] << " elements) must be a multiple of 16 bytes on the GPU";
+        return Status::Invalid(name, s.str());
+      }
+  }
+  return Status::Ok();
+}
+
+Status expect_dtype(const TensorView& t, const char* name, DType want, const char* why) {
+  if (t.dtype == want) return Status::Ok();
+  std::ostringstream s;
+  s << name << ": expected dtype " << dtype_name(want) << " (" << why << "), got " << dtype_name(t.dtype);
+  return Status::Invalid(name, s.str());
+}
+
+Status expect_shape(const TensorView& t, const char* name, const char* pattern,
+                    std::initializer_list<int64_t> want) {
+  int i = 0;
+  for (int64_t w : want) {
+    if (t.shape[i] != w) {
+      std::ostringstream s;
+      s << name << ": expected shape " << pattern << " = " << dims_str(want) << ", got " << shape_str(t);
+      return Status::Invalid(name, s.str());
+    }
+    ++i;
+  }
+  return Status::Ok();
+}
+
+#define FA4_TRY(expr)               \
+  do {                              \
+    Status st_ = (expr);            \
+    if (!st_.ok()) return st_;      \
+  } while (0)
+
+// Checks a cu_seqlens tensor's contents: first 0, non-decreasing, last <= total.
+Status check_cu_seqlens(const TensorView& t, const char* name, int64_t total, const char* total_what) {
+  const int64_t n = t.shape[0];
+  if (Problem::idx1(t, 0) != 0) return Status::Invalid(name, std::string(name) + ": first entry must be 0, got " + std::to_string(Problem::idx1(t, 0)));
+  for (int64_t i = 1; i < n; ++i) {
+    if (Problem::idx1(t, i) < Problem::idx1(t, i - 1)) {
+      std::ostringstream s;
+      s << name << ": must be non-decreasing, but entry " << i << " (" << Problem::idx1(t, i)
+        << ") < entry " << i - 1 << " (" << Problem::idx1(t, i - 1) << ")";
+      return Status::Invalid(name, s.str());
+    }
+  }
+  if (Problem::idx1(t, n - 1) > total) {
+    std::ostringstream s;
+    s << name << ": last entry " << Problem::idx1(t, n - 1) << " exceeds " << total_what << " (" << total << ")";
+    return Status::Invalid(name, s.str());
+  }
+  return Status::Ok();
+}
+
+// Row strides of a [X, Y, H, D] (rank 4) or [T, H, D] (rank 3) tensor.
+RowStrides row_strides(const TensorView& t) {
+  if (t.ndim == 4) return {t.stride[0], t.stride[1], t.stride[2], t.stride[3]};
+  return {t.stride[0], 0, t.stride[1], t.stride[2]};
+}
+
+}  // namespace
+
+Status normalize(const AttentionParams& p, Problem* out) {
+  Problem pb;
+  pb.p = &p;
+
+  // ---- required tensors, dtypes, device, backend ----
+  for (auto [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.out, "out"}})
+    if (!t->present()) return Status::Invalid(name, std::string(name) + ": required tensor is missing");
+  const DeviceType dev = p.q.device;
+  const int dev_idx = p.q.device_index;
+  if (p.q.dtype != DType::float32 && p.q.dtype != DType::float16 && p.q.dtype != DType::bfloat16 &&
+      p.q.dtype != DType::float8_e4m3)
+    return Status::Invalid("q", std::string("q: dtype must be float32, float16, bfloat16 or float8_e4m3, got ") + dtype_name(p.q.dtype));
+  pb.dtype = p.q.dtype;
+  FA4_TRY(expect_dtype(p.k, "k", pb.dtype, "same as q"));
+  FA4_TRY(expect_dtype(p.v, "v", pb.dtype, "same as q"));
+  pb.out_dtype = pb.dtype == DType::float8_e4m3 ? DType::bfloat16 : pb.dtype;
+  FA4_TRY(expect_dtype(p.out, "out", pb.out_dtype, pb.dtype == DType::float8_e4m3 ? "bfloat16 for float8 inputs" : "same as q"));
+
+  switch (p.backend) {
+    case Backend::automatic: pb.backend = dev == DeviceType::cuda ? Backend::cuda : Backend::cpu; break;
+    case Backend::reference:
+    case Backend::cpu:
+      if (dev != DeviceType::cpu)
+        return Status::Invalid("backend", std::string("backend: ") + backend_name(p.backend) + " needs host tensors, but q is on cuda");
+      pb.backend = p.backend;
+      break;
+    case Backend::cuda:
+      if (dev != DeviceType::cuda)
+        return Status::Invalid("backend", "backend: cuda needs device tensors, but q is host memory");
+      pb.backend = p.backend;
+      break;
+    default: return Status::Invalid("backend", "backend: unknown value " + std::to_string(static_cast<int>(p.backend)));
+  }
+  pb.host_indices = dev == DeviceType::cpu;
+
+  // ---- layout variant ----
+  pb.varlen_q = p.cu_seqlens_q.present();
+  const bool paged = p.page_table.present();
+  const bool append = p.k_new.present() || p.v_new.present();
+  const bool cache = !paged && (p.cache_seqlens.present() || p.cache_batch_idx.present() || append);
+  const bool varlen_k = p.cu_seqlens_k.present();
+  if (varlen_k && (paged || cache))
+    return Status::Invalid("cu_seqlens_k", "cu_seqlens_k: cannot be combined with a KV cache (cache_seqlens / cache_batch_idx / page_table / k_new)");
+  if (paged && p.cache_batch_idx.present())
+    return Status::Invalid("cache_batch_idx", "cache_batch_idx: not used with paged KV (the page table already maps sequences to pages)");
+  if (p.seqused_k.present() && (paged || cache))
+    return Status::Invalid("seqused_k", "seqused_k: not used with a KV cache (cache_seqlens gives the valid lengths)");
+  pb.kv = paged ? KvLayout::paged : cache ? KvLayout::cache : varlen_k ? KvLayout::varlen : KvLayout::dense;
+
+  // ---- q / out ----
+  const int qrank = pb.varlen_q ? 3 : 4;
+  FA4_TRY(check_tensor(p.q, "q", qrank, dev, dev_idx, false));
+  FA4_TRY(check_tensor(p.out, "out", qrank, dev, dev_idx, true));
+  if (pb.varlen_q) {
+    FA4_TRY(check_tensor(p.cu_seqlens_q, "cu_seqlens_q", 1, dev, dev_idx, false));
+    FA4_TRY(expect_dtype(p.cu_seqlens_q, "cu_seqlens_q", DType::int32, "index tensor"));
+    if (p.cu_seqlens_q.shape[0] < 1) return Status::Invalid("cu_seqlens_q", "cu_seqlens_q: needs at least one entry (batch + 1)");
+    pb.batch = p.cu_seqlens_q.shape[0] - 1;
+    pb.hq = p.q.shape[1];
+    pb.dqk = p.q.shape[2];
+  } else {
+    pb.batch = p.q.shape[0];
+    pb.sq_dense = p.q.shape[1];
+    pb.hq = p.q.shape[2];
+    pb.dqk = p.q.shape[3];
+  }
+
+  // ---- k / v ----
+  const int krank = pb.kv == KvLayout::varlen ? 3 : 4;
+  FA4_TRY(check_tensor(p.k, "k", krank, dev, dev_idx, append));
+  FA4_TRY(check_tensor(p.v, "v", krank, dev, dev_idx, append));
+  pb.hkv = p.k.shape[krank - 2];
+  if (p.k.shape[krank - 1] != pb.dqk) {
+    std::ostringstream s;
+    s << "k: head dim " << p.k.shape[krank - 1] << " differs from q's " << pb.dqk;
+    return Status::Invalid("k", s.str());
+  }
+  pb.dv = p.v.shape[krank - 1];
+  for (int d = 0; d < krank - 1; ++d)
+    if (p.v.shape[d] != p.k.shape[d]) {
+      std::ostringstream s;
+      s << "v: shape " << shape_str(p.v) << " must match k " << shape_str(p.k) << " in every dim but the last";
+      return Status::Invalid("v", s.str());
+    }
+  if (pb.dqk < 1 || pb.dqk > kMaxHeadDim)
+    return Status::Invalid("q", "q: head dim must be in [1, 256], got " + std::to_string(pb.dqk));
+  if (pb.dv < 1 || pb.dv > kMaxHeadDim)
+    return Status::Invalid("v", "v: head dim must be in [1, 256], got " + std::to_string(pb.dv));
+  if (pb.hkv == 0 ? pb.hq != 0 : pb.hq % pb.hkv != 0) {
+    std::ostringstream s;
+    s << "k: number of kv heads (" << pb.hkv << ") must divide the number of q heads (" << pb.hq << ")";
+    return Status::Invalid("k", s.str());
+  }
+  pb.group = pb.hkv > 0 ? pb.hq / pb.hkv : 1;
+  if (pb.varlen_q) FA4_TRY(expect_shape(p.out, "out", "[Tq, Hq, Dv]", {p.q.shape[0], pb.hq, pb.dv}));
+  else FA4_TRY(expect_shape(p.out, "out", "[B, Sq, Hq, Dv]", {pb.batch, pb.sq_dense, pb.hq, pb.dv}));
+
+  const int64_t B = pb.batch;
+  switch (pb.kv) {
+    case KvLayout::dense:
+      FA4_TRY(expect_shape(p.k, "k", "[B, Sk, Hkv, Dqk]", {B}));
+      pb.kv_slot = p.k.shape[1];
+      break;
+    case KvLayout::varlen:
+      FA4_TRY(check_tensor(p.cu_seqlens_k, "cu_seqlens_k", 1, dev, dev_idx, false));
+      FA4_TRY(expect_dtype(p.cu_seqlens_k, "cu_seqlens_k", DType::int32, "index tensor"));
+      FA4_TRY(expect_shape(p.cu_seqlens_k, "cu_seqlens_k", "[B + 1]", {B + 1}));
+      break;
+    case KvLayout::cache:
+      pb.kv_slot = p.k.shape[1];
+      if (p.cache_batch_idx.present()) {
+        FA4_TRY(check_tensor(p.cache_batch_idx, "cache_batch_idx", 1, dev, dev_idx, false));
+        FA4_TRY(expect_dtype(p.cache_batch_idx, "cache_batch_idx", DType::int32, "index tensor"));
+        FA4_TRY(expect_shape(p.cache_batch_idx, "cache_batch_idx", "[B]", {B}));
+      } else if (p.k.shape[0] < B) {
+        std::ostringstream s;
+        s << "k: cache has " << p.k.shape[0] << " sequences but the batch is " << B << " (pass cache_batch_idx to map them)";
+        return Status::Invalid("k", s.str());
+      }
+      break;
+    case KvLayout::paged:
+      FA4_TRY(check_tensor(p.page_table, "page_table", 2, dev, dev_idx, false));
+      FA4_TRY(expect_dtype(p.page_table, "page_table", DType::int32, "index tensor"));
+      FA4_TRY(expect_shape(p.page_table, "page_table", "[B, max_pages]", {B}));
+      pb.page_size = p.k.shape[1];
+      pb.max_pages = p.page_table.shape[1];
+      if (pb.page_size < 1) return Status::Invalid("k", "k: page size (dim 1 of a paged cache) must be >= 1");
+      if (pb.max_pages > 0 && pb.page_size > std::numeric_limits<int64_t>::max() / pb.max_pages)
+        return Status::Invalid("page_table", "page_table: max_pages * page_size overflows");
+      pb.kv_slot = pb.page_size * pb.max_pages;
+      break;
+  }
+  if (p.cache_seqlens.present()) {
+    FA4_TRY(check_tensor(p.cache_seqlens, "cache_seqlens", 1, dev, dev_idx, false));
+    FA4_TRY(expect_dtype(p.cache_seqlens, "cache_seqlens", DType::int32, "index tensor"));
+    FA4_TRY(expect_shape(p.cache_seqlens, "cache_seqlens", "[B]", {B}));
+  }
+  if (p.seqused_k.present()) {
+    FA4_TRY(check_tensor(p.seqused_k, "seqused_k", 1, dev, dev_idx, false));
+    FA4_TRY(expect_dtype(p.seqused_k, "seqused_k", DType::int32, "index tensor"));
+    FA4_TRY(expect_shape(p.seqused_k, "seqused_k", "[B]", {B}));
+  }
+
+  // ---- append ----
+  if (append) {
+    if (!p.k_new.present() || !p.v_new.present())
+      return Status::Invalid(p.k_new.present() ? "v_new" : "k_new", std::string(p.k_new.present() ? "v_new" : "k_new") + ": k_new and v_new must be given together");
+    if (!p.cache_seqlens.present())
+      return Status::Invalid("cache_seqlens", "cache_seqlens: required with k_new/v_new (it says where to append)");
+    if (pb.varlen_q)
+      return Status::Invalid("k_new", "k_new: appending is not supported together with varlen q (cu_seqlens_q)");
+    FA4_TRY(check_tensor(p.k_new, "k_new", 4, dev, dev_idx, false));
+    FA4_TRY(check_tensor(p.v_new, "v_new", 4, dev, dev_idx, false));
+    FA4_TRY(expect_dtype(p.k_new, "k_new", pb.dtype, "same as k"));
+    FA4_TRY(expect_dtype(p.v_new, "v_new", pb.dtype, "same as v"));
+    pb.snew = p.k_new.shape[1];
+    FA4_TRY(expect_shape(p.k_new, "k_new", "[B, Snew, Hkv, Dqk]", {B, pb.snew, pb.hkv, pb.dqk}));
+    FA4_TRY(expect_shape(p.v_new, "v_new", "[B, Snew, Hkv, Dv]", {B, pb.snew, pb.hkv, pb.dv}));
+  }
+
+  // ---- scalars ----
+  if (!std::isfinite(p.scale)) return Status::Invalid("scale", "scale: must be finite (0 = 1/sqrt(Dqk))");
+  pb.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(pb.dqk));
+  if (!std::isfinite(p.softcap) || p.softcap < 0.0f) return Status::Invalid("softcap", "softcap: must be finite and >= 0 (0 = off)");
+  pb.softcap = p.softcap;
+  if (p.window_left < -1) return Status::Invalid("window_left", "window_left: must be >= -1 (-1 = unbounded), got " + std::to_string(p.window_left));
+  if (p.window_right < -1) return Status::Invalid("window_right", "window_right: must be >= -1 (-1 = unbounded), got " + std::to_string(p.window_right));
+  if (p.chunk_size < 0) return Status::Invalid("chunk_size", "chunk_size: must be >= 0 (0 = off), got " + std::to_string(p.chunk_size));
+  if ((p.causal || p.chunk_size > 0) && p.window_right > 0)
+    return Status::Invalid("window_right", "window_right: must be -1 or 0 with causal / chunked attention, got " + std::to_string(p.window_right));
+  pb.mask.left = p.window_left;
+  pb.mask.right = (p.causal || p.chunk_size > 0) ? 0 : p.window_right;
+  pb.mask.chunk = p.chunk_size;
+  if (p.num_splits < 0 || p.num_splits > kMaxSplits)
+    return Status::Invalid("num_splits", "num_splits: must be in [0, 1024] (0 = heuristic), got " + std::to_string(p.num_splits));
+  if (p.num_threads < 0) return Status::Invalid("num_threads", "num_threads: must be >= 0 (0 = all cores)");
+
+  // ---- optional extras ----
+  if (p.sinks.present()) {
+    FA4_TRY(check_tensor(p.sinks, "sinks", 1, dev, dev_idx, false));
+    FA4_TRY(expect_dtype(p.sinks, "sinks", DType::float32, "one fp32 logit per query head"));
+    FA4_TRY(expect_shape(p.sinks, "sinks", "[Hq]", {pb.hq}));
+    pb.has_sinks = true;
+  }
+  for (auto [t, name] : {std::pair{&p.q_descale, "q_descale"}, {&p.k_descale, "k_descale"}, {&p.v_descale, "v_descale"}}) {
+    if (!t->present()) continue;
+    if (pb.dtype != DType::float8_e4m3)
+      return Status::Invalid(name, std::string(name) + ": descale factors apply to float8_e4m3 inputs only");
+    FA4_TRY(check_tensor(*t, name, 2, dev, dev_idx, false));
+    FA4_TRY(expect_dtype(*t, name, DType::float32, "fp32 factor per (batch, kv head)"));
+    FA4_TRY(expect_shape(*t, name, "[B, Hkv]", {B, pb.hkv}));
+    pb.has_descale = true;
+  }
+  if (p.lse.present()) {
+    FA4_TRY(check_tensor(p.lse, "lse", pb.varlen_q ? 2 : 3, dev, dev_idx, true));
+    FA4_TRY(expect_dtype(p.lse, "lse", DType::float32, "log-sum-exp is fp32"));
+    if (pb.varlen_q) {
+      FA4_TRY(expect_shape(p.lse, "lse", "[Hq, Tq]", {pb.hq, p.q.shape[0]}));
+      pb.lse_sh = p.lse.stride[0];
+      pb.lse_si = p.lse.stride[1];
+    } else {
+      FA4_TRY(expect_shape(p.lse, "lse", "[B, Hq, Sq]", {B, pb.hq, pb.sq_dense}));
+      pb.lse_sb = p.lse.stride[0];
+      pb.lse_sh = p.lse.stride[1];
+      pb.lse_si = p.lse.stride[2];
+    }
+    pb.has_lse = true;
+  }
+  if (p.max_seqlen_q < 0) return Status::Invalid("max_seqlen_q", "max_seqlen_q: must be >= 0 (0 = unknown)");
+  if (p.max_seqlen_k < 0) return Status::Invalid("max_seqlen_k", "max_seqlen_k: must be >= 0 (0 = unknown)");
+
+  pb.qs = row_strides(p.q);
+  pb.os = row_strides(p.out);
+  pb.ks = row_strides(p.k);
+  pb.vs = row_strides(p.v);
+  if (append) {
+    pb.knew_s = row_strides(p.k_new);
+    pb.vnew_s = row_strides(p.v_new);
+  }
+
+  // ---- index tensor contents (host memory only) ----
+  if (pb.host_indices) {
+    if (pb.varlen_q) FA4_TRY(check_cu_seqlens(p.cu_seqlens_q, "cu_seqlens_q", p.q.shape[0], "the number of q tokens"));
+    if (pb.kv == KvLayout::varlen) FA4_TRY(check_cu_seqlens(p.cu_seqlens_k, "cu_seqlens_k", p.k.shape[0], "the number of k tokens"));
+    pb.seqlen_q.resize(B);
+    pb.seqlen_k.resize(B);
+    for (int64_t b = 0; b < B; ++b) {
+      pb.seqlen_q[b] = pb.varlen_q ? Problem::idx1(p.cu_seqlens_q, b + 1) - Problem::idx1(p.cu_seqlens_q, b) : pb.sq_dense;
+      int64_t slot = pb.kv == KvLayout::varlen ? Problem::idx1(p.cu_seqlens_k, b + 1) - Problem::idx1(p.cu_seqlens_k, b) : pb.kv_slot;
+      int64_t len = slot;
+      if (p.seqused_k.present()) {
+        len = Problem::idx1(p.seqused_k, b);
+        if (len < 0 || len > slot) {
+          std::ostringstream s;
+          s << "seqused_k: entry " << b << " is " << len << ", outside [0, " << slot << "] (keys of that sequence)";
+          return Status::Invalid("seqused_k", s.str());
+        }
+      }
+      if (p.cache_seqlens.present()) {
+        len = Problem::idx1(p.cache_seqlens, b);
+        if (len < 0 || len + pb.snew > slot) {
+          std::ostringstream s;
+          s << "cache_seqlens: entry " << b << " is " << len;
+          if (pb.snew) s << " and " << pb.snew << " rows are appended";
+          s << ", but the cache holds " << slot << " keys per sequence";
+          return Status::Invalid("cache_seqlens", s.str());
+        }
+        len += pb.snew;
+      }
+      pb.seqlen_k[b] = len;
+      if (pb.kv == KvLayout::cache && p.cache_batch_idx.present()) {
+        const int32_t c = Problem::idx1(p.cache_batch_idx, b);
+        if (c < 0 || c >= p.k.shape[0]) {
+          std::ostringstream s;
+          s << "cache_batch_idx: entry " << b << " is " << c << ", outside [0, " << p.k.shape[0] << ")";
+          return Status::Invalid("cache_batch_idx", s.str());
+        }
+      }
+      if (pb.kv == KvLayout::paged) {
+        const int64_t used = (len + pb.page_size - 1) / pb.page_size;  // pages this sequence reads
+        for (int64_t i = 0; i < used; ++i) {
+          const int32_t pg = pb.page(b, i);
+          if (pg < 0 || pg >= p.k.shape[0]) {
+            std::ostringstream s;
+            s << "page_table: entry [" << b << ", " << i << "] is " << pg << ", outside [0, " << p.k.shape[0] << ") pages";
+            return Status::Invalid("page_table", s.str());
+          }
+        }
+      }
+      pb.max_sq = std::max(pb.max_sq, pb.seqlen_q[b]);
+      pb.max_sk = std::max(pb.max_sk, len);
+    }
+    // Appends must not write the same cache row twice (the result would depend on order).
+    if (append && pb.snew > 0) {
+      if (pb.kv == KvLayout::cache && p.cache_batch_idx.present()) {
+        std::set<int32_t> seen;
+        for (int64_t b = 0; b < B; ++b)
+          if (!seen.insert(Problem::idx1(p.cache_batch_idx, b)).second)
+            return Status::Invalid("cache_batch_idx", "cache_batch_idx: entry " + std::to_string(b) + " repeats a cache row that is appended to twice");
+      } else if (pb.kv == KvLayout::paged) {
+        std::set<std::pair<int32_t, int64_t>> seen;  // (page, row in page) written
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t j = pb.seqlen_k[b] - pb.snew; j < pb.seqlen_k[b]; ++j)
+            if (!seen.insert({pb.page(b, j / pb.page_size), j % pb.page_size}).second)
+              return Status::Invalid("page_table", "page_table: sequence " + std::to_string(b) + " appends into a page row another sequence also writes");
+      }
+    }
+  } else {
+    pb.max_sq = pb.varlen_q ? (p.max_seqlen_q > 0 ? p.max_seqlen_q : p.q.shape[0]) : pb.sq_dense;
+    pb.max_sk = pb.kv == KvLayout::varlen ? (p.max_seqlen_k > 0 ? p.max_seqlen_k : p.k.shape[0]) : pb.kv_slot;
+  }
+  *out = std::move(pb);
+  out->p = &p;
+  return Status::Ok();
+}
+
+Status validate_combine(const CombineParams& c, Backend* resolved) {
+  for (auto [t, name] : {std::pair{&c.out_partials, "out_partials"}, {&c.lse_partials, "lse_partials"}, {&c.out, "out"}})
+    if (!t->present()) return Status::Invalid(name, std::string(name) + ": required tensor is missing");
+  const DeviceType dev = c.out_partials.device;
+  const int di = c.out_partials.device_index;
+  FA4_TRY(check_tensor(c.out_partials, "out_partials", 5, dev, di, false));
+  FA4_TRY(check_tensor(c.lse_partials, "lse_partials", 4, dev, di, false));
+  FA4_TRY(check_tensor(c.out, "out", 4, dev, di, true));
+  FA4_TRY(expect_dtype(c.out_partials, "out_partials", DType::float32, "partials are fp32"));
+  FA4_TRY(expect_dtype(c.lse_partials, "lse_partials", DType::float32, "partials are fp32"));
+  if (c.out.dtype != DType::float32 && c.out.dtype != DType::float16 && c.out.dtype != DType::bfloat16)
+    return Status::Invalid("out", std::string("out: dtype must be float32, float16 or bfloat16, got ") + dtype_name(c.out.dtype));
+  const int64_t S = c.out_partials.shape[0], B = c.out_partials.shape[1], Sq = c.out_partials.shape[2],
+                H = c.out_partials.shape[3], D = c.out_partials.shape[4];
+  FA4_TRY(expect_shape(c.lse_partials, "lse_partials", "[S, B, H, Sq]", {S, B, H, Sq}));
+  FA4_TRY(expect_shape(c.out, "out", "[B, Sq, H, Dv]", {B, Sq, H, D}));
+  if (c.lse.present()) {
+    FA4_TRY(check_tensor(c.lse, "lse", 3, dev, di, true));
+    FA4_TRY(expect_dtype(c.lse, "lse", DType::float32, "log-sum-exp is fp32"));
+    FA4_TRY(expect_shape(c.lse, "lse", "[B, H, Sq]", {B, H, Sq}));
+  }
+  if (c.num_threads < 0) return Status::Invalid("num_threads", "num_threads: must be >= 0 (0 = all cores)");
+  switch (c.backend) {
+    case Backend::automatic: *resolved = dev == DeviceType::cuda ? Backend::cuda : Backend::cpu; break;
+    case Backend::reference:
+    case Backend::cpu:
+      if (dev != DeviceType::cpu) return Status::Invalid("backend", std::string("backend: ") + backend_name(c.backend) + " needs host tensors");
+      *resolved = c.backend;
+      break;
+    case Backend::cuda:
+      if (dev != DeviceType::cuda) return Status::Invalid("backend", "backend: cuda needs device tensors");
+      *resolved = c.backend;
+      break;
+    default: return Status::Invalid("backend", "backend: unknown value " + std::to_string(static_cast<int>(c.backend)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace fa4::core
