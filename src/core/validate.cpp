@@ -23,11 +23,13 @@ std::string shape_str(const TensorView& t) {
   return s.str();
 }
 
-std::string dims_str(std::initializer_list<int64_t> d) {
+// Expected dims; dims past the given ones are not constrained and print as "*".
+std::string dims_str(std::initializer_list<int64_t> d, int ndim) {
   std::ostringstream s;
   s << "[";
   int i = 0;
   for (int64_t x : d) s << (i++ ? ", " : "") << x;
+  for (; i < ndim; ++i) s << ", *";
   s << "]";
   return s.str();
 }
@@ -115,7 +117,7 @@ Status expect_shape(const TensorView& t, const char* name, const char* pattern,
   for (int64_t w : want) {
     if (t.shape[i] != w) {
       std::ostringstream s;
-      s << name << ": expected shape " << pattern << " = " << dims_str(want) << ", got " << shape_str(t);
+      s << name << ": expected shape " << pattern << " = " << dims_str(want, t.ndim) << ", got " << shape_str(t);
       return Status::Invalid(name, s.str());
     }
     ++i;
