@@ -63,7 +63,10 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
       << device_str(dev) << ":" << dev_idx << " (all tensors must be on one device)";
     return Status::Invalid(name, s.str());
   }
+  // An empty tensor has no elements that could alias: row-major strides of a shape with a zero
+  // dimension are 0 in the outer dims, and such outputs are valid (zero-size problems).
   bool empty = false;
+  for (int i = 0; i < t.ndim; ++i) empty = empty || t.shape[i] == 0;
   for (int i = 0; i < t.ndim; ++i) {
     if (t.shape[i] < 0) {
       std::ostringstream s;
@@ -75,12 +78,11 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
       s << name << ": negative stride in dim " << i << " (" << t.stride[i] << ")";
       return Status::Invalid(name, s.str());
     }
-    if (output && t.stride[i] == 0 && t.shape[i] > 1) {
+    if (output && !empty && t.stride[i] == 0 && t.shape[i] > 1) {
       std::ostringstream s;
       s << name << ": zero stride in dim " << i << " of an output (elements would alias)";
       return Status::Invalid(name, s.str());
     }
-    empty = empty || t.shape[i] == 0;
   }
   if (!extent_fits(t)) {
     std::ostringstream s;

@@ -1,0 +1,309 @@
+// Property tests: backend=cpu against backend=reference over the whole feature space, with the
+// DESIGN §4 tolerances, poisoned outputs (every element written, nothing outside written),
+// bitwise determinism and thread-count independence.
+#include <cstdlib>
+
+#include "test_util.h"
+
+namespace fa4test {
+namespace {
+
+struct Checks {
+  bool determinism = false;  // a second cpu run is bitwise equal
+  bool one_thread = false;   // num_threads = 1 agrees with the reference as well
+};
+
+void check_cpu_vs_ref(const CaseConfig& cfg, uint64_t seed, Checks checks = {}) {
+  FA4_SEED_TRACE(seed);
+  SCOPED_TRACE(cfg.describe());
+  const Case orig = make_case(cfg, seed);
+  Case ref = orig;
+  Case cpu = orig;
+  const Status sr = ref.run(Backend::reference);
+  ASSERT_TRUE(sr.ok()) << "reference failed: " << sr.message;
+  const Status sc = cpu.run(Backend::cpu);
+  ASSERT_TRUE(sc.ok()) << "cpu failed: " << sc.message;
+  EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+  if (checks.determinism) {
+    Case again = orig;
+    ASSERT_TRUE(again.run(Backend::cpu).ok());
+    EXPECT_TRUE(bitwise_equal(again, cpu)) << "two cpu runs with the same inputs and config differ";
+  }
+  if (checks.one_thread) {
+    Case one = orig;
+    ASSERT_TRUE(one.run(Backend::cpu, 1).ok());
+    EXPECT_TRUE(compare_runs(one, ref, tol_for(cfg.dtype))) << "num_threads=1";
+    EXPECT_TRUE(compare_runs(one, cpu, tol_for(cfg.dtype))) << "num_threads=1 vs num_threads=" << cfg.num_threads;
+  }
+}
+
+int num_random_cases() {
+  if (const char* e = std::getenv("FA4_TEST_CASES")) return std::atoi(e);
+  return 500;
+}
+
+TEST(CpuVsReference, RandomConfigurationsOfTheWholeFeatureSpace) {
+  const int n = num_random_cases();
+  int failing_cases = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t seed = derive_seed(1000 + i);
+    std::mt19937_64 rng(seed);
+    const CaseConfig cfg = random_config(rng);
+    SCOPED_TRACE("random case #" + std::to_string(i));
+    const int parts_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    check_cpu_vs_ref(cfg, seed, {i % 5 == 0, i % 7 == 0});
+    if (::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count() != parts_before &&
+        ++failing_cases >= 5 && std::getenv("FA4_TEST_KEEP_GOING") == nullptr)
+      break;  // keep the log readable: the first five failing configurations
+  }
+}
+
+struct MaskSpec {
+  const char* name;
+  bool causal;
+  int64_t left, right, chunk;
+};
+const MaskSpec kMasks[] = {
+    {"none", false, -1, -1, 0},     {"causal", true, -1, 0, 0},     {"window_3_2", false, 3, 2, 0},
+    {"window_5_0", false, 5, 0, 0}, {"window_r2", false, -1, 2, 0}, {"diagonal", false, 0, 0, 0},
+    {"causal_w4", true, 4, -1, 0},  {"chunk4", false, -1, -1, 4},   {"chunk3_w2", false, 2, -1, 3},
+    {"chunk1", true, -1, 0, 1},
+};
+
+TEST(CpuVsReference, EveryMaskTimesEveryGqaRatio) {
+  int n = 0;
+  for (const MaskSpec& m : kMasks)
+    for (int64_t group : {1, 2, 4, 8})
+      for (int64_t hkv : {1, 2})
+        for (int64_t sq : {1, 13, 40}) {
+          CaseConfig c;
+          c.hkv = hkv;
+          c.hq = hkv * group;  // hkv = 1: MQA
+          c.dqk = c.dv = 32;
+          c.sq = sq;
+          c.sk = 37;
+          c.batch = 2;
+          c.causal = m.causal;
+          c.window_left = m.left;
+          c.window_right = m.right;
+          c.chunk = m.chunk;
+          c.num_splits = 1;
+          SCOPED_TRACE(m.name);
+          check_cpu_vs_ref(c, derive_seed(2000 + n++));
+        }
+}
+
+TEST(CpuVsReference, EveryDtypeTimesHeadDims) {
+  int n = 0;
+  const std::pair<int64_t, int64_t> dims[] = {{1, 1},   {7, 7},   {16, 16},   {33, 33},  {64, 64}, {80, 80},
+                                              {96, 96}, {100, 100}, {128, 128}, {256, 256}, {192, 128}, {64, 1},
+                                              {1, 64},  {256, 32}};
+  for (DType dt : {DType::float32, DType::float16, DType::bfloat16, DType::float8_e4m3})
+    for (auto [dqk, dv] : dims)
+      for (Dist dist : {Dist::normal, Dist::outliers}) {
+        CaseConfig c;
+        c.dtype = dt;
+        c.dqk = dqk;
+        c.dv = dv;
+        c.hq = 4;
+        c.hkv = 2;
+        c.sq = 9;
+        c.sk = 70;
+        c.causal = (n % 2) == 0;
+        c.dist = dist;
+        c.descale = dt == DType::float8_e4m3 && (n % 3) != 0;
+        check_cpu_vs_ref(c, derive_seed(3000 + n++));
+      }
+}
+
+TEST(CpuVsReference, PagedKvEveryPageSizeWithAndWithoutAppend) {
+  int n = 0;
+  for (int64_t ps : {1, 3, 16, 256})
+    for (int64_t snew : {0, 1, 4})
+      for (bool causal : {false, true})
+        for (bool varlen_q : {false, true}) {
+          if (varlen_q && snew) continue;
+          CaseConfig c;
+          c.kv = KvMode::paged;
+          c.page_size = ps;
+          c.snew = snew;
+          c.causal = causal;
+          c.varlen_q = varlen_q;
+          c.batch = 3;
+          c.hq = 4;
+          c.hkv = 1;
+          c.dqk = c.dv = 24;
+          c.sq = snew ? snew : 6;
+          c.sk = 90;
+          c.num_splits = static_cast<int32_t>(n % 4);
+          check_cpu_vs_ref(c, derive_seed(4000 + n++), {true, false});
+        }
+}
+
+TEST(CpuVsReference, KvCacheWithBatchIdxAppendAndFullCache) {
+  int n = 0;
+  for (bool bidx : {false, true})
+    for (int64_t snew : {0, 1, 3})
+      for (bool seqlens : {true, false}) {
+        if (snew && !seqlens) continue;
+        for (int32_t splits : {1, 2, 0}) {
+          CaseConfig c;
+          c.kv = KvMode::cache;
+          c.cache_batch_idx = bidx;
+          c.snew = snew;
+          c.cache_seqlens = seqlens;
+          c.batch = 3;
+          c.hq = 6;
+          c.hkv = 3;
+          c.dqk = c.dv = 40;
+          c.sq = snew ? snew : 2;
+          c.sk = 75;
+          c.causal = true;
+          c.num_splits = splits;
+          check_cpu_vs_ref(c, derive_seed(5000 + n++), {true, false});
+        }
+      }
+}
+
+TEST(CpuVsReference, VarlenQAndKWithSequsedAndZeroLengthSequences) {
+  int n = 0;
+  for (bool varlen_q : {false, true})
+    for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged})
+      for (bool seqused : {false, true}) {
+        if (seqused && (kv == KvMode::cache || kv == KvMode::paged)) continue;
+        for (bool causal : {false, true}) {
+          CaseConfig c;
+          c.varlen_q = varlen_q;
+          c.kv = kv;
+          c.seqused_k = seqused;
+          c.batch = 5;
+          c.hq = 2;
+          c.hkv = 1;
+          c.dqk = c.dv = 16;
+          c.sq = 12;
+          c.sk = 30;
+          c.causal = causal;
+          if (varlen_q) c.lens_q = {0, 12, 1, 7, 0};
+          if (kv == KvMode::varlen) c.lens_k = {5, 0, 30, 1, 9};
+          else if (kv == KvMode::cache || kv == KvMode::paged) c.lens_k = {0, 30, 3, 1, 17};
+          if (kv == KvMode::paged) c.page_size = 4;
+          check_cpu_vs_ref(c, derive_seed(6000 + n++));
+        }
+      }
+}
+
+TEST(CpuVsReference, SplitKvEverySplitCountAndLayout) {
+  int n = 0;
+  for (int32_t splits : {1, 2, 3, 0, 7, 64})
+    for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged})
+      for (int64_t sq : {1, 17}) {
+        CaseConfig c;
+        c.kv = kv;
+        c.num_splits = splits;
+        c.batch = 2;
+        c.hq = 8;
+        c.hkv = 2;
+        c.dqk = c.dv = 64;
+        c.sq = sq;
+        c.sk = 300;
+        c.page_size = 16;
+        c.causal = (n % 3) == 1;
+        c.window_left = (n % 3) == 2 ? 100 : -1;
+        c.dist = (n % 2) ? Dist::outliers : Dist::normal;
+        check_cpu_vs_ref(c, derive_seed(7000 + n++), {true, true});
+      }
+}
+
+TEST(CpuVsReference, SinksAndSoftcapWithMasks) {
+  int n = 0;
+  for (bool sinks : {false, true})
+    for (float softcap : {0.0f, 1.0f, 15.0f})
+      for (const MaskSpec& m : kMasks)
+        for (DType dt : {DType::float32, DType::bfloat16}) {
+          CaseConfig c;
+          c.dtype = dt;
+          c.sinks = sinks;
+          c.softcap = softcap;
+          c.causal = m.causal;
+          c.window_left = m.left;
+          c.window_right = m.right;
+          c.chunk = m.chunk;
+          c.hq = 4;
+          c.hkv = 2;
+          c.dqk = c.dv = 32;
+          c.sq = 20;  // Sq > Sk: causal rows at the top are empty (or sink-only)
+          c.sk = 14;
+          c.dist = Dist::outliers;
+          check_cpu_vs_ref(c, derive_seed(8000 + n++));
+        }
+}
+
+TEST(CpuVsReference, NonContiguousLayoutsForEveryKvMode) {
+  int n = 0;
+  for (Layout L : {Layout::contiguous, Layout::padded, Layout::bhsd, Layout::strided_last})
+    for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged})
+      for (bool varlen_q : {false, true})
+        for (DType dt : {DType::float32, DType::float16}) {
+          CaseConfig c;
+          c.layout = L;
+          c.kv = kv;
+          c.varlen_q = varlen_q;
+          c.dtype = dt;
+          c.batch = 2;
+          c.hq = 4;
+          c.hkv = 2;
+          c.dqk = 20;
+          c.dv = 12;
+          c.sq = 7;
+          c.sk = 33;
+          c.page_size = 3;
+          c.snew = (!varlen_q && (kv == KvMode::cache || kv == KvMode::paged)) ? 2 : 0;
+          c.causal = true;
+          c.num_splits = (n % 2) ? 2 : 1;
+          check_cpu_vs_ref(c, derive_seed(9000 + n++));
+        }
+}
+
+TEST(CpuVsReference, ThreadCountsAgreeAndRunsAreDeterministic) {
+  int n = 0;
+  for (int32_t threads : {0, 1, 2, 3, 8})
+    for (int32_t splits : {1, 0, 4}) {
+      CaseConfig c;
+      c.num_threads = threads;
+      c.num_splits = splits;
+      c.batch = 2;
+      c.hq = 4;
+      c.hkv = 4;
+      c.dqk = c.dv = 64;
+      c.sq = 33;
+      c.sk = 129;
+      c.causal = true;
+      c.lse = true;
+      check_cpu_vs_ref(c, derive_seed(10000 + n++), {true, true});
+    }
+}
+
+TEST(CpuVsReference, DecodeShapesGqaPackedHeads) {
+  // One query token, many kv tokens, Hq/Hkv up to 8 (what PackGQA-style kernels specialize).
+  int n = 0;
+  for (int64_t group : {1, 4, 8})
+    for (KvMode kv : {KvMode::cache, KvMode::paged})
+      for (int32_t splits : {1, 0, 3}) {
+        CaseConfig c;
+        c.kv = kv;
+        c.batch = 3;
+        c.hkv = 2;
+        c.hq = 2 * group;
+        c.dqk = c.dv = 128;
+        c.sq = 1;
+        c.sk = 260;
+        c.snew = 1;
+        c.page_size = 16;
+        c.num_splits = splits;
+        c.dtype = (n % 2) ? DType::bfloat16 : DType::float16;
+        check_cpu_vs_ref(c, derive_seed(11000 + n++), {true, false});
+      }
+}
+
+}  // namespace
+}  // namespace fa4test

@@ -1,0 +1,181 @@
+// Shared helpers of the fa4 CPU test suite.
+//
+//  * seeds: one fresh seed per process (std::random_device), overridable with FA4_TEST_SEED;
+//    every randomized check derives its own seed from it and prints it (SCOPED_TRACE) so a
+//    failure can be replayed with FA4_TEST_SEED=<base seed>.
+//  * Tensor: an owning buffer + dtype + shape + strides (any layout: contiguous, padded,
+//    BHSD-transposed, non-unit last stride). Memory outside the logical elements is filled with
+//    NaN bytes (0xFF) so a backend that reads padding produces NaN and one that writes padding
+//    is caught by the byte checks.
+//  * Case: a whole attention problem (dense / varlen q / varlen k / KV cache / paged / append)
+//    built from a small CaseConfig, with logical accessors that use the test's own addressing
+//    (independent of src/core), a naive fp64 oracle on top of them, and comparisons with the
+//    DESIGN §4 tolerances.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fa4/fa4.h"
+
+namespace fa4test {
+
+using fa4::AttentionParams;
+using fa4::Backend;
+using fa4::DType;
+using fa4::DeviceType;
+using fa4::Status;
+using fa4::StatusCode;
+using fa4::TensorView;
+
+// ---------------------------------------------------------------- seeds
+uint64_t base_seed();                                 // printed once per process
+uint64_t derive_seed(uint64_t tag);                   // base_seed mixed with a tag
+std::string seed_note(uint64_t seed);                 // "seed=... (rerun with FA4_TEST_SEED=...)"
+#define FA4_SEED_TRACE(seed) SCOPED_TRACE(::fa4test::seed_note(seed))
+
+// ---------------------------------------------------------------- tensors
+enum class Dist { normal, uniform, outliers };
+enum class Layout { contiguous, padded, bhsd, strided_last };
+const char* dist_name(Dist d);
+const char* layout_name(Layout l);
+const char* dtype_str(DType d);
+
+struct Tensor {
+  DType dtype = DType::float32;
+  int ndim = 0;
+  int64_t shape[fa4::kMaxDims] = {};
+  int64_t stride[fa4::kMaxDims] = {};
+  std::vector<unsigned char> mem;  // at least one element so data is never null
+
+  bool present() const { return ndim > 0; }
+  size_t esize() const { return fa4::dtype_size(dtype); }
+  int64_t numel() const;
+  int64_t mem_elems() const { return static_cast<int64_t>(mem.size() / esize()); }
+
+  // Logical shape in a layout; the rng picks paddings (may be null for layouts without any).
+  static Tensor make(DType dt, const std::vector<int64_t>& shape, Layout layout = Layout::contiguous,
+                     std::mt19937_64* rng = nullptr);
+  static Tensor make_i32(const std::vector<int32_t>& values);  // 1-d int32
+  static Tensor make_i32_2d(const std::vector<int32_t>& values, int64_t rows, int64_t cols);
+  static Tensor make_f32_1d(const std::vector<float>& values);
+
+  TensorView view();
+  void* data() { return mem.data(); }
+
+  int64_t off(std::initializer_list<int64_t> idx) const;
+  float get(int64_t off) const;          // element -> float (any float dtype)
+  void set(int64_t off, float x);        // float -> element (rounded to the dtype)
+  int32_t geti(int64_t off) const;
+  void seti(int64_t off, int32_t x);
+  bool is_poison(int64_t off) const;     // all bytes 0xFF (never a value we compute)
+  void poison() { std::memset(mem.data(), 0xFF, mem.size()); }
+  // Every logical element offset (in index order).
+  std::vector<int64_t> offsets() const;
+};
+
+// Fills every logical element of t from the distribution (rounded to t's dtype).
+void fill(Tensor& t, Dist d, std::mt19937_64& rng, float scale = 1.0f);
+float sample(Dist d, std::mt19937_64& rng);
+
+// ---------------------------------------------------------------- attention cases
+enum class KvMode { dense, varlen, cache, paged };
+const char* kv_mode_name(KvMode m);
+
+struct CaseConfig {
+  DType dtype = DType::float32;
+  int64_t batch = 1, hq = 1, hkv = 1, dqk = 16, dv = 16;
+  int64_t sq = 8;  // dense Sq, or max per-sequence length for varlen q
+  int64_t sk = 8;  // dense Sk / max slot (varlen k) / cache capacity / paged capacity upper bound
+  // Explicit per-sequence lengths (optional). lens_q: varlen q lengths. lens_k: key lengths
+  // before append (dense/varlen: used keys; cache/paged: cache_seqlens).
+  std::vector<int64_t> lens_q, lens_k;
+  bool varlen_q = false;
+  KvMode kv = KvMode::dense;
+  bool seqused_k = false;        // dense/varlen k: pass seqused_k (random <= slot)
+  bool cache_seqlens = true;     // cache/paged: pass cache_seqlens (else every sequence is full)
+  bool cache_batch_idx = false;  // cache: map sequences to random distinct cache rows
+  int64_t page_size = 16;
+  int64_t snew = 0;              // append rows (cache/paged only)
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1, chunk = 0;
+  bool sinks = false;
+  float softcap = 0.0f, scale = 0.0f;
+  bool lse = true;
+  bool descale = false;          // fp8 only: random q/k/v descales
+  int32_t num_splits = 1, num_threads = 0;
+  Layout layout = Layout::contiguous;
+  Dist dist = Dist::normal;
+  bool nan_unused = true;        // fill keys beyond the lengths / unused pages with NaN
+
+  std::string describe() const;
+};
+
+struct Case {
+  CaseConfig cfg;
+  uint64_t seed = 0;
+  int64_t B = 0, Bc = 0, max_pages = 0, num_pages = 0, capacity = 0;
+  std::vector<int64_t> lq;       // query length per sequence
+  std::vector<int64_t> q_start;  // first packed token (varlen q) per sequence
+  std::vector<int64_t> k_start;  // first packed key token (varlen k)
+  std::vector<int64_t> base_k;   // keys present before append (cache_seqlens / used / slot)
+  std::vector<int64_t> lk;       // keys attended = base_k + snew
+  std::vector<int64_t> cache_row;      // cache: row of sequence b
+  std::vector<int32_t> pages;          // paged: [B, max_pages]
+  Tensor q, k, v, out, lse, sinks, q_descale, k_descale, v_descale;
+  Tensor cu_seqlens_q, cu_seqlens_k, seqused_k, cache_seqlens, cache_batch_idx, page_table, k_new, v_new;
+
+  AttentionParams params(Backend backend);
+  Status run(Backend backend, int32_t num_threads = -1);  // num_threads -1: cfg's
+  void poison_outputs();  // out and lse to 0xFF
+
+  // ---- logical access (the test's own addressing, independent of src/core) ----
+  int64_t q_off(int64_t b, int64_t i, int64_t h, int64_t d) const;
+  int64_t out_off(int64_t b, int64_t i, int64_t h, int64_t d) const;
+  int64_t lse_off(int64_t b, int64_t h, int64_t i) const;
+  // Key j of sequence b, the tensor that holds it (cache or k_new) and its offset.
+  const Tensor& key_src(int64_t b, int64_t j, int64_t hk, int64_t d, bool value, int64_t* off) const;
+  // Offset of cache row j of sequence b (cache / paged / dense / varlen k), j < capacity.
+  int64_t cache_off(const Tensor& t, int64_t b, int64_t j, int64_t hk, int64_t d) const;
+  double qval(int64_t b, int64_t i, int64_t h, int64_t d) const;  // dequantized
+  double kval(int64_t b, int64_t j, int64_t hk, int64_t d) const;
+  double vval(int64_t b, int64_t j, int64_t hk, int64_t d) const;
+  float descale(const Tensor& t, int64_t b, int64_t hk) const;
+  double sink(int64_t h) const;
+  double scale() const;
+  bool visible(int64_t b, int64_t i, int64_t j) const;  // the DESIGN formula, written anew
+};
+
+Case make_case(const CaseConfig& cfg, uint64_t seed);
+
+// ---------------------------------------------------------------- oracle + comparison
+struct Expected {
+  // Indexed by (q token t over all sequences, head, d) in order b, i.
+  std::vector<double> out, lse;
+  std::vector<int64_t> row_b, row_i;  // per query token
+};
+Expected naive_attention(const Case& c);
+
+struct Tol {
+  double rel_l2, max_abs, cos_min, lse_abs;
+};
+Tol tol_for(DType input_dtype);
+
+// Compares `test` (a backend's result) against the reference run `ref` of the same case:
+// tolerances, empty rows exact (0 / -inf), non-finite patterns equal, every logical output
+// element written, no byte outside the logical outputs written, caches equal bytewise.
+::testing::AssertionResult compare_runs(const Case& test, const Case& ref, const Tol& tol);
+// Compares a run against the fp64 naive oracle (values only).
+::testing::AssertionResult compare_expected(const Case& test, const Expected& e, const Tol& tol);
+// Outputs (out, lse, k, v) bitwise equal.
+::testing::AssertionResult bitwise_equal(const Case& a, const Case& b);
+
+// Random configuration of the whole feature space, small sizes.
+CaseConfig random_config(std::mt19937_64& rng);
+
+}  // namespace fa4test
