@@ -36,8 +36,10 @@ int cmd_info(int argc, char** argv, int first) {
   }
   parse_args(info_options(), argc, argv, first);
   std::printf("fa4 %s\n", fa4::version());
-#if defined(__VERSION__)
-  std::printf("compiler: %s\n", __VERSION__);
+#if defined(__clang__)
+  std::printf("compiler: clang %s\n", __clang_version__);
+#elif defined(__GNUC__)
+  std::printf("compiler: gcc %s\n", __VERSION__);
 #endif
   std::printf("backends:\n");
   for (const fa4::BackendInfo& b : fa4::backend_info())

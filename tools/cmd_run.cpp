@@ -44,7 +44,7 @@ const std::vector<OptSpec>& run_options() {
       {"--seed", 0, ArgKind::integer, "S", "random seed of the inputs (default 0)", 0, std::numeric_limits<int64_t>::max()},
       {"--dist", 0, ArgKind::choice, "DIST", "input distribution: normal, uniform, outliers (default normal)", 0, 0, 0, 0, "normal|uniform|outliers"},
       {"--reps", 'n', ArgKind::integer, "N", "timed repetitions: median and min are reported (default 1)", 1, 1000000},
-      {"--warmup", 0, ArgKind::integer, "N", "untimed calls first (default 1 if --reps > 1, else 0)", 0, 1000000},
+      {"--warmup", 0, ArgKind::integer, "N", "untimed calls first (default 1)", 0, 1000000},
       {"--check", 0, ArgKind::flag, "", "compare with backend=reference on the same inputs; exit 1 beyond tolerance"},
       {"--help", 'h', ArgKind::flag, "", "this help"},
   };
@@ -113,7 +113,7 @@ int cmd_run(int argc, char** argv, int first) {
   s.seed = static_cast<uint64_t>(a.get_int("--seed", 0));
   s.dist = dist_from_name(a.get_str("--dist", "normal"));
   const int reps = static_cast<int>(a.get_int("--reps", 1));
-  const int warmup = static_cast<int>(a.get_int("--warmup", reps > 1 ? 1 : 0));
+  const int warmup = static_cast<int>(a.get_int("--warmup", 1));
   const bool check = a.flag("--check");
   if (a.has("--scale") && s.scale <= 0.0f) usage_error("--scale", "must be > 0, got '" + a.get_str("--scale", "") + "'");
   check_spec(s);
@@ -126,6 +126,9 @@ int cmd_run(int argc, char** argv, int first) {
   std::unique_ptr<HostProblem> hp = build_problem(s);
   const fa4::Backend backend = resolve_backend(s.backend);
 
+  Timing t;
+  st = time_problem(*hp, *dev, reps, warmup, &t);
+  if (!st) return report_status(st);  // before any output: a rejected call prints one line only
   std::printf("fa4 run: backend %s, dtype %s, layout %s, mask %s\n", fa4::backend_name(backend),
               dtype_short(s.dtype), layout_name(s).c_str(), mask_name(s).c_str());
   std::printf("shape: B=%" PRId64 " Sq=%" PRId64 " Sk=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " Dqk=%" PRId64
@@ -134,15 +137,23 @@ int cmd_run(int argc, char** argv, int first) {
   std::printf("features: scale %s, softcap %g, sinks %s, splits %d, lse %s, threads %d, seed %" PRIu64 ", dist %s\n",
               s.scale > 0 ? std::to_string(s.scale).c_str() : "default", s.softcap, s.sinks ? "yes" : "no", s.splits,
               s.lse ? "yes" : "no", s.threads, s.seed, dist_name(s.dist));
+  if (s.varlen || s.kv_cache || s.page_size > 0) {
+    auto list = [](const std::vector<int64_t>& v) {
+      std::string o;
+      for (size_t i = 0; i < v.size() && i < 8; ++i) {
+        if (i) o += ',';
+        o += std::to_string(v[i]);
+      }
+      return v.size() > 8 ? o + ",..." : o;
+    };
+    std::printf("seqlens: q [%s], k [%s]%s\n", list(hp->seqlen_q).c_str(), list(hp->seqlen_k).c_str(),
+                s.append > 0 ? " (k includes the appended rows)" : "");
+  }
   std::fflush(stdout);
-
-  Timing t;
-  st = time_problem(*hp, *dev, reps, warmup, &t);
-  if (!st) return report_status(st);
   const double flops = hp->flops();
   std::printf("time: median %s, min %s (%d reps, %d warmup)\n", format_time(t.median).c_str(),
               format_time(t.min).c_str(), reps, warmup);
-  std::printf("flops: %.4g (2*(Dqk+Dv)*visible scores, %.0f visible)\n", flops, hp->visible_scores());
+  std::printf("flops: %.6g (2*(Dqk+Dv)*visible scores, %.0f visible)\n", flops, hp->visible_scores());
   std::printf("rate: %s (median), %s (best)\n", format_rate(t.median > 0 ? flops / t.median : 0).c_str(),
               format_rate(t.min > 0 ? flops / t.min : 0).c_str());
   if (!check) return kExitOk;

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""CLI tests for the fa4 tool: python3 tools/test_cli.py path/to/fa4
+
+Runs `fa4 run --check` over feature combinations, `fa4 bench --quick` with JSON/CSV output,
+`fa4 info`, the help texts, and every class of bad argument (exit 2, one line on stderr naming
+the argument, no output file written). Small shapes only: the whole file runs in seconds.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+FA4 = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "fa4"
+failures = []
+count = 0
+
+
+def fa4(*args, cwd=None):
+    p = subprocess.run([FA4, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(cond, what, detail=""):
+    global count
+    count += 1
+    if not cond:
+        failures.append(what + (("\n    " + detail.strip().replace("\n", "\n    ")) if detail else ""))
+
+
+# Small shapes: the cpu backend and the reference both run in milliseconds.
+SMALL = ["-b", "2", "--seqlen", "48", "--heads", "4", "--head-dim", "32"]
+
+RUN_CASES = [
+    [],
+    ["--causal", "--lse"],
+    ["--window", "7,3", "--lse"],
+    ["--window", "5,0", "--causal"],
+    ["--chunk", "16", "--lse"],
+    ["--paged", "3", "--lse"],
+    ["--paged", "16", "--kv-cache", "--lse", "--seqlen-k", "70"],
+    ["--paged", "16", "--append", "2", "--causal", "--lse"],
+    ["--paged", "3", "--append", "1", "--seqlen-q", "1", "--kv-heads", "1"],
+    ["--varlen", "--causal", "--lse"],
+    ["--varlen", "--paged", "16", "--lse"],
+    ["--varlen", "--kv-cache", "--seqlen-q", "20"],
+    ["--kv-cache", "--lse"],
+    ["--kv-cache", "--append", "3", "--cache-batch-idx", "--lse"],
+    ["--append", "4", "--causal", "--seqlen-q", "4"],
+    ["--splits", "3", "--lse"],
+    ["--splits", "4", "--causal", "--seqlen-q", "8", "--seqlen-k", "96"],
+    ["--sinks", "--lse"],
+    ["--sinks", "--causal", "--window", "6,0", "--lse"],
+    ["--softcap", "8", "--lse"],
+    ["--dtype", "e4m3", "--lse"],
+    ["--dtype", "e4m3", "--causal", "--paged", "16"],
+    ["--dtype", "f16", "--causal", "--lse"],
+    ["--dtype", "f32", "--lse", "--kv-heads", "2"],
+    ["--dtype", "f32", "--kv-heads", "1", "--dist", "outliers", "--lse"],
+    ["--dist", "uniform", "--head-dim", "40", "--head-dim-v", "24", "--scale", "0.3"],
+    ["--backend", "reference", "--lse", "--reps", "2"],
+    ["--backend", "cpu", "--threads", "1", "--seed", "7"],
+]
+
+
+def test_run():
+    for extra in RUN_CASES:
+        args = ["run", *SMALL, *extra, "--check"]
+        rc, out, err = fa4(*args)
+        name = "fa4 " + " ".join(args)
+        expect(rc == 0, f"{name}: exit {rc}", out + err)
+        expect("check:" in out and out.rstrip().endswith("PASS"), f"{name}: no PASS line", out)
+        for key in ("time: median", "flops:", "rate:"):
+            expect(key in out, f"{name}: missing '{key}'", out)
+    # The FLOP count is exact: dense 4*B*H*Sq*Sk*D, causal (Sq = Sk = S) 2*(2D)*B*H*S(S+1)/2.
+    rc, out, _ = fa4("run", "-b", "2", "--seqlen", "16", "--heads", "3", "--head-dim", "8")
+    expect(rc == 0 and "flops: 49152 " in out and "1536 visible" in out, "dense FLOP count 4*2*3*16*16*8", out)
+    rc, out, _ = fa4("run", "-b", "2", "--seqlen", "16", "--heads", "3", "--head-dim", "8", "--causal")
+    expect(rc == 0 and "flops: 26112 " in out and "816 visible" in out, "causal FLOP count 32*2*3*136", out)
+    rc, out, _ = fa4("run", "-b", "1", "--seqlen-q", "4", "--seqlen-k", "10", "--heads", "1", "--head-dim", "8",
+                     "--head-dim-v", "4", "--window", "2,1")
+    # bottom-right: row i sees keys [i+6-2, i+6+1] within [0, 10): 4+4+4+3 = 15 visible, 2*(8+4)*15 = 360
+    expect(rc == 0 and "flops: 360 " in out and "15 visible" in out, "window FLOP count", out)
+    rc, out, _ = fa4("run", *SMALL, "--reps", "3", "--warmup", "0")
+    expect(rc == 0 and "(3 reps, 0 warmup)" in out, "run --reps 3 --warmup 0", out)
+
+
+def test_bench(tmp):
+    js, cs = os.path.join(tmp, "b.json"), os.path.join(tmp, "b.csv")
+    rc, out, err = fa4("bench", "--quick", "--seqlens", "32,64", "--reps", "1", "--check", "--json", js, "--csv", cs)
+    expect(rc == 0, f"bench --quick: exit {rc}", out + err)
+    expect(out.count("PASS") == 4, "bench --quick --check: 4 PASS rows", out)
+    # stderr is not a TTY here: one plain progress line per case.
+    lines = [l for l in err.splitlines() if l.startswith("fa4 bench: [")]
+    expect(len(lines) == 4 and "\r" not in err, "bench progress: one line per case when stderr is not a TTY", err)
+    try:
+        with open(js) as f:
+            doc = json.load(f)
+        cases = doc["cases"]
+        expect(len(cases) == 4, "bench JSON: 4 cases", json.dumps(doc)[:500])
+        for key in ("version", "date", "backend", "cpu", "threads", "command"):
+            expect(key in doc, f"bench JSON: top-level '{key}'")
+        for c in cases:
+            for key in ("dtype", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal",
+                        "flops", "median_s", "min_s", "gflops", "rel_l2", "pass"):
+                expect(key in c, f"bench JSON case: '{key}'", str(c))
+            expect(c["median_s"] > 0 and c["min_s"] <= c["median_s"] and c["pass"] is True, "bench JSON times", str(c))
+        dense = [c for c in cases if not c["causal"] and c["seqlen_q"] == 64][0]
+        expect(dense["flops"] == 4 * 1 * 4 * 64 * 64 * 64, "bench JSON dense flops", str(dense))
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        expect(False, f"bench JSON unreadable: {e}")
+    try:
+        with open(cs, newline="") as f:
+            rows = list(csv.DictReader(f))
+        expect(len(rows) == 4, "bench CSV: 4 rows", str(rows))
+        for r in rows:
+            expect(float(r["median_ms"]) > 0 and r["check"] == "pass" and r["causal"] in ("no", "yes"), "bench CSV row", str(r))
+    except (OSError, ValueError, KeyError) as e:
+        expect(False, f"bench CSV unreadable: {e}")
+    # Options pick the sweep.
+    rc, out, err = fa4("bench", "--quick", "--seqlens", "40", "--head-dims", "16,24", "--causal", "yes",
+                       "--dtypes", "bf16,f32", "--heads", "2", "--kv-heads", "1", "--reps", "1")
+    rows = [l for l in out.splitlines() if l.startswith(("bf16", "f32"))]
+    expect(rc == 0 and len(rows) == 4, "bench sweep dims x dtypes = 4 rows", out + err)
+
+
+def test_info_help():
+    rc, out, err = fa4("info")
+    expect(rc == 0, f"info: exit {rc}", err)
+    for key in ("fa4 ", "reference", "cpu", "cuda", "cpu features:", "threads:"):
+        expect(key in out, f"info: missing '{key}'", out)
+    for args in (["--help"], ["-h"], ["help"], ["help", "run"], ["help", "bench"], ["help", "info"],
+                 ["run", "--help"], ["bench", "-h"], ["info", "--help"]):
+        rc, out, err = fa4(*args)
+        expect(rc == 0 and out.startswith("usage: fa4") and err == "", f"fa4 {' '.join(args)}: help", out + err)
+    rc, out, _ = fa4("help", "run")
+    expect("FLOPs = 2 * (Dqk + Dv)" in out, "run help states the FLOP formula", out)
+    rc, out, _ = fa4("--version")
+    expect(rc == 0 and out.startswith("fa4 "), "--version", out)
+
+
+# (arguments, the text the one stderr line must name)
+BAD = [
+    (["run", "--head-dim", "abc"], "--head-dim"),            # non-numeric
+    (["run", "--head-dim", "300"], "--head-dim"),            # out of range
+    (["run", "--batch", "0"], "--batch"),
+    (["run", "--softcap", "-2"], "--softcap"),
+    (["run", "--scale", "nan"], "--scale"),
+    (["run", "--scale", "0"], "--scale"),
+    (["run", "--seqlen"], "--seqlen"),                        # missing value
+    (["run", "--frobnicate"], "--frobnicate"),                # unknown flag
+    (["run", "-z"], "-z"),
+    (["run", "stray"], "stray"),                               # positional
+    (["run", "--causal=yes"], "--causal"),                    # value for a flag
+    (["run", "--dtype", "f64"], "--dtype"),                   # bad choice
+    (["run", "--window", "3"], "--window"),                   # malformed pair
+    (["run", "--window", "-2,0"], "--window"),
+    (["run", "--kv-heads", "3"], "--kv-heads"),               # inconsistent combos
+    (["run", "--append", "2", "--varlen"], "--append"),
+    (["run", "--append", "200", "--seqlen-k", "100"], "--append"),
+    (["run", "--cache-batch-idx", "--paged", "16"], "--cache-batch-idx"),
+    (["run", "--cache-batch-idx"], "--cache-batch-idx"),
+    (["run", "--causal", "--window", "4,2"], "--window"),     # rejected by the library (Status)
+    (["run", "--chunk", "8", "--window", "-1,1"], "--window"),
+    (["bench", "--seqlens", "64,x"], "--seqlens"),
+    (["bench", "--head-dims", "0"], "--head-dims"),
+    (["bench", "--causal", "maybe"], "--causal"),
+    (["bench", "--dtypes", "bf16,int8"], "--dtypes"),
+    (["bench", "--kv-heads", "3", "--quick"], "--kv-heads"),
+    (["bench", "--json", "/nonexistent-dir/x.json", "--quick"], "--json"),
+    (["bench", "--reps"], "--reps"),
+    (["info", "--verbose"], "--verbose"),
+    (["frob"], "frob"),
+    (["help", "frob"], "frob"),
+    ([], "missing command"),
+]
+
+
+def test_bad_args(tmp):
+    for args, named in BAD:
+        outdir = tempfile.mkdtemp(dir=tmp)
+        extra = []
+        if args and args[0] == "bench" and "--json" not in args:
+            extra = ["--json", os.path.join(outdir, "o.json"), "--csv", os.path.join(outdir, "o.csv")]
+        rc, out, err = fa4(*args[:1], *extra, *args[1:], cwd=outdir)
+        name = "fa4 " + " ".join(args)
+        lines = err.splitlines()
+        expect(rc == 2, f"{name}: exit {rc}, expected 2", err)
+        expect(len(lines) == 1 and lines[0].startswith("fa4: ") and named in lines[0],
+               f"{name}: expected one stderr line naming '{named}'", err)
+        expect(out == "", f"{name}: nothing on stdout", out)
+        expect(os.listdir(outdir) == [], f"{name}: wrote files {os.listdir(outdir)}")
+    # An unavailable backend is a library Status (exit 3), reported in one line, no files.
+    rc, info, _ = fa4("info")
+    cuda_line = [l for l in info.splitlines() if l.strip().startswith("cuda")]
+    if cuda_line and "unavailable" in cuda_line[0]:
+        outdir = tempfile.mkdtemp(dir=tmp)
+        for args in (["run", "--backend", "cuda"], ["bench", "--quick", "--backend", "cuda", "--json", "o.json"]):
+            rc, out, err = fa4(*args, cwd=outdir)
+            expect(rc == 3 and len(err.splitlines()) == 1 and "backend cuda is not available in this build" in err,
+                   f"fa4 {' '.join(args)}: backend unavailable", err)
+            expect(os.listdir(outdir) == [], f"fa4 {' '.join(args)}: wrote files")
+
+
+def main():
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        test_info_help()
+        test_bad_args(tmp)
+        test_run()
+        test_bench(tmp)
+    dt = time.time() - t0
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{count - len(failures)}/{count} checks passed in {dt:.1f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
