@@ -1,0 +1,74 @@
+"""fa4: exact attention (FlashAttention-4 design) for NumPy, PyTorch and any DLPack tensor.
+
+    import fa4
+    out = fa4.attention(q, k, v, causal=True)          # q/k/v [B, S, H, D]; numpy, torch, ...
+    out, lse = fa4.attention(q, k, v, return_lse=True)
+    out = fa4.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    out = fa4.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, page_table=pt)
+    out = fa4.combine(out_partials, lse_partials)
+
+    from fa4.flash_attn_compat import flash_attn_func   # flash-attn's names and argument order
+
+Outputs are allocated in the caller's framework. With torch, the ops are also registered as
+torch.library custom ops (torch.ops.fa4.*) so torch.compile(fullgraph=True) traces them.
+Errors are fa4.Fa4Error subclasses of ValueError / TypeError / RuntimeError whose .argument
+names the offending argument.
+"""
+
+import os as _os
+import sys as _sys
+
+from . import _fa4
+from ._api import (
+    attention,
+    attention_varlen,
+    attention_with_kvcache,
+    backend_available,
+    backend_info,
+    combine,
+)
+from ._errors import (
+    BackendUnavailableError,
+    DeviceError,
+    DTypeError,
+    Fa4Error,
+    InternalError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+    UnsupportedError,
+)
+from .flash_attn_compat import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+
+__version__ = _fa4.version()
+built_with_cuda = bool(_fa4.built_with_cuda)
+
+
+def register_torch_ops():
+    """Registers fa4's torch.library ops (torch.ops.fa4.fwd, fwd_append, combine) and routes
+    torch tensors through them. Done automatically at ``import fa4`` when torch is installed
+    (set FA4_IMPORT_TORCH=0 to skip importing torch; torch tensors then register on first use)."""
+    from . import _torch
+
+    _torch.register()
+
+
+def _maybe_torch():
+    if "torch" in _sys.modules:
+        register_torch_ops()
+        return
+    if _os.environ.get("FA4_IMPORT_TORCH", "1") == "0":
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        register_torch_ops()
+
+
+_maybe_torch()
+
+__all__ = [
+    "attention", "attention_varlen", "attention_with_kvcache", "combine", "backend_info",
+    "backend_available", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+    "register_torch_ops", "Fa4Error", "InvalidArgumentError", "DTypeError", "UnsupportedError",
+    "BackendUnavailableError", "DeviceError", "OutOfMemoryError", "InternalError", "built_with_cuda",
+]
