@@ -1,12 +1,15 @@
 // fa4 run: one attention call on random inputs, timed, optionally checked against reference.
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <limits>
+#include <sstream>
 #include <vector>
 
 #include "args.h"
 #include "commands.h"
 #include "device.h"
+#include "output.h"
 #include "problem_builder.h"
 #include "runner.h"
 
@@ -46,6 +49,7 @@ const std::vector<OptSpec>& run_options() {
       {"--reps", 'n', ArgKind::integer, "N", "timed repetitions: median and min are reported (default 1)", 1, 1000000},
       {"--warmup", 0, ArgKind::integer, "N", "untimed calls first (default 1)", 0, 1000000},
       {"--check", 0, ArgKind::flag, "", "compare with backend=reference on the same inputs; exit 1 beyond tolerance"},
+      {"--json", 0, ArgKind::text, "FILE", "also write the result as JSON (after the run; never on bad arguments)"},
       {"--help", 'h', ArgKind::flag, "", "this help"},
   };
   return t;
@@ -117,6 +121,8 @@ int cmd_run(int argc, char** argv, int first) {
   const bool check = a.flag("--check");
   if (a.has("--scale") && s.scale <= 0.0f) usage_error("--scale", "must be > 0, got '" + a.get_str("--scale", "") + "'");
   check_spec(s);
+  const std::string json_path = a.get_str("--json", "");
+  if (!json_path.empty()) check_output_path("--json", json_path);
 
   // The device first: asking for an unavailable backend fails before any allocation.
   std::unique_ptr<Device> dev;
@@ -156,21 +162,50 @@ int cmd_run(int argc, char** argv, int first) {
   std::printf("flops: %.6g (2*(Dqk+Dv)*visible scores, %.0f visible)\n", flops, hp->visible_scores());
   std::printf("rate: %s (median), %s (best)\n", format_rate(t.median > 0 ? flops / t.median : 0).c_str(),
               format_rate(t.min > 0 ? flops / t.min : 0).c_str());
-  if (!check) return kExitOk;
-
   ErrorStats e;
-  st = check_against_reference(*hp, *dev, &e);
-  if (!st) return report_status(st);
-  std::printf("check: out rel-L2 %.3e (tol %.0e), max-abs %.3e", e.out_rel_l2, e.tol.rel_l2, e.out_max_abs);
-  if (e.tol.max_abs >= 0) std::printf(" (tol %.0e)", e.tol.max_abs);
-  std::printf(", cosine %.6f", e.out_cosine);
-  if (e.tol.min_cosine > -2) std::printf(" (min %.3f)", e.tol.min_cosine);
-  if (e.out_unwritten) std::printf(", %" PRId64 " unwritten", e.out_unwritten);
-  if (e.has_lse) {
-    std::printf("; lse rel-L2 %.3e, max-abs %.3e (tol %.0e)", e.lse_rel_l2, e.lse_max_abs, e.tol.lse_abs);
-    if (e.lse_unwritten) std::printf(", %" PRId64 " unwritten", e.lse_unwritten);
+  if (check) {
+    st = check_against_reference(*hp, *dev, &e);
+    if (!st) return report_status(st);
+    std::printf("check: out rel-L2 %.3e (tol %.0e), max-abs %.3e", e.out_rel_l2, e.tol.rel_l2, e.out_max_abs);
+    if (e.tol.max_abs >= 0) std::printf(" (tol %.0e)", e.tol.max_abs);
+    std::printf(", cosine %.6f", e.out_cosine);
+    if (e.tol.min_cosine > -2) std::printf(" (min %.3f)", e.tol.min_cosine);
+    if (e.out_unwritten) std::printf(", %" PRId64 " unwritten", e.out_unwritten);
+    if (e.has_lse) {
+      std::printf("; lse rel-L2 %.3e, max-abs %.3e (tol %.0e)", e.lse_rel_l2, e.lse_max_abs, e.tol.lse_abs);
+      if (e.lse_unwritten) std::printf(", %" PRId64 " unwritten", e.lse_unwritten);
+    }
+    std::printf(": %s\n", e.pass ? "PASS" : ("FAIL (" + e.failures + ")").c_str());
   }
-  std::printf(": %s\n", e.pass ? "PASS" : ("FAIL (" + e.failures + ")").c_str());
+  std::fflush(stdout);
+  if (!json_path.empty()) {
+    std::ostringstream j;
+    j << "{\n  \"tool\": \"fa4 run\",\n  \"version\": \"" << json_escape(fa4::version()) << "\",\n"
+      << "  \"command\": \"" << json_escape(command_line(argc, argv)) << "\",\n"
+      << "  \"backend\": \"" << fa4::backend_name(backend) << "\",\n"
+      << "  \"dtype\": \"" << dtype_short(s.dtype) << "\",\n"
+      << "  \"layout\": \"" << json_escape(layout_name(s)) << "\",\n"
+      << "  \"mask\": \"" << json_escape(mask_name(s)) << "\",\n"
+      << "  \"batch\": " << s.batch << ", \"seqlen_q\": " << s.seqlen_q << ", \"seqlen_k\": " << s.seqlen_k
+      << ", \"heads\": " << s.heads << ", \"kv_heads\": " << s.kv_heads << ", \"head_dim\": " << s.head_dim
+      << ", \"head_dim_v\": " << s.head_dim_v << ",\n"
+      << "  \"softcap\": " << jnum(s.softcap)
+      << ", \"scale\": " << jnum(s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim))) << ", \"sinks\": " << (s.sinks ? "true" : "false")
+      << ", \"splits\": " << s.splits << ", \"lse\": " << (s.lse ? "true" : "false") << ", \"threads\": " << s.threads
+      << ", \"seed\": " << s.seed << ", \"dist\": \"" << dist_name(s.dist) << "\",\n"
+      << "  \"reps\": " << reps << ", \"warmup\": " << warmup << ", \"median_s\": " << jnum(t.median)
+      << ", \"min_s\": " << jnum(t.min) << ",\n"
+      << "  \"visible_scores\": " << jnum(hp->visible_scores(), 17) << ", \"flops\": " << jnum(flops, 17)
+      << ", \"gflops\": " << jnum(t.median > 0 ? flops / t.median * 1e-9 : 0) << ", \"kv_bytes\": " << jnum(hp->kv_bytes(), 17);
+    if (check)
+      j << ",\n  \"check\": {\"pass\": " << (e.pass ? "true" : "false") << ", \"out_rel_l2\": " << jnum(e.out_rel_l2)
+        << ", \"out_max_abs\": " << jnum(e.out_max_abs) << ", \"out_cosine\": " << jnum(e.out_cosine, 9)
+        << ", \"out_unwritten\": " << e.out_unwritten << ", \"lse_rel_l2\": " << (e.has_lse ? jnum(e.lse_rel_l2) : "null")
+        << ", \"lse_max_abs\": " << (e.has_lse ? jnum(e.lse_max_abs) : "null") << "}";
+    j << "\n}\n";
+    if (!write_file("--json", json_path, j.str())) return kExitFailure;
+  }
+  if (!check) return kExitOk;
   return e.pass ? kExitOk : kExitCheckFailed;
 }
 

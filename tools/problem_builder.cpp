@@ -190,6 +190,13 @@ double HostProblem::flops() const {
   return 2.0 * static_cast<double>(spec.head_dim + spec.head_dim_v) * visible_scores();
 }
 
+double HostProblem::kv_bytes() const {
+  double keys = 0.0;
+  for (int64_t l : seqlen_k) keys += static_cast<double>(l);
+  return keys * static_cast<double>(spec.kv_heads) * static_cast<double>(spec.head_dim + spec.head_dim_v) *
+         static_cast<double>(fa4::dtype_size(spec.dtype));
+}
+
 std::unique_ptr<HostProblem> build_problem(const ProblemSpec& s) {
   check_spec(s);
   auto hp = std::make_unique<HostProblem>();

@@ -84,6 +84,9 @@ struct HostProblem {
   double visible_scores() const;
   // FLOPs = 2 * (Dqk + Dv) * visible_scores()  (QK^T and PV, a multiply-add = 2 FLOPs).
   double flops() const;
+  // Bytes of K and V a kernel must read once: sum over sequences of seqlen_k * Hkv * (Dqk + Dv)
+  // * element size (the decode bandwidth measure of DESIGN.md section 5).
+  double kv_bytes() const;
 };
 
 // Builds the problem (throws UsageError if it cannot, e.g. too large for this machine).

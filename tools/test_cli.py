@@ -126,6 +126,38 @@ def test_bench(tmp):
     expect(rc == 0 and len(rows) == 4, "bench sweep dims x dtypes = 4 rows", out + err)
 
 
+def test_run_json(tmp):
+    js = os.path.join(tmp, "r.json")
+    rc, out, err = fa4("run", *SMALL, "--paged", "16", "--lse", "--check", "--json", js)
+    expect(rc == 0, f"run --json: exit {rc}", out + err)
+    try:
+        with open(js) as f:
+            doc = json.load(f)
+        expect(doc["layout"] == "paged(16)" and doc["check"]["pass"] is True and doc["flops"] > 0
+               and doc["median_s"] > 0, "run JSON fields", json.dumps(doc))
+    except (OSError, ValueError, KeyError) as e:
+        expect(False, f"run JSON unreadable: {e}")
+
+
+def test_bench_decode(tmp):
+    js = os.path.join(tmp, "d.json")
+    rc, out, err = fa4("bench", "--decode", "--quick", "--kv-lens", "100,256", "--pages", "0,16,7", "--reps", "1",
+                       "--check", "--json", js)
+    expect(rc == 0 and out.count("PASS") == 6, f"bench --decode: exit {rc}", out + err)
+    try:
+        with open(js) as f:
+            doc = json.load(f)
+        cases = doc["cases"]
+        expect(doc["mode"] == "decode" and len(cases) == 6, "decode JSON: 6 cases", json.dumps(doc)[:400])
+        for c in cases:
+            # K+V bytes: B * L * Hkv * (Dqk + Dv) * 2 (bf16); FLOPs: 2*(Dqk+Dv) * B*Hq*L.
+            b, l, hkv, hq, d = c["batch"], c["seqlen_k"], c["kv_heads"], c["heads"], c["head_dim"]
+            expect(c["seqlen_q"] == 1 and c["kv_bytes"] == b * l * hkv * 2 * d * 2 and c["flops"] == 4 * d * b * hq * l
+                   and c["kv_gbps"] > 0 and c["pass"] is True, "decode JSON case", str(c))
+    except (OSError, ValueError, KeyError) as e:
+        expect(False, f"decode JSON unreadable: {e}")
+
+
 def test_info_help():
     rc, out, err = fa4("info")
     expect(rc == 0, f"info: exit {rc}", err)
@@ -171,6 +203,10 @@ BAD = [
     (["bench", "--kv-heads", "3", "--quick"], "--kv-heads"),
     (["bench", "--json", "/nonexistent-dir/x.json", "--quick"], "--json"),
     (["bench", "--reps"], "--reps"),
+    (["bench", "--decode", "--seqlens", "64"], "--seqlens"),
+    (["bench", "--pages", "16"], "--pages"),
+    (["bench", "--decode", "--kv-lens", "0"], "--kv-lens"),
+    (["run", "--json", "/nonexistent-dir/r.json"], "--json"),
     (["info", "--verbose"], "--verbose"),
     (["frob"], "frob"),
     (["help", "frob"], "frob"),
@@ -184,6 +220,8 @@ def test_bad_args(tmp):
         extra = []
         if args and args[0] == "bench" and "--json" not in args:
             extra = ["--json", os.path.join(outdir, "o.json"), "--csv", os.path.join(outdir, "o.csv")]
+        elif args and args[0] == "run":
+            extra = ["--json", os.path.join(outdir, "o.json")]
         rc, out, err = fa4(*args[:1], *extra, *args[1:], cwd=outdir)
         name = "fa4 " + " ".join(args)
         lines = err.splitlines()
@@ -211,6 +249,8 @@ def main():
         test_bad_args(tmp)
         test_run()
         test_bench(tmp)
+        test_run_json(tmp)
+        test_bench_decode(tmp)
     dt = time.time() - t0
     for f in failures:
         print("FAIL:", f)
