@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -72,7 +73,14 @@ std::vector<float> to_float(const HostTensor& t) {
 fa4::Status check_against_reference(HostProblem& hp, Device& dev, ErrorStats* e) {
   fa4::Status st = dev.fetch_outputs(hp);
   if (!st) return st;
-  const std::vector<float> out = to_float(hp.out), lse = to_float(hp.lse);
+  std::vector<float> out = to_float(hp.out), lse = to_float(hp.lse);
+  // Test hook (tools/test_cli.py): FA4_CLI_FAULT=out|unwritten|lse corrupts the backend's result
+  // before the comparison, so the failure path (exit 1) is tested too.
+  if (const char* f = std::getenv("FA4_CLI_FAULT"); f != nullptr && !out.empty()) {
+    if (std::strcmp(f, "out") == 0) out[out.size() / 2] += 1.0f;
+    if (std::strcmp(f, "unwritten") == 0) out.back() = std::numeric_limits<float>::quiet_NaN();
+    if (std::strcmp(f, "lse") == 0 && !lse.empty()) lse[0] += 0.01f;
+  }
   hp.restore_cache();
   hp.poison_outputs();
   fa4::AttentionParams p = hp.params;

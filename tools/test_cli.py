@@ -18,8 +18,9 @@ failures = []
 count = 0
 
 
-def fa4(*args, cwd=None):
-    p = subprocess.run([FA4, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+def fa4(*args, cwd=None, env=None):
+    p = subprocess.run([FA4, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
+                       env=None if env is None else {**os.environ, **env})
     return p.returncode, p.stdout, p.stderr
 
 
@@ -83,6 +84,10 @@ def test_run():
                      "--head-dim-v", "4", "--window", "2,1")
     # bottom-right: row i sees keys [i+6-2, i+6+1] within [0, 10): 4+4+4+3 = 15 visible, 2*(8+4)*15 = 360
     expect(rc == 0 and "flops: 360 " in out and "15 visible" in out, "window FLOP count", out)
+    # The failure path: a corrupted result (test hook) fails --check with exit 1.
+    for fault, what in (("out", "out max-abs"), ("unwritten", "out unwritten"), ("lse", "lse max-abs")):
+        rc, out, err = fa4("run", *SMALL, "--lse", "--check", env={"FA4_CLI_FAULT": fault})
+        expect(rc == 1 and "FAIL" in out and what in out, f"run --check with fault '{fault}': exit 1, FAIL ({what})", out + err)
     rc, out, _ = fa4("run", *SMALL, "--reps", "3", "--warmup", "0")
     expect(rc == 0 and "(3 reps, 0 warmup)" in out, "run --reps 3 --warmup 0", out)
 
