@@ -1,3 +1,311 @@
-"""placeholder"""
+"""torch support: tensors in -> tensors out, and torch.library custom ops for torch.compile.
+
+Eager calls on plain CPU / CUDA tensors take a fast path: tensors cross to the extension as raw
+descriptors (data_ptr, dtype, shape, strides, device) -- no DLPack capsule, no stream handshake,
+no host synchronization -- and the outputs come from torch.empty (the caching allocator). Under
+torch.compile / torch.export, and for tensor subclasses (FakeTensor, ...) or other devices
+(meta), the calls go through the registered ops
+
+    torch.ops.fa4.fwd          (out, lse) = attention, no mutation
+    torch.ops.fa4.fwd_append   (out, lse) = attention with k_new/v_new appended into k/v (mutates k, v)
+    torch.ops.fa4.combine      (out, lse) = merge of partial results
+
+whose fake implementations give shapes and dtypes without touching data, so
+torch.compile(fullgraph=True) traces them without a graph break. The CUDA path passes torch's
+current stream and allocates split-KV scratch from torch, so it is safe inside CUDA graph capture.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import _api
+from . import _fa4 as _ext
+from ._errors import DTypeError, UnsupportedError, _error
+
+Tensor = torch.Tensor
+
+_DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 4}
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+if _FP8 is not None:
+    _DT[_FP8] = 3
+
+try:
+    _is_compiling = torch.compiler.is_compiling
+except AttributeError:  # torch < 2.3
+    from torch._dynamo import is_compiling as _is_compiling
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+# Set False (fa4._torch.EAGER_FAST_PATH = False) to send every call through torch.ops.fa4.*
+# (e.g. to see fa4 in TorchDispatchMode / profiler traces).
+EAGER_FAST_PATH = True
+
+_registered = False
+
+
+def _d(t, name):
+    """Raw descriptor of a torch tensor for the extension; other objects pass through (DLPack)."""
+    if t is None:
+        return None
+    try:
+        dev = t.get_device()
+        code = _DT[t.dtype]
+    except AttributeError:
+        return t  # not a torch tensor: let the extension read it through DLPack / buffer protocol
+    except KeyError:
+        raise _error(DTypeError, name, f"{name}: unsupported dtype {t.dtype} (fa4 takes float32, float16, "
+                                       f"bfloat16, float8_e4m3fn tensors and int32 index tensors)") from None
+    if dev < 0:
+        if t.is_meta:
+            raise _error(UnsupportedError, name, f"{name}: meta tensors have no data (use torch.ops.fa4.* for shapes)")
+        return (t.data_ptr(), code, t.shape, t.stride(), 0, 0)
+    if not t.is_cuda:
+        raise _error(UnsupportedError, name, f"{name}: tensors on {t.device.type} are not supported "
+                                             f"(fa4 takes CPU and CUDA tensors)")
+    return (t.data_ptr(), code, t.shape, t.stride(), 1, dev)
+
+
+def _out_dtype(dt):
+    return torch.bfloat16 if dt == _FP8 else dt
+
+
+def _fast(q):
+    # Plain CPU / CUDA tensors in eager mode.
+    return (EAGER_FAST_PATH and type(q) is Tensor and not _is_compiling()
+            and (q.is_cuda or not q.is_meta))
+
+
+def _stream(q):
+    if q.is_cuda:
+        if _raw_stream is not None:
+            return _raw_stream(q.get_device())
+        return torch.cuda.current_stream(q.device).cuda_stream
+    return 0
+
+
+def _ws_alloc(q):
+    if not q.is_cuda:
+        return None
+    dev = q.device
+
+    def alloc(n):
+        t = torch.empty(n, dtype=torch.uint8, device=dev)
+        return t, t.data_ptr()
+
+    return alloc
+
+
+def _run(q, k, v, out, out_shape, lse_shape, sinks, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k,
+         seqused_k, cache_seqlens, cache_batch_idx, page_table, k_new, v_new, scale, softcap, causal, wl, wr,
+         chunk, max_seqlen_q, max_seqlen_k, num_splits, backend, num_threads):
+    """Runs the extension on real tensors; allocates out (unless given) and lse (if lse_shape)."""
+    if out is None:
+        out = torch.empty(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
+    lse = None if lse_shape is None else torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    if isinstance(cache_seqlens, int):
+        n = out_shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+        cache_seqlens = torch.full((n,), cache_seqlens, dtype=torch.int32, device=q.device)
+    cuda = q.is_cuda
+    _ext.fwd(_d(q, "q"), _d(k, "k"), _d(v, "v"), _d(out, "out"), _d(lse, "lse"), _d(sinks, "sinks"),
+             _d(q_descale, "q_descale"), _d(k_descale, "k_descale"), _d(v_descale, "v_descale"),
+             _d(cu_seqlens_q, "cu_seqlens_q"), _d(cu_seqlens_k, "cu_seqlens_k"), _d(seqused_k, "seqused_k"),
+             _d(cache_seqlens, "cache_seqlens"), _d(cache_batch_idx, "cache_batch_idx"),
+             _d(page_table, "page_table"), _d(k_new, "k_new"), _d(v_new, "v_new"),
+             scale, softcap, causal, wl, wr, chunk, max_seqlen_q, max_seqlen_k, num_splits, backend, num_threads,
+             _stream(q) if cuda else 0, False, _ws_alloc(q) if cuda else None)
+    return out, lse
+
+
+def _shapes(q, v, varlen_q):
+    Dv = v.shape[-1]
+    if varlen_q:
+        Tq, Hq = q.shape[0], q.shape[1]
+        return (Tq, Hq, Dv), (Hq, Tq)
+    B, Sq, Hq = q.shape[0], q.shape[1], q.shape[2]
+    return (B, Sq, Hq, Dv), (B, Hq, Sq)
+
+
+def _scalars(scale, window, backend):
+    wl, wr = _api._window(window)
+    return (0.0 if scale is None else float(scale)), wl, wr, _api._backend(backend)
+
+
+def _finish(o, lse, out, return_lse):
+    if out is not None:
+        out.copy_(o)
+        o = out
+    return (o, lse) if return_lse else o
+
+
+# ---- the public API's torch branch (called from fa4._api) ----
+
+def attention(q, k, v, causal, window, chunk, softcap, sinks, scale, return_lse, out, backend, q_descale,
+              k_descale, v_descale, num_splits, num_threads):
+    sc, wl, wr, b = _scalars(scale, window, backend)
+    if _fast(q):
+        B, Sq, Hq, _ = _api._rank(q, "q", 4, "[B, Sq, Hq, Dqk]")
+        Dv = _api._last_dim(v, "v")
+        o, lse = _run(q, k, v, out, (B, Sq, Hq, Dv), (B, Hq, Sq) if return_lse else None, sinks, q_descale,
+                      k_descale, v_descale, None, None, None, None, None, None, None, None, sc, softcap, causal,
+                      wl, wr, chunk, 0, 0, num_splits, b, num_threads)
+        return (o, lse) if return_lse else o
+    _api._rank(q, "q", 4, "[B, Sq, Hq, Dqk]")
+    o, lse = torch.ops.fa4.fwd(q, k, v, sinks, q_descale, k_descale, v_descale, None, None, None, None, None, None,
+                               sc, float(softcap), bool(causal), wl, wr, int(chunk), 0, 0, int(num_splits), b,
+                               int(num_threads), bool(return_lse))
+    return _finish(o, lse, out, return_lse)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, causal, window,
+                     chunk, softcap, sinks, scale, return_lse, out, backend, q_descale, k_descale, v_descale,
+                     num_splits, num_threads):
+    sc, wl, wr, b = _scalars(scale, window, backend)
+    if _fast(q):
+        Tq, Hq, _ = _api._rank(q, "q", 3, "[Tq, Hq, Dqk]")
+        Dv = _api._last_dim(v, "v")
+        o, lse = _run(q, k, v, out, (Tq, Hq, Dv), (Hq, Tq) if return_lse else None, sinks, q_descale, k_descale,
+                      v_descale, cu_seqlens_q, cu_seqlens_k, seqused_k, None, None, None, None, None, sc, softcap,
+                      causal, wl, wr, chunk, max_seqlen_q, max_seqlen_k, num_splits, b, num_threads)
+        return (o, lse) if return_lse else o
+    _api._rank(q, "q", 3, "[Tq, Hq, Dqk]")
+    o, lse = torch.ops.fa4.fwd(q, k, v, sinks, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k,
+                               seqused_k, None, None, None, sc, float(softcap), bool(causal), wl, wr, int(chunk),
+                               int(max_seqlen_q), int(max_seqlen_k), int(num_splits), b, int(num_threads),
+                               bool(return_lse))
+    return _finish(o, lse, out, return_lse)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, page_table, cu_seqlens_q,
+                           max_seqlen_q, num_splits, causal, window, chunk, softcap, sinks, scale, return_lse, out,
+                           backend, q_descale, k_descale, v_descale, num_threads):
+    sc, wl, wr, b = _scalars(scale, window, backend)
+    varlen_q = cu_seqlens_q is not None
+    if varlen_q:
+        _api._rank(q, "q", 3, "[Tq, Hq, Dqk] (with cu_seqlens_q)")
+    else:
+        _api._rank(q, "q", 4, "[B, Sq, Hq, Dqk]")
+    _api._last_dim(v_cache, "v_cache")
+    if _fast(q):
+        out_shape, lse_shape = _shapes(q, v_cache, varlen_q)
+        o, lse = _run(q, k_cache, v_cache, out, out_shape, lse_shape if return_lse else None, sinks, q_descale,
+                      k_descale, v_descale, cu_seqlens_q, None, None, cache_seqlens, cache_batch_idx, page_table,
+                      k, v, sc, softcap, causal, wl, wr, chunk, max_seqlen_q, 0, num_splits, b, num_threads)
+        return (o, lse) if return_lse else o
+    if isinstance(cache_seqlens, int):
+        n = q.shape[0] if not varlen_q else cu_seqlens_q.shape[0] - 1
+        cache_seqlens = torch.full((n,), cache_seqlens, dtype=torch.int32, device=q.device)
+    common = (sinks, q_descale, k_descale, v_descale, cu_seqlens_q, None, None, cache_seqlens, cache_batch_idx,
+              page_table)
+    scalars = (sc, float(softcap), bool(causal), wl, wr, int(chunk), int(max_seqlen_q), 0, int(num_splits), b,
+               int(num_threads), bool(return_lse))
+    if k is not None or v is not None:
+        o, lse = torch.ops.fa4.fwd_append(q, k_cache, v_cache, k, v, *common, *scalars)
+    else:
+        o, lse = torch.ops.fa4.fwd(q, k_cache, v_cache, *common, *scalars)
+    return _finish(o, lse, out, return_lse)
+
+
+def combine(out_partials, lse_partials, out, out_dtype, return_lse, backend, num_threads):
+    b = _api._backend(backend)
+    S, B, Sq, H, Dv = _api._rank(out_partials, "out_partials", 5, "[S, B, Sq, H, Dv]")
+    dt = out_dtype if out_dtype is not None else (out.dtype if out is not None else torch.float32)
+    if _fast(out_partials):
+        return _combine_run(out_partials, lse_partials, out, dt, return_lse, b, num_threads, (B, Sq, H, Dv))
+    o, lse = torch.ops.fa4.combine(out_partials, lse_partials, dt, b, int(num_threads), bool(return_lse))
+    return _finish(o, lse, out, return_lse)
+
+
+def _combine_run(out_partials, lse_partials, out, dt, return_lse, b, num_threads, out_shape):
+    dev = out_partials.device
+    o = out if out is not None else torch.empty(out_shape, dtype=dt, device=dev)
+    lse = torch.empty((out_shape[0], out_shape[2], out_shape[1]), dtype=torch.float32, device=dev) if return_lse else None
+    _ext.combine(_d(out_partials, "out_partials"), _d(lse_partials, "lse_partials"), _d(o, "out"), _d(lse, "lse"), b,
+                 num_threads, _stream(out_partials), False)
+    return (o, lse) if return_lse else o
+
+
+# ---- torch.library ops ----
+
+def _empty_lse(q):
+    return torch.empty((0,), dtype=torch.float32, device=q.device)
+
+
+def _op_fwd(q: Tensor, k: Tensor, v: Tensor, sinks: Optional[Tensor], q_descale: Optional[Tensor],
+            k_descale: Optional[Tensor], v_descale: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+            cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], cache_seqlens: Optional[Tensor],
+            cache_batch_idx: Optional[Tensor], page_table: Optional[Tensor], scale: float, softcap: float,
+            causal: bool, window_left: int, window_right: int, chunk: int, max_seqlen_q: int, max_seqlen_k: int,
+            num_splits: int, backend: int, num_threads: int, return_lse: bool) -> Tuple[Tensor, Tensor]:
+    out_shape, lse_shape = _shapes(q, v, cu_seqlens_q is not None)
+    o, lse = _run(q, k, v, None, out_shape, lse_shape if return_lse else None, sinks, q_descale, k_descale,
+                  v_descale, cu_seqlens_q, cu_seqlens_k, seqused_k, cache_seqlens, cache_batch_idx, page_table, None,
+                  None, scale, softcap, causal, window_left, window_right, chunk, max_seqlen_q, max_seqlen_k,
+                  num_splits, backend, num_threads)
+    return o, (lse if lse is not None else _empty_lse(q))
+
+
+def _fake_fwd(q, k, v, sinks, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k, seqused_k, cache_seqlens,
+              cache_batch_idx, page_table, scale, softcap, causal, window_left, window_right, chunk, max_seqlen_q,
+              max_seqlen_k, num_splits, backend, num_threads, return_lse):
+    out_shape, lse_shape = _shapes(q, v, cu_seqlens_q is not None)
+    o = q.new_empty(out_shape, dtype=_out_dtype(q.dtype))
+    lse = q.new_empty(lse_shape if return_lse else (0,), dtype=torch.float32)
+    return o, lse
+
+
+def _op_fwd_append(q: Tensor, k: Tensor, v: Tensor, k_new: Tensor, v_new: Tensor, sinks: Optional[Tensor],
+                   q_descale: Optional[Tensor], k_descale: Optional[Tensor], v_descale: Optional[Tensor],
+                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
+                   cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], page_table: Optional[Tensor],
+                   scale: float, softcap: float, causal: bool, window_left: int, window_right: int, chunk: int,
+                   max_seqlen_q: int, max_seqlen_k: int, num_splits: int, backend: int, num_threads: int,
+                   return_lse: bool) -> Tuple[Tensor, Tensor]:
+    out_shape, lse_shape = _shapes(q, v, cu_seqlens_q is not None)
+    o, lse = _run(q, k, v, None, out_shape, lse_shape if return_lse else None, sinks, q_descale, k_descale,
+                  v_descale, cu_seqlens_q, cu_seqlens_k, seqused_k, cache_seqlens, cache_batch_idx, page_table, k_new,
+                  v_new, scale, softcap, causal, window_left, window_right, chunk, max_seqlen_q, max_seqlen_k,
+                  num_splits, backend, num_threads)
+    return o, (lse if lse is not None else _empty_lse(q))
+
+
+def _fake_fwd_append(q, k, v, k_new, v_new, *rest):
+    return _fake_fwd(q, k, v, *rest)
+
+
+def _op_combine(out_partials: Tensor, lse_partials: Tensor, out_dtype: torch.dtype, backend: int, num_threads: int,
+                return_lse: bool) -> Tuple[Tensor, Tensor]:
+    S, B, Sq, H, Dv = out_partials.shape
+    o, lse = _combine_run(out_partials, lse_partials, None, out_dtype, True, backend, num_threads, (B, Sq, H, Dv))
+    if not return_lse:
+        lse = _empty_lse(out_partials)
+    return o, lse
+
+
+def _fake_combine(out_partials, lse_partials, out_dtype, backend, num_threads, return_lse):
+    S, B, Sq, H, Dv = out_partials.shape
+    o = out_partials.new_empty((B, Sq, H, Dv), dtype=out_dtype)
+    lse = out_partials.new_empty((B, H, Sq) if return_lse else (0,), dtype=torch.float32)
+    return o, lse
+
+
 def register():
-    pass
+    """Registers the torch.library ops (idempotent) and routes fa4's API for torch tensors here."""
+    global _registered
+    if not _registered:
+        custom_op = getattr(torch.library, "custom_op", None)
+        if custom_op is not None:  # torch >= 2.4; older torch: eager fast path only
+            fwd = custom_op("fa4::fwd", _op_fwd, mutates_args=())
+            fwd.register_fake(_fake_fwd)
+            app = custom_op("fa4::fwd_append", _op_fwd_append, mutates_args=("k", "v"))
+            app.register_fake(_fake_fwd_append)
+            comb = custom_op("fa4::combine", _op_combine, mutates_args=())
+            comb.register_fake(_fake_combine)
+        _registered = True
+    _api._torch_impl = _this
+    _api._torch_tensor = torch.Tensor
+
+
+import sys as _sys  # noqa: E402
+
+_this = _sys.modules[__name__]

@@ -307,8 +307,10 @@ nb::list backend_info() {
 NB_MODULE(_fa4, m) {
   m.doc() = "fa4 native extension (internal: use the fa4 package)";
   m.def("fwd", &fwd);
-  m.def("combine", &combine);
-  m.def("native_time", &native_time);
+  m.def("combine", &combine, nb::arg("out_partials").none(), nb::arg("lse_partials").none(), nb::arg("out").none(),
+        nb::arg("lse").none(), nb::arg("backend"), nb::arg("num_threads"), nb::arg("stream"), nb::arg("allow_raw"));
+  m.def("native_time", &native_time, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("backend"),
+        nb::arg("iters"), nb::arg("allow_raw"));
   m.def("set_errors", &set_errors);
   m.def("backend_info", &backend_info);
   m.def("backend_available", [](int b) { return fa4::backend_available(backend_from_int(b)); });
