@@ -1,0 +1,387 @@
+// The cuda backend's entry points (core/backends.h): availability, the pre-flight check, and
+// the launch path (append -> attention -> split combine).
+//
+// Launch-path rules: everything runs on the caller's stream; nothing here synchronizes with the
+// device or reads device memory, so a call can be captured into a CUDA graph; the only device
+// allocation is the split-KV workspace when the caller passes none (one cached buffer per
+// device that only grows, so steady-state calls allocate nothing).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <mutex>
+#include <string>
+
+#include "core/backends.h"
+#include "cuda/combine/combine.h"
+#include "cuda/common/fwd_args.h"
+#include "cuda/common/kv_append.h"
+#include "cuda/sm80/fwd_launch.h"
+
+namespace fa4::core {
+namespace {
+
+using cuda::FwdArgs;
+namespace sm80 = cuda::sm80;
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceProps {
+  bool valid = false;
+  int sms = 0, major = 0, minor = 0, smem_optin = 0, smem_per_sm = 0;
+  std::string name;
+};
+
+const DeviceProps& device_props(int dev) {
+  static DeviceProps props[kMaxDevices];
+  static std::once_flag once[kMaxDevices];
+  static DeviceProps none;
+  if (dev < 0 || dev >= kMaxDevices) return none;
+  std::call_once(once[dev], [dev] {
+    DeviceProps& p = props[dev];
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return;
+    p.sms = prop.multiProcessorCount;
+    p.major = prop.major;
+    p.minor = prop.minor;
+    p.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+    p.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
+    p.name = prop.name;
+    p.valid = true;
+  });
+  return props[dev];
+}
+
+int device_count() {
+  static int count = [] {
+    int n = 0;
+    // With no driver (CI, CPU machines) this returns an error instead of crashing: the static
+    // cudart loads libcuda lazily.
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+// Makes `dev` current for the scope and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int dev) {
+    if (cudaGetDevice(&prev_) == cudaSuccess && prev_ != dev) {
+      if (cudaSetDevice(dev) == cudaSuccess) switched_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(prev_);
+  }
+
+ private:
+  int prev_ = 0;
+  bool switched_ = false;
+};
+
+Status device_error(const char* what, cudaError_t e) {
+  return Status::Error(StatusCode::device_error, std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// Everything the launch needs that depends only on shapes (not on device data).
+struct Plan {
+  sm80::DimPair dims{};
+  bool decode = false;
+  bool pack_gqa = false;
+  int m = 0, n = 0;  // tile
+  int64_t rows = 0;  // tile rows per (batch, grid head): max_sq or max_sq * group
+  int64_t m_blocks = 0;
+  int grid_heads = 0;
+  int splits = 1;
+  int64_t rows_total = 0;  // token rows of q
+  size_t workspace = 0;    // bytes of split partials
+  int smem = 0;
+};
+
+int ctas_per_sm(const DeviceProps& dp, const sm80::TileCfg& c, int smem, bool decode) {
+  const int threads = 32 * c.warps_m * c.warps_n;
+  const int regs = decode ? 128 : 255;  // from the ptxas reports of the instances
+  const int by_regs = 65536 / (threads * ((regs + 7) / 8 * 8));
+  const int by_smem = dp.smem_per_sm / (smem + 1024);
+  return std::max(1, std::min(by_regs, by_smem));
+}
+
+// Split-KV count: FlashAttention-2's wave-efficiency rule. With `units` CTAs for the unsplit
+// problem and `slots` CTAs resident at once, pick the smallest split count whose last wave is
+// nearly as full as the best one, keeping >= 2 key tiles per split.
+int choose_splits(int64_t units, int64_t slots, int64_t n_blocks) {
+  if (units >= slots * 8 / 10 || n_blocks < 4) return 1;
+  const int max_s = static_cast<int>(std::min<int64_t>({128, n_blocks / 2, (2 * slots + units - 1) / units + 1}));
+  double eff[129] = {};
+  double best = 0.0;
+  for (int s = 1; s <= max_s; ++s) {
+    const double waves = static_cast<double>(units * s) / static_cast<double>(slots);
+    eff[s] = waves / std::ceil(waves);
+    best = std::max(best, eff[s]);
+  }
+  for (int s = 1; s <= max_s; ++s)
+    if (eff[s] >= 0.85 * best) return s;
+  return 1;
+}
+
+Plan make_plan(const Problem& pb) {
+  Plan pl;
+  const DeviceProps& dp = device_props(pb.p->q.device_index);
+  pl.dims = sm80::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv));
+  const sm80::TileCfg pre = sm80::prefill_cfg(pl.dims.dqk, pl.dims.dv);
+  const sm80::TileCfg dec = sm80::decode_cfg(pl.dims.dqk, pl.dims.dv);
+  // PackGQA when a query tile would be mostly empty otherwise (decode, short chunks).
+  pl.pack_gqa = pb.group > 1 && pb.max_sq < pre.m;
+  pl.rows = pl.pack_gqa ? pb.max_sq * pb.group : pb.max_sq;
+  const int pre_smem = sm80::smem_bytes(pre, pl.dims.dqk, pl.dims.dv);
+  const int dec_smem = sm80::smem_bytes(dec, pl.dims.dqk, pl.dims.dv);
+  // Decode tile for short query tiles, and as the fallback where the prefill tile's shared
+  // memory does not fit (GPUs with less than H100/A100's opt-in limit).
+  pl.decode = pl.rows <= dec.m || (dp.valid && pre_smem > dp.smem_optin);
+  const sm80::TileCfg& c = pl.decode ? dec : pre;
+  pl.m = c.m;
+  pl.n = c.n;
+  pl.smem = pl.decode ? dec_smem : pre_smem;
+  pl.m_blocks = (pl.rows + c.m - 1) / c.m;
+  pl.grid_heads = static_cast<int>(pl.pack_gqa ? pb.hkv : pb.hq);
+  pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
+
+  const int64_t n_blocks = (pb.max_sk + c.n - 1) / c.n;
+  const int64_t units = pb.batch * pl.grid_heads * pl.m_blocks;
+  if (pb.p->num_splits > 0) {
+    pl.splits = pb.p->num_splits;
+  } else if (dp.valid && units > 0) {
+    const int64_t slots = static_cast<int64_t>(dp.sms) * ctas_per_sm(dp, c, pl.smem, pl.decode);
+    pl.splits = choose_splits(units, slots, n_blocks);
+  }
+  // grid.z = batch * splits must stay within 65535.
+  if (pb.batch > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / pb.batch)));
+  if (pl.splits > 1)
+    pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
+  return pl;
+}
+
+FwdArgs make_args(const Problem& pb, const Plan& pl) {
+  const AttentionParams& p = *pb.p;
+  FwdArgs a;
+  a.q = p.q.data, a.k = p.k.data, a.v = p.v.data, a.out = p.out.data;
+  a.lse = pb.has_lse ? static_cast<float*>(p.lse.data) : nullptr;
+  a.q_s0 = pb.qs.s0, a.q_s1 = pb.qs.s1, a.q_sh = pb.qs.head;
+  a.k_s0 = pb.ks.s0, a.k_s1 = pb.ks.s1, a.k_sh = pb.ks.head;
+  a.v_s0 = pb.vs.s0, a.v_s1 = pb.vs.s1, a.v_sh = pb.vs.head;
+  a.o_s0 = pb.os.s0, a.o_s1 = pb.os.s1, a.o_sh = pb.os.head;
+  a.lse_sb = pb.lse_sb, a.lse_sh = pb.lse_sh, a.lse_si = pb.lse_si;
+  a.batch = static_cast<int32_t>(pb.batch);
+  a.hq = static_cast<int32_t>(pb.hq), a.hkv = static_cast<int32_t>(pb.hkv), a.group = static_cast<int32_t>(pb.group);
+  a.dqk = static_cast<int32_t>(pb.dqk), a.dv = static_cast<int32_t>(pb.dv);
+  a.varlen_q = pb.varlen_q;
+  a.kv_mode = static_cast<int32_t>(pb.kv);  // KvLayout and KvMode share their numbering
+  a.sq_dense = pb.sq_dense;
+  a.total_q = pb.varlen_q ? p.q.shape[0] : 0;
+  a.kv_slot = pb.kv_slot;
+  a.kv_rows0 = p.k.shape[0];
+  a.page_size = pb.kv == KvLayout::paged ? pb.page_size : 1;
+  a.max_pages = pb.max_pages;
+  a.snew = static_cast<int32_t>(pb.snew);
+  auto idx = [](const TensorView& t, int64_t* st) -> const int32_t* {
+    if (!t.present()) return nullptr;
+    *st = t.stride[0];
+    return static_cast<const int32_t*>(t.data);
+  };
+  a.cu_q = idx(p.cu_seqlens_q, &a.cu_q_st);
+  a.cu_k = pb.kv == KvLayout::varlen ? idx(p.cu_seqlens_k, &a.cu_k_st) : nullptr;
+  a.seqused_k = pb.kv == KvLayout::varlen ? idx(p.seqused_k, &a.seqused_st) : nullptr;
+  a.cache_seqlens = idx(p.cache_seqlens, &a.cache_seqlens_st);
+  a.cache_batch_idx = idx(p.cache_batch_idx, &a.cbi_st);
+  if (pb.kv == KvLayout::paged) {
+    a.page_table = static_cast<const int32_t*>(p.page_table.data);
+    a.pt_s0 = p.page_table.stride[0], a.pt_s1 = p.page_table.stride[1];
+  }
+  constexpr float kLog2e = 1.4426950408889634f;
+  a.scale_log2 = pb.scale * kLog2e;
+  if (pb.softcap > 0.f) {
+    a.softcap_in = pb.scale / pb.softcap;
+    a.softcap_log2 = pb.softcap * kLog2e;
+  }
+  a.mask = pb.mask;
+  if (pb.has_sinks) {
+    a.sinks = static_cast<const float*>(p.sinks.data);
+    a.sinks_st = p.sinks.stride[0];
+  }
+  a.pack_gqa = pl.pack_gqa;
+  a.num_splits = pl.splits;
+  a.rows_total = pl.rows_total;
+  a.dv_pad = pl.dims.dv;
+  return a;
+}
+
+// One cached split-KV workspace per device; it only grows. Growing frees the old buffer
+// (cudaFree waits for the device, so earlier launches using it have finished).
+void* cached_workspace(int dev, size_t bytes, Status* st) {
+  static std::mutex mu;
+  static void* ptr[kMaxDevices] = {};
+  static size_t cap[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev < 0 || dev >= kMaxDevices) {
+    *st = Status::Error(StatusCode::internal, "cuda: device index out of range");
+    return nullptr;
+  }
+  if (cap[dev] >= bytes) return ptr[dev];
+  const size_t want = std::max(bytes, cap[dev] + cap[dev] / 2);
+  if (ptr[dev] != nullptr) cudaFree(ptr[dev]);
+  ptr[dev] = nullptr;
+  cap[dev] = 0;
+  cudaError_t e = cudaMalloc(&ptr[dev], want);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *st = Status::Error(StatusCode::out_of_memory, std::string("cuda: split-KV workspace of ") + std::to_string(want) +
+                                                       " bytes: " + cudaGetErrorString(e));
+    ptr[dev] = nullptr;
+    return nullptr;
+  }
+  cap[dev] = want;
+  return ptr[dev];
+}
+
+bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
+
+}  // namespace
+
+bool cuda_available() { return device_count() > 0; }
+
+std::string cuda_info() {
+  if (device_count() == 0) return "no CUDA device or driver";
+  const DeviceProps& dp = device_props(0);
+  return dp.name + ", sm_" + std::to_string(dp.major) + std::to_string(dp.minor) + ", " + std::to_string(dp.sms) +
+         " SMs, kernels: sm80 (mma.sync)";
+}
+
+Status cuda_check(const Problem& pb) {
+  const AttentionParams& p = *pb.p;
+  if (!is_16bit(pb.dtype))
+    return Status::Unsupported("q", std::string("q: the cuda backend supports float16 and bfloat16 inputs, got ") +
+                                        dtype_name(pb.dtype) + " (use backend=cpu for float32 / float8)");
+  const int dev = p.q.device_index;
+  if (dev < 0 || dev >= device_count())
+    return Status::Invalid("q", "q: device index " + std::to_string(dev) + " is not a visible CUDA device");
+  const DeviceProps& dp = device_props(dev);
+  if (!dp.valid) return Status::Error(StatusCode::device_error, "cuda: cannot query device " + std::to_string(dev));
+  if (dp.major < 8)
+    return Status::Unsupported("q", "q: the cuda backend needs compute capability >= 8.0, device " + std::to_string(dev) +
+                                        " is sm_" + std::to_string(dp.major) + std::to_string(dp.minor));
+  if (pb.batch > 65535) return Status::Unsupported("q", "q: batch > 65535 is not supported by the cuda backend");
+  if (pb.hq > 65535) return Status::Unsupported("q", "q: more than 65535 heads is not supported by the cuda backend");
+  if (pb.kv_slot > INT_MAX || (pb.kv == KvLayout::varlen && p.k.shape[0] > INT_MAX) || pb.max_sk > INT_MAX)
+    return Status::Unsupported("k", "k: sequences longer than 2^31 - 1 keys are not supported by the cuda backend");
+  const Plan pl = make_plan(pb);
+  if (pl.smem > dp.smem_optin)
+    return Status::Unsupported("q", "q: head dims (" + std::to_string(pb.dqk) + ", " + std::to_string(pb.dv) +
+                                        ") need " + std::to_string(pl.smem) + " bytes of shared memory; device has " +
+                                        std::to_string(dp.smem_optin));
+  if (pl.m_blocks > INT_MAX) return Status::Unsupported("q", "q: too many query rows for one launch");
+  if (pl.workspace > 0 && p.workspace != nullptr && p.workspace_bytes < pl.workspace)
+    return Status::Invalid("workspace", "workspace: " + std::to_string(p.workspace_bytes) + " bytes given, " +
+                                            std::to_string(pl.workspace) + " needed (attention_workspace_size)");
+  if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
+    return Status::Invalid("workspace", "workspace: must be 16-byte aligned");
+  return Status::Ok();
+}
+
+size_t cuda_workspace_size(const Problem& pb) {
+  if (!is_16bit(pb.dtype)) return 0;
+  return make_plan(pb).workspace;
+}
+
+Status cuda_forward(const Problem& pb) {
+  const AttentionParams& p = *pb.p;
+  DeviceGuard guard(p.q.device_index);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  const Plan pl = make_plan(pb);
+  FwdArgs a = make_args(pb, pl);
+
+  if (pb.snew > 0 && pb.batch > 0 && pb.hkv > 0) {
+    cuda::AppendArgs ka, va;
+    ka.src = p.k_new.data, ka.src_s0 = pb.knew_s.s0, ka.src_s1 = pb.knew_s.s1, ka.src_sh = pb.knew_s.head;
+    ka.dst = p.k.data, ka.dst_s0 = pb.ks.s0, ka.dst_s1 = pb.ks.s1, ka.dst_sh = pb.ks.head, ka.d = a.dqk;
+    va.src = p.v_new.data, va.src_s0 = pb.vnew_s.s0, va.src_s1 = pb.vnew_s.s1, va.src_sh = pb.vnew_s.head;
+    va.dst = p.v.data, va.dst_s0 = pb.vs.s0, va.dst_s1 = pb.vs.s1, va.dst_sh = pb.vs.head, va.d = a.dv;
+    cudaError_t e = cuda::launch_kv_append(a, ka, va, static_cast<int>(dtype_size(pb.dtype)), stream);
+    if (e != cudaSuccess) return device_error("kv append launch", e);
+  }
+  if (pb.batch == 0 || pb.hq == 0 || pl.m_blocks == 0 || pl.rows_total == 0) return Status::Ok();
+
+  if (pl.splits > 1) {
+    Status st;
+    void* ws = p.workspace;
+    if (ws == nullptr) {
+      ws = cached_workspace(p.q.device_index, pl.workspace, &st);
+      if (ws == nullptr) return st;
+    }
+    a.o_part = static_cast<float*>(ws);
+    a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dims.dv;
+  }
+  const dim3 grid(static_cast<unsigned>(pl.m_blocks), static_cast<unsigned>(pl.grid_heads),
+                  static_cast<unsigned>(pb.batch * pl.splits));
+  cudaError_t e = sm80::launch_fwd(a, pl.dims, pb.dtype == DType::bfloat16, pl.decode, grid, stream);
+  if (e != cudaSuccess) return device_error("attention kernel launch", e);
+
+  if (pl.splits > 1) {
+    cuda::CombineArgs c;
+    const int64_t row_elems = pb.hq * static_cast<int64_t>(pl.dims.dv);
+    c.o_part = a.o_part;
+    c.lse_part = a.lse_part;
+    c.out = p.out.data;
+    c.lse = a.lse;
+    c.out_dtype = static_cast<int32_t>(pb.out_dtype);
+    c.splits = pl.splits, c.heads = static_cast<int32_t>(pb.hq), c.dv = a.dv;
+    c.rows = pl.rows_total;
+    c.op_s = pl.rows_total * row_elems, c.op_i = row_elems, c.op_h = pl.dims.dv;
+    c.lp_s = pl.rows_total * pb.hq, c.lp_i = pb.hq, c.lp_h = 1;
+    c.o_h = pb.os.head, c.l_h = pb.lse_sh;
+    if (pb.varlen_q) {
+      c.rows_per_b = pl.rows_total;  // b = 0, i = token
+      c.o_i = pb.os.s0, c.l_i = pb.lse_si;
+      c.row_limit = a.cu_q + pb.batch * a.cu_q_st;
+    } else {
+      c.rows_per_b = pb.sq_dense;
+      c.op_b = pb.sq_dense * row_elems, c.lp_b = pb.sq_dense * pb.hq;
+      c.o_b = pb.os.s0, c.o_i = pb.os.s1;
+      c.l_b = pb.lse_sb, c.l_i = pb.lse_si;
+    }
+    e = cuda::launch_combine(c, stream);
+    if (e != cudaSuccess) return device_error("combine launch", e);
+  }
+  return Status::Ok();
+}
+
+Status cuda_combine(const CombineParams& c) {
+  if (c.out_partials.device_index < 0 || c.out_partials.device_index >= device_count())
+    return Status::Invalid("out_partials", "out_partials: not on a visible CUDA device");
+  DeviceGuard guard(c.out_partials.device_index);
+  const TensorView &op = c.out_partials, &lp = c.lse_partials;
+  cuda::CombineArgs a;
+  a.o_part = static_cast<const float*>(op.data);
+  a.lse_part = static_cast<const float*>(lp.data);
+  a.out = c.out.data;
+  a.lse = c.lse.present() ? static_cast<float*>(c.lse.data) : nullptr;
+  a.out_dtype = static_cast<int32_t>(c.out.dtype);
+  a.splits = static_cast<int32_t>(op.shape[0]);
+  a.heads = static_cast<int32_t>(op.shape[3]);
+  a.dv = static_cast<int32_t>(op.shape[4]);
+  a.rows = op.shape[1] * op.shape[2];
+  a.rows_per_b = op.shape[2] > 0 ? op.shape[2] : 1;
+  a.op_s = op.stride[0], a.op_b = op.stride[1], a.op_i = op.stride[2], a.op_h = op.stride[3];
+  a.lp_s = lp.stride[0], a.lp_b = lp.stride[1], a.lp_h = lp.stride[2], a.lp_i = lp.stride[3];
+  a.o_b = c.out.stride[0], a.o_i = c.out.stride[1], a.o_h = c.out.stride[2];
+  if (a.lse) a.l_b = c.lse.stride[0], a.l_h = c.lse.stride[1], a.l_i = c.lse.stride[2];
+  cudaError_t e = cuda::launch_combine(a, static_cast<cudaStream_t>(c.stream));
+  if (e != cudaSuccess) return device_error("combine launch", e);
+  return Status::Ok();
+}
+
+}  // namespace fa4::core

@@ -1,0 +1,96 @@
+// Per-sequence lengths and row addressing on the device.
+//
+// The index tensors live in device memory and were not validated on the host (reading them there
+// would need a synchronization), so every value read here is clamped into range: a bad
+// cu_seqlens / cache_seqlens / page_table entry gives a wrong answer for that sequence but never
+// an out-of-bounds access.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/fwd_args.h"
+
+namespace fa4::cuda {
+
+__device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+struct SeqInfo {
+  int64_t sq = 0, sk = 0;
+  int64_t q_base = 0, q_step = 0;    // element offset of query row i: q_base + i * q_step
+  int64_t o_base = 0, o_step = 0;    // same for out
+  int64_t token0 = 0;                // token index of query row 0 (row of the split partials)
+  int64_t kv_a = 0;                  // non-paged: first-dim index of the sequence's key 0
+  int32_t b = 0;
+
+  __device__ __forceinline__ void init(const FwdArgs& p, int32_t batch_idx) {
+    b = batch_idx;
+    if (p.varlen_q) {
+      const int64_t s = clamp64(p.cu_q[b * p.cu_q_st], 0, p.total_q);
+      const int64_t e = clamp64(p.cu_q[(b + 1) * p.cu_q_st], s, p.total_q);
+      sq = e - s;
+      q_base = s * p.q_s0, q_step = p.q_s0;
+      o_base = s * p.o_s0, o_step = p.o_s0;
+      token0 = s;
+    } else {
+      sq = p.sq_dense;
+      q_base = b * p.q_s0, q_step = p.q_s1;
+      o_base = b * p.o_s0, o_step = p.o_s1;
+      token0 = static_cast<int64_t>(b) * p.sq_dense;
+    }
+    switch (p.kv_mode) {
+      case kKvDense:
+        sk = p.kv_slot;
+        kv_a = b;
+        break;
+      case kKvVarlen: {
+        const int64_t s = clamp64(p.cu_k[b * p.cu_k_st], 0, p.kv_rows0);
+        const int64_t e = clamp64(p.cu_k[(b + 1) * p.cu_k_st], s, p.kv_rows0);
+        sk = e - s;
+        if (p.seqused_k) sk = clamp64(p.seqused_k[b * p.seqused_st], 0, sk);
+        kv_a = s;
+        break;
+      }
+      default: {  // cache / paged
+        sk = p.cache_seqlens ? clamp64(static_cast<int64_t>(p.cache_seqlens[b * p.cache_seqlens_st]) + p.snew, 0, p.kv_slot)
+                             : p.kv_slot;
+        kv_a = (p.kv_mode == kKvCache && p.cache_batch_idx) ? clamp64(p.cache_batch_idx[b * p.cbi_st], 0, p.kv_rows0 - 1)
+                                                            : b;
+        break;
+      }
+    }
+  }
+};
+
+// Element offsets of key row j of one sequence in k (or v, with its strides): dense / cache rows
+// advance along dim 1, varlen rows along dim 0, paged rows go through the page table.
+struct KvAddr {
+  int64_t base = 0, step = 0;  // non-paged: base + j * step
+  int64_t s0 = 0, s1 = 0;      // paged: page * s0 + (j % page_size) * s1
+  const int32_t* pt_row = nullptr;
+  int64_t pt_s1 = 1, num_pages = 1;
+  int32_t page_size = 1;
+  bool paged = false;
+
+  __device__ __forceinline__ void init(const FwdArgs& p, const SeqInfo& si, int64_t ts0, int64_t ts1, int64_t tsh,
+                                       int32_t hk) {
+    paged = p.kv_mode == kKvPaged;
+    s0 = ts0, s1 = ts1;
+    if (paged) {
+      base = hk * tsh;
+      pt_row = p.page_table + si.b * p.pt_s0;
+      pt_s1 = p.pt_s1, page_size = static_cast<int32_t>(p.page_size), num_pages = p.kv_rows0;
+    } else {
+      base = si.kv_a * ts0 + hk * tsh;
+      step = p.kv_mode == kKvVarlen ? ts0 : ts1;
+    }
+  }
+  // j: key position within the sequence (< 2^31); 32-bit division for the page index.
+  __device__ __forceinline__ int64_t row(int32_t j) const {
+    if (!paged) return base + static_cast<int64_t>(j) * step;
+    const int32_t pi = j / page_size;
+    const int64_t page = clamp64(pt_row[pi * pt_s1], 0, num_pages - 1);
+    return base + page * s0 + static_cast<int64_t>(j - pi * page_size) * s1;
+  }
+};
+
+}  // namespace fa4::cuda

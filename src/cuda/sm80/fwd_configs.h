@@ -1,0 +1,45 @@
+// Tile configurations of the sm80 portable forward kernel (host- and device-visible).
+//
+// Two shapes per head-dim pair:
+//   prefill  M = 128 query rows per CTA, warps stacked along M (FlashAttention-2 layout: each
+//            warp owns 16 or 32 rows and all keys of a tile, so softmax needs no cross-warp
+//            exchange);
+//   decode   M = 16 rows (one query token x the GQA group, PackGQA), warps side by side along
+//            the keys of a tile; each warp keeps its own running max / sum / O and the CTA merges
+//            them once at the end (the in-CTA LSE combine of FA4's 1Q variant). Deeper K/V
+//            pipeline: decode is a pure stream of K/V bytes.
+// Head dims are instantiated for 64, 128, 192, 256 and (Dqk, Dv) = (192, 128); others are padded
+// up (zero-filled loads, guarded stores).
+#pragma once
+
+namespace fa4::cuda::sm80 {
+
+struct TileCfg {
+  int m, n, warps_m, warps_n, stages;
+};
+
+constexpr TileCfg prefill_cfg(int dqk, int dv) {
+  // Registers per thread (fp32 accumulators): S = (m / warps_m / 16) * (n / 8) * 4,
+  // O = (m / warps_m / 16) * (dv / 8) * 4. D = 64: 128 + 64; D = 128: 64 + 128; D >= 192 uses
+  // 8 warps of 16 rows so O (dv / 2 regs) stays below the 255-register limit without spills.
+  // Shared memory = (m * dqk + stages * n * (dqk + dv)) * 2 bytes: 80 / 96 / 144 / 192 KB.
+  return dqk <= 64    ? TileCfg{128, 128, 4, 1, 2}
+         : dqk <= 128 ? TileCfg{128, 64, 4, 1, 2}
+         : dv <= 128  ? TileCfg{128, 64, 8, 1, 2}   // (192, 128)
+         : dqk <= 192 ? TileCfg{128, 64, 8, 1, 2}
+                      : TileCfg{128, 64, 8, 1, 2};
+}
+
+constexpr TileCfg decode_cfg(int dqk, int dv) {
+  // 16 rows, 4 warps across 64 keys (16 keys each). Stages: 3 keeps two K/V tiles in flight per
+  // CTA with two CTAs per SM at D = 128 (100 KB each).
+  return dqk + dv <= 256 ? TileCfg{16, 64, 1, 4, 3} : TileCfg{16, 64, 1, 4, 2};
+}
+
+constexpr int smem_bytes(const TileCfg& c, int dqk, int dv) {
+  const int pipe = (c.m * dqk + c.stages * c.n * (dqk + dv)) * 2;
+  const int epi = c.warps_n * c.m * (dv + 8) * 4 + 2 * c.warps_n * c.m * 4;
+  return pipe > epi ? pipe : epi;
+}
+
+}  // namespace fa4::cuda::sm80

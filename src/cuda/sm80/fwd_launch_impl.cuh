@@ -1,0 +1,41 @@
+// Instantiates and launches the sm80 forward kernel for one head-dim pair (included by the
+// fwd_dXXX.cu files only).
+#pragma once
+
+#include "cuda/sm80/fwd_kernel.cuh"
+#include "cuda/sm80/fwd_launch.h"
+
+namespace fa4::cuda::sm80 {
+
+template <typename Elem, int Dqk, int Dv, bool Decode>
+cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
+  constexpr TileCfg c = Decode ? decode_cfg(Dqk, Dv) : prefill_cfg(Dqk, Dv);
+  using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages>;
+  // The dynamic shared-memory opt-in is per device; set it once per device and instance
+  // (cudaFuncSetAttribute is not a stream operation, so this stays CUDA-graph safe).
+  static bool configured[64] = {};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev < 64 && !configured[dev]) {
+    int optin = 0;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) return err;
+    if (optin < T::kSmemBytes) return cudaErrorInvalidConfiguration;
+    err = cudaFuncSetAttribute(fwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    configured[dev] = true;
+  }
+  fwd_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int Dqk, int Dv>
+cudaError_t launch_dims(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream) {
+  if (bf16) return decode ? launch_instance<__nv_bfloat16, Dqk, Dv, true>(p, grid, stream)
+                          : launch_instance<__nv_bfloat16, Dqk, Dv, false>(p, grid, stream);
+  return decode ? launch_instance<__half, Dqk, Dv, true>(p, grid, stream)
+                : launch_instance<__half, Dqk, Dv, false>(p, grid, stream);
+}
+
+}  // namespace fa4::cuda::sm80
