@@ -1,0 +1,61 @@
+// The inner kernels of the cpu backend, behind a table of function pointers so one driver
+// (cpu_backend.cpp) runs on any CPU: the AVX2+FMA table (cpu_kernels_avx2.cpp) where the CPU
+// has it, the portable table (cpu_kernels_generic.cpp) otherwise.
+//
+// Tile layout: everything the kernels touch is "transposed", queries along the fast axis.
+// One tile holds mp packed query rows (mp a multiple of 8 = one AVX2 vector of fp32):
+//   qt [Dqk][mp]   Q^T, prescaled (scale, descales, log2(e) when no softcap)
+//   st [nk][mp]    S^T = K Q^T, then P^T in place after the softmax step
+//   ot [Dv][mp]    O^T, unnormalized accumulator
+//   m, l, alpha    [mp] running max (log2 units), running sum, last rescale factor
+// K and V stay in their natural row-major form ([key][dim], fp32) and are addressed through one
+// pointer per key row, so paged / strided / fp32-in-place rows cost nothing extra. With queries
+// on the vector axis, K and V elements are broadcast (one load-op each) and the softmax reduces
+// over keys with plain vertical vector ops — no horizontal sums, no transposes of K or V.
+#pragma once
+
+#include <cstdint>
+
+#include "fa4/tensor.h"
+
+namespace fa4::core::cpu {
+
+// One online-softmax step over a tile of S^T.
+struct SoftmaxStep {
+  float* st;       // [nk][mp] in: scores (log2 units unless softcap), out: P^T
+  int64_t nk, mp;
+  // Partial tiles: key n (0-based in the tile) is visible to row m iff lo[m] <= n < hi[m].
+  // nullptr = every element visible (full tile).
+  const int32_t* lo;
+  const int32_t* hi;
+  float softcap_in;   // 1 / softcap; 0 = no softcap
+  float softcap_out;  // softcap * log2(e)
+  float* m_run;       // [mp] running max, log2 units (-inf before the first key)
+  float* l_run;       // [mp] running sum of exp2(s - m)
+  float* alpha;       // [mp] out: exp2(m_old - m_new), the factor O must be rescaled by
+};
+
+struct Kernels {
+  const char* name;
+  // st[n][m] = sum_d krows[n][d] * qt[d][m]   for n < nk, m < mp.
+  void (*qk)(const float* qt, int64_t mp, int64_t d, const float* const* krows, int64_t nk, float* st);
+  // ot[e][m] = alpha[m] * ot[e][m] + sum_n vrows[n][e] * pt[n][m]   for e < dv, m < mp.
+  void (*pv)(const float* pt, int64_t mp, int64_t nk, const float* const* vrows, int64_t dv,
+             const float* alpha, float* ot);
+  void (*softmax)(const SoftmaxStep& s);
+  // dst[i] = (float) src[i * stride], i < n, for a floating storage dtype.
+  void (*convert)(const void* src, DType t, int64_t stride, int64_t n, float* dst);
+};
+
+const Kernels& generic_kernels();
+#if defined(__x86_64__) || defined(_M_X64)
+const Kernels& avx2_kernels();  // only call when the CPU has AVX2 and FMA (and F16C)
+#endif
+
+// e4m3 byte -> fp32 for all 256 codes (NaN codes included).
+const float* e4m3_lut();
+
+// The best table for this CPU (decided once).
+const Kernels& best_kernels();
+
+}  // namespace fa4::core::cpu

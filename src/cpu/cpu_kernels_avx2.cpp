@@ -1,0 +1,266 @@
+// AVX2 + FMA (+ F16C) kernels. Compiled with -mavx2 -mfma -mf16c (CMake: *_avx2.cpp) and only
+// called after best_kernels() saw those features at run time.
+//
+// Register blocking (16 ymm registers on AVX2): a micro-tile is NB broadcast rows x MV vectors
+// of 8 queries, NB*MV accumulators + MV query/probability vectors + 1 broadcast register <= 16:
+//   MV = 3: NB = 4 (12 acc)   MV = 2: NB = 6 (12 acc)   MV = 1: NB = 8 (8 acc)
+// Twelve independent FMA chains cover Zen3's 2 FMA pipes x 4-cycle latency (8 in flight
+// needed); per inner step the loads (MV vector loads + NB broadcasts) stay under the 3/cycle
+// load ports, so the FMA pipes set the pace.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+// Deliberately no core/*.h helpers here: an inline function compiled in this -mavx2 file could
+// be the copy the linker keeps for the whole library, and then run on a CPU without AVX2.
+#include "cpu/cpu_kernels.h"
+
+namespace fa4::core::cpu {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// S^T micro-tile: keys n0..n0+NB x queries m0..m0+8*MV, summed over all d.
+template <int NB, int MV>
+inline void qk_block(const float* qt, int64_t mp, int64_t d, const float* const* kr, float* st) {
+  __m256 acc[NB][MV];
+  for (int n = 0; n < NB; ++n)
+    for (int v = 0; v < MV; ++v) acc[n][v] = _mm256_setzero_ps();
+  const float* k[NB];
+  for (int n = 0; n < NB; ++n) k[n] = kr[n];
+  for (int64_t dd = 0; dd < d; ++dd) {
+    __m256 q[MV];
+    for (int v = 0; v < MV; ++v) q[v] = _mm256_loadu_ps(qt + dd * mp + 8 * v);
+    for (int n = 0; n < NB; ++n) {
+      const __m256 kb = _mm256_broadcast_ss(k[n] + dd);
+      for (int v = 0; v < MV; ++v) acc[n][v] = _mm256_fmadd_ps(kb, q[v], acc[n][v]);
+    }
+  }
+  for (int n = 0; n < NB; ++n)
+    for (int v = 0; v < MV; ++v) _mm256_storeu_ps(st + n * mp + 8 * v, acc[n][v]);
+}
+
+// Remainder rows (nb < NB) reuse the same vector width with fewer broadcast rows.
+template <int MV, int NB>
+inline void qk_tail(int nb, const float* qt, int64_t mp, int64_t d, const float* const* kr, float* st) {
+  if constexpr (NB > 1) {
+    if (nb == NB - 1) return qk_block<NB - 1, MV>(qt, mp, d, kr, st);
+    return qk_tail<MV, NB - 1>(nb, qt, mp, d, kr, st);
+  }
+}
+
+template <int NB, int MV>
+void qk_avx2_t(const float* qt, int64_t mp, int64_t d, const float* const* krows, int64_t nk, float* st) {
+  // m-strips outside: the Q^T strip [d][8*MV] stays in L1 while all key rows stream past it.
+  for (int64_t m0 = 0; m0 < mp; m0 += 8 * MV) {
+    int64_t n0 = 0;
+    for (; n0 + NB <= nk; n0 += NB) qk_block<NB, MV>(qt + m0, mp, d, krows + n0, st + n0 * mp + m0);
+    if (n0 < nk) qk_tail<MV, NB>(static_cast<int>(nk - n0), qt + m0, mp, d, krows + n0, st + n0 * mp + m0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// O^T micro-tile: value dims e0..e0+NB x queries m0..m0+8*MV, accumulated over all nk keys,
+// with the online-softmax rescale (alpha per query) fused into the load of O.
+template <int NB, int MV>
+inline void pv_block(const float* pt, int64_t mp, int64_t nk, const float* const* vr, int64_t e0,
+                     const float* alpha, float* ot) {
+  __m256 acc[NB][MV];
+  __m256 a[MV];
+  for (int v = 0; v < MV; ++v) a[v] = _mm256_loadu_ps(alpha + 8 * v);
+  for (int n = 0; n < NB; ++n)
+    for (int v = 0; v < MV; ++v) acc[n][v] = _mm256_mul_ps(a[v], _mm256_loadu_ps(ot + n * mp + 8 * v));
+  for (int64_t j = 0; j < nk; ++j) {
+    __m256 p[MV];
+    for (int v = 0; v < MV; ++v) p[v] = _mm256_loadu_ps(pt + j * mp + 8 * v);
+    const float* vj = vr[j] + e0;
+    for (int n = 0; n < NB; ++n) {
+      const __m256 vb = _mm256_broadcast_ss(vj + n);
+      for (int v = 0; v < MV; ++v) acc[n][v] = _mm256_fmadd_ps(vb, p[v], acc[n][v]);
+    }
+  }
+  for (int n = 0; n < NB; ++n)
+    for (int v = 0; v < MV; ++v) _mm256_storeu_ps(ot + n * mp + 8 * v, acc[n][v]);
+}
+
+template <int MV, int NB>
+inline void pv_tail(int nb, const float* pt, int64_t mp, int64_t nk, const float* const* vr, int64_t e0,
+                    const float* alpha, float* ot) {
+  if constexpr (NB > 1) {
+    if (nb == NB - 1) return pv_block<NB - 1, MV>(pt, mp, nk, vr, e0, alpha, ot);
+    return pv_tail<MV, NB - 1>(nb, pt, mp, nk, vr, e0, alpha, ot);
+  }
+}
+
+template <int NB, int MV>
+void pv_avx2_t(const float* pt, int64_t mp, int64_t nk, const float* const* vrows, int64_t dv,
+               const float* alpha, float* ot) {
+  // m-strips outside: the P^T strip [nk][8*MV] stays in L1 across all value dims.
+  for (int64_t m0 = 0; m0 < mp; m0 += 8 * MV) {
+    int64_t e0 = 0;
+    for (; e0 + NB <= dv; e0 += NB) pv_block<NB, MV>(pt + m0, mp, nk, vrows, e0, alpha + m0, ot + e0 * mp + m0);
+    if (e0 < dv)
+      pv_tail<MV, NB>(static_cast<int>(dv - e0), pt + m0, mp, nk, vrows, e0, alpha + m0, ot + e0 * mp + m0);
+  }
+}
+
+// The widest blocking that divides mp (mp is always a multiple of 8).
+void qk_avx2(const float* qt, int64_t mp, int64_t d, const float* const* krows, int64_t nk, float* st) {
+  if (mp % 24 == 0) return qk_avx2_t<4, 3>(qt, mp, d, krows, nk, st);
+  if (mp % 16 == 0) return qk_avx2_t<6, 2>(qt, mp, d, krows, nk, st);
+  return qk_avx2_t<8, 1>(qt, mp, d, krows, nk, st);
+}
+
+void pv_avx2(const float* pt, int64_t mp, int64_t nk, const float* const* vrows, int64_t dv,
+             const float* alpha, float* ot) {
+  if (mp % 24 == 0) return pv_avx2_t<4, 3>(pt, mp, nk, vrows, dv, alpha, ot);
+  if (mp % 16 == 0) return pv_avx2_t<6, 2>(pt, mp, nk, vrows, dv, alpha, ot);
+  return pv_avx2_t<8, 1>(pt, mp, nk, vrows, dv, alpha, ot);
+}
+
+// ---------------------------------------------------------------------------------------------
+// exp2 on 8 lanes: 2^x = 2^n * 2^f, n = round(x), f in [-1/2, 1/2], 2^f by the Cephes exp2f
+// polynomial (relative error ~2e-7, about 1.5 ulp). Exactly 0 below -126 (masked keys are -inf
+// and must contribute exactly nothing, and no denormals enter the P·V products); NaN stays NaN
+// (the clamp keeps x as the operand max/min return on NaN).
+inline __m256 exp2_avx2(__m256 x) {
+  const __m256 xc = _mm256_min_ps(_mm256_set1_ps(127.0f), _mm256_max_ps(_mm256_set1_ps(-126.0f), x));
+  const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(xc, n);
+  __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);  // false for NaN
+  return _mm256_andnot_ps(under, r);
+}
+
+// tanh(x) = sign(x) (1 - t) / (1 + t), t = e^{-2|x|}: no overflow for any x; absolute error
+// ~1e-7 (relative error grows only where tanh(x) ~ x is tiny, where softcap * tanh is tiny too).
+inline __m256 tanh_avx2(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 ax = _mm256_andnot_ps(sign, x);
+  const __m256 t = exp2_avx2(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f * 1.4426950408889634f)));
+  const __m256 r = _mm256_div_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), t), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+  return _mm256_or_ps(r, _mm256_and_ps(sign, x));
+}
+
+void softmax_avx2(const SoftmaxStep& s) {
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const bool cap = s.softcap_in != 0.0f;
+  const __m256 cap_in = _mm256_set1_ps(s.softcap_in), cap_out = _mm256_set1_ps(s.softcap_out);
+  for (int64_t m0 = 0; m0 < s.mp; m0 += 8) {
+    float* col = s.st + m0;
+    // Pass 1: softcap, mask, row max (8 query rows per vector; reduction over keys is vertical).
+    __m256 mx = neg_inf;
+    if (cap || s.lo) {
+      __m256i lo = _mm256_setzero_si256(), hi = lo;
+      if (s.lo) {
+        lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.lo + m0));
+        hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.hi + m0));
+      }
+      for (int64_t n = 0; n < s.nk; ++n) {
+        __m256 x = _mm256_loadu_ps(col + n * s.mp);
+        if (cap) x = _mm256_mul_ps(cap_out, tanh_avx2(_mm256_mul_ps(x, cap_in)));
+        if (s.lo) {
+          const __m256i nv = _mm256_set1_epi32(static_cast<int32_t>(n));
+          // visible iff lo <= n < hi  <=>  !(lo > n) && (hi > n)
+          const __m256i vis = _mm256_andnot_si256(_mm256_cmpgt_epi32(lo, nv), _mm256_cmpgt_epi32(hi, nv));
+          x = _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(vis));
+        }
+        _mm256_storeu_ps(col + n * s.mp, x);
+        mx = _mm256_max_ps(mx, x);
+      }
+    } else {
+      for (int64_t n = 0; n < s.nk; ++n) mx = _mm256_max_ps(mx, _mm256_loadu_ps(col + n * s.mp));
+    }
+    // NaN scores are not kept by max_ps; they poison the row through p and l instead.
+    const __m256 m_old = _mm256_loadu_ps(s.m_run + m0);
+    const __m256 m_new = _mm256_max_ps(mx, m_old);
+    const __m256 m_use = _mm256_andnot_ps(_mm256_cmp_ps(m_new, neg_inf, _CMP_EQ_OQ), m_new);  // -inf -> 0
+    // Pass 2: p = 2^(s - m), row sums (two accumulators to halve the add latency chain).
+    __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+    int64_t n = 0;
+    for (; n + 2 <= s.nk; n += 2) {
+      const __m256 p0 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(col + n * s.mp), m_use));
+      const __m256 p1 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(col + (n + 1) * s.mp), m_use));
+      _mm256_storeu_ps(col + n * s.mp, p0);
+      _mm256_storeu_ps(col + (n + 1) * s.mp, p1);
+      sum0 = _mm256_add_ps(sum0, p0);
+      sum1 = _mm256_add_ps(sum1, p1);
+    }
+    if (n < s.nk) {
+      const __m256 p0 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(col + n * s.mp), m_use));
+      _mm256_storeu_ps(col + n * s.mp, p0);
+      sum0 = _mm256_add_ps(sum0, p0);
+    }
+    const __m256 a = exp2_avx2(_mm256_sub_ps(m_old, m_use));
+    _mm256_storeu_ps(s.alpha + m0, a);
+    _mm256_storeu_ps(s.l_run + m0, _mm256_fmadd_ps(_mm256_loadu_ps(s.l_run + m0), a, _mm256_add_ps(sum0, sum1)));
+    _mm256_storeu_ps(s.m_run + m0, m_new);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+void convert_avx2(const void* src, DType t, int64_t stride, int64_t n, float* dst) {
+  int64_t i = 0;
+  if (stride == 1) {
+    if (t == DType::float32) {
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    if (t == DType::bfloat16) {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+      }
+    } else if (t == DType::float16) {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    }
+  }
+  switch (t) {
+    case DType::float32: {
+      const auto* s = static_cast<const float*>(src);
+      for (; i < n; ++i) dst[i] = s[i * stride];
+      break;
+    }
+    case DType::float16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (; i < n; ++i) dst[i] = _cvtsh_ss(s[i * stride]);
+      break;
+    }
+    case DType::bfloat16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (; i < n; ++i) {
+        const uint32_t u = static_cast<uint32_t>(s[i * stride]) << 16;
+        std::memcpy(dst + i, &u, 4);
+      }
+      break;
+    }
+    case DType::float8_e4m3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      const float* lut = e4m3_lut();
+      for (; i < n; ++i) dst[i] = lut[s[i * stride]];
+      break;
+    }
+    default: break;
+  }
+}
+
+}  // namespace
+
+const Kernels& avx2_kernels() {
+  static const Kernels k{"avx2", qk_avx2, pv_avx2, softmax_avx2, convert_avx2};
+  return k;
+}
+
+}  // namespace fa4::core::cpu

@@ -1,0 +1,45 @@
+// The split-KV merge, shared by the forward pass (its own splits) and combine_partials:
+//   lse = log sum_s exp(lse_s),   O = sum_s exp(lse_s - lse) O_s
+// A partial with lse_s = -inf saw nothing and has weight exactly 0 (its O_s is never read, so it
+// may hold anything). All partials -inf: O = 0, lse = -inf. A NaN lse poisons the row.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace fa4::core::cpu {
+
+// Returns the merged lse (natural log) and writes the merged row to acc[0..dv).
+// Partial s, element e lives at o[s * o_split_stride + e * o_dim_stride]; its lse at
+// lse[s * lse_stride].
+inline float merge_partial_row(int64_t splits, const float* lse, int64_t lse_stride, const float* o,
+                               int64_t o_split_stride, int64_t o_dim_stride, int64_t dv, float* acc) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float m = kNegInf;
+  bool nan = false;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float x = lse[s * lse_stride];
+    nan |= std::isnan(x);
+    m = x > m ? x : m;
+  }
+  for (int64_t e = 0; e < dv; ++e) acc[e] = 0.0f;
+  if (nan) {
+    for (int64_t e = 0; e < dv; ++e) acc[e] = std::numeric_limits<float>::quiet_NaN();
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  if (m == kNegInf) return kNegInf;
+  float denom = 0.0f;
+  for (int64_t s = 0; s < splits; ++s) denom += std::exp(lse[s * lse_stride] - m);  // +inf - +inf = NaN, as IEEE
+  const float inv = 1.0f / denom;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float w = std::exp(lse[s * lse_stride] - m);
+    if (w == 0.0f) continue;  // saw nothing (or negligible): its O_s is not read
+    const float ws = w * inv;
+    const float* os = o + s * o_split_stride;
+    for (int64_t e = 0; e < dv; ++e) acc[e] += ws * os[e * o_dim_stride];
+  }
+  return m + std::log(denom);
+}
+
+}  // namespace fa4::core::cpu
