@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One device call: the cuda test suite, a compute-sanitizer pass (memcheck + racecheck) on a
+# reduced set, and the peer benchmark. Full logs go to $OUT; a short summary is printed last.
+#
+# Build here first (no GPU needed), then stage the binaries that travel:
+#   cmake -S . -B build-cuda -DFA4_CUDA=ON -DCMAKE_BUILD_TYPE=Release && make -C build-cuda -j2 fa4 test_cuda
+#   bash bench/device_run.sh --stage        # copies them into build-device/ (small enough to carry)
+# On the GPU machine (the repo root, build-device/ carried):
+#   OUT=/some/dir bash bench/device_run.sh [--quick] [--skip-tests] [--skip-bench] [--bench-args "..."]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DIR=build-device
+
+if [[ "${1:-}" == "--stage" ]]; then
+  rm -rf "$DIR" && mkdir -p "$DIR/lib"
+  cp -L build-cuda/libfa4.so "$DIR/lib/libfa4.so"
+  cp build-cuda/tests/cuda/test_cuda "$DIR/"
+  cp -L "$(g++ -print-file-name=libgomp.so.1)" "$DIR/lib/"  # the device image may lack OpenMP's runtime
+  git rev-parse --short HEAD > "$DIR/commit"
+  du -sh "$DIR"
+  exit 0
+fi
+
+QUICK=0 TESTS=1 BENCH=1 SAN=1 BENCH_ARGS=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --skip-tests) TESTS=0 ;;
+    --skip-sanitizer) SAN=0 ;;
+    --skip-bench) BENCH=0 ;;
+    --bench-args) BENCH_ARGS="$2"; shift ;;
+  esac
+  shift
+done
+OUT=${OUT:-/tmp/fa4-device-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$DIR/lib:${LD_LIBRARY_PATH:-}"
+export PYTHONUNBUFFERED=1
+export FA4_COMMIT=$(cat "$DIR/commit" 2>/dev/null || echo unknown)
+SUMMARY=()
+
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; } > "$OUT/env.log" 2>&1
+
+if [[ $TESTS == 1 ]]; then
+  CASES=$([[ $QUICK == 1 ]] && echo 120 || echo 400)
+  start=$(date +%s)
+  FA4_CUDA_CASES=$CASES timeout 420 "$DIR/test_cuda" > "$OUT/tests.log" 2>&1
+  rc=$?
+  SUMMARY+=("tests ($CASES random cases + fixed sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.log" | tr '\n' ' ') ($(( $(date +%s) - start )) s)")
+fi
+
+if [[ $SAN == 1 ]]; then
+  FILTER='CudaBackend.RandomVsReference:CudaBackend.GraphCapture:CudaBackend.CombinePartials'
+  for tool in memcheck racecheck; do
+    start=$(date +%s)
+    FA4_CUDA_CASES=6 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$DIR/test_cuda" \
+      --gtest_filter="$FILTER" > "$OUT/$tool.log" 2>&1
+    rc=$?
+    SUMMARY+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | head -1) ($(( $(date +%s) - start )) s)")
+  done
+fi
+
+if [[ $BENCH == 1 ]]; then
+  start=$(date +%s)
+  Q=$([[ $QUICK == 1 ]] && echo --quick)
+  timeout 540 python3 bench/peers.py --lib "$DIR/lib/libfa4.so" --out "$OUT" $Q $BENCH_ARGS > "$OUT/bench.log" 2>&1
+  SUMMARY+=("bench: rc=$? ($(( $(date +%s) - start )) s)")
+fi
+
+echo "===== failures (first lines) ====="
+grep -E "Failure|error|FAILED|Error" "$OUT/tests.log" 2>/dev/null | head -15
+grep -B2 -A12 "Failure" "$OUT/tests.log" 2>/dev/null | head -60
+echo "===== bench ====="
+[[ -f "$OUT/peers.md" ]] && cat "$OUT/peers.md" || tail -30 "$OUT/bench.log" 2>/dev/null
+echo "===== summary ====="
+printf '%s\n' "${SUMMARY[@]}"

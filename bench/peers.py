@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""fa4 against its peers on the same inputs, in one process (DESIGN.md §5).
+
+fa4 is called through its C ABI (libfa4.so via ctypes, on torch tensors' data pointers); the
+peers are PyTorch SDPA with the cuDNN and the flash (FlashAttention-2) backends, and a cuBLAS
+bf16 GEMM (8192^3) as the matrix-unit ceiling.
+
+Sweeps:
+  prefill  B*S = 16384, H*D = 2048, D in {64, 128, 256}, causal in {0, 1},
+           S in {512 .. 16k}, bf16; TFLOP/s with FLOPs = 4*B*H*Sq*Sk*D (halved for causal)
+  decode   1 query token, B = 32, Hq = 32, Hkv = 8, D = 128, kv length {4k, 16k, 64k},
+           contiguous and paged (page 16, 64, 256); GB/s of K+V bytes read
+
+Timing: CUDA events around each call, median of >= 100 reps after warm-up; the L2 (60 MB) is
+flushed before every rep by writing a 256 MB buffer, outside the timed region.
+
+Usage: python3 bench/peers.py --lib build-cuda/libfa4.so --out DIR [--quick] [--reps N]
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+MAX_DIMS = 6
+
+
+class Fa4Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * MAX_DIMS), ("stride", ctypes.c_int64 * MAX_DIMS),
+                ("device", ctypes.c_int32), ("device_index", ctypes.c_int32)]
+
+
+class Fa4Params(ctypes.Structure):
+    _fields_ = [("q", Fa4Tensor), ("k", Fa4Tensor), ("v", Fa4Tensor), ("out", Fa4Tensor), ("lse", Fa4Tensor),
+                ("scale", ctypes.c_float), ("softcap", ctypes.c_float), ("causal", ctypes.c_int32),
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64), ("chunk_size", ctypes.c_int64),
+                ("sinks", Fa4Tensor), ("q_descale", Fa4Tensor), ("k_descale", Fa4Tensor), ("v_descale", Fa4Tensor),
+                ("cu_seqlens_q", Fa4Tensor), ("cu_seqlens_k", Fa4Tensor), ("seqused_k", Fa4Tensor),
+                ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
+                ("cache_seqlens", Fa4Tensor), ("cache_batch_idx", Fa4Tensor), ("page_table", Fa4Tensor),
+                ("k_new", Fa4Tensor), ("v_new", Fa4Tensor),
+                ("num_splits", ctypes.c_int32), ("backend", ctypes.c_int32), ("num_threads", ctypes.c_int32),
+                ("stream", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+
+
+DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 4}
+
+
+def fa4_tensor(t):
+    v = Fa4Tensor()
+    v.data = t.data_ptr()
+    v.dtype = DTYPES[t.dtype]
+    v.ndim = t.dim()
+    for i in range(t.dim()):
+        v.shape[i] = t.shape[i]
+        v.stride[i] = t.stride(i)
+    v.device = 1
+    v.device_index = t.device.index or 0
+    return v
+
+
+class Fa4:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.fa4_attention_forward.argtypes = [ctypes.POINTER(Fa4Params)]
+        self.lib.fa4_last_error.restype = ctypes.c_char_p
+        self.lib.fa4_params_init.argtypes = [ctypes.POINTER(Fa4Params)]
+
+    def params(self, q, k, v, out, causal=False, lse=None, cache_seqlens=None, page_table=None, num_splits=0):
+        p = Fa4Params()
+        self.lib.fa4_params_init(ctypes.byref(p))
+        p.q, p.k, p.v, p.out = fa4_tensor(q), fa4_tensor(k), fa4_tensor(v), fa4_tensor(out)
+        if lse is not None:
+            p.lse = fa4_tensor(lse)
+        if cache_seqlens is not None:
+            p.cache_seqlens = fa4_tensor(cache_seqlens)
+        if page_table is not None:
+            p.page_table = fa4_tensor(page_table)
+        p.causal = 1 if causal else 0
+        p.num_splits = num_splits
+        p.backend = 3  # cuda
+        p.stream = torch.cuda.current_stream().cuda_stream
+        return p
+
+    def call(self, p):
+        rc = self.lib.fa4_attention_forward(ctypes.byref(p))
+        if rc != 0:
+            raise RuntimeError("fa4: " + self.lib.fa4_last_error().decode())
+
+
+class Timer:
+    def __init__(self, reps, flush_mb=256):
+        self.reps = reps
+        self.flush_buf = torch.empty(flush_mb * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+
+    def median_ms(self, fn, flush=True, warmup=5):
+        for _ in range(warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        for i in range(self.reps):
+            if flush:
+                self.flush_buf.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        t = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return t[len(t) // 2]
+
+
+def sdpa(q, k, v, causal, backend, gqa=False):
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+
+def try_time(timer, fn, **kw):
+    try:
+        fn()
+        torch.cuda.synchronize()
+        return timer.median_ms(fn, **kw)
+    except Exception as e:  # a peer backend that does not support the shape
+        print(f"    (peer failed: {type(e).__name__}: {str(e)[:120]})", flush=True)
+        return None
+
+
+def bench_gemm(timer):
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = timer.median_ms(lambda: torch.matmul(a, b), flush=False)
+    return 2 * 8192 ** 3 / ms / 1e9
+
+
+def bench_prefill(fa4, timer, dims, causals, seqs, check):
+    rows = []
+    for d in dims:
+        for causal in causals:
+            for s in seqs:
+                b, h = 16384 // s, 2048 // d
+                q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+                k = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+                v = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+                out = torch.empty_like(q)
+                p = fa4.params(q, k, v, out, causal=causal)
+                qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BHSD views
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                t_fa4 = timer.median_ms(lambda: fa4.call(p))
+                t_flash = try_time(timer, lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION))
+                t_cudnn = try_time(timer, lambda: sdpa(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION))
+                err = None
+                if check:
+                    fa4.call(p)
+                    ref = sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION).transpose(1, 2)
+                    err = (out.float() - ref.float()).abs().max().item()
+                tf = lambda t: None if t is None else flops / t / 1e9
+                r = dict(d=d, causal=int(causal), s=s, b=b, h=h, fa4=tf(t_fa4), flash=tf(t_flash), cudnn=tf(t_cudnn),
+                         max_abs_diff_vs_flash=err)
+                rows.append(r)
+                print(f"  prefill d={d} causal={int(causal)} s={s}: fa4 {r['fa4']:.0f}  flash {fmt(r['flash'])}  "
+                      f"cudnn {fmt(r['cudnn'])} TFLOP/s" + (f"  maxdiff {err:.3g}" if err is not None else ""), flush=True)
+                del q, k, v, out, qt, kt, vt
+    return rows
+
+
+def bench_decode(fa4, timer, lens, pages, check):
+    rows = []
+    B, HQ, HKV, D = 32, 32, 8, 128
+    for L in lens:
+        kbytes = 2 * B * L * HKV * D * 2  # K + V, bf16
+        q = torch.randn(B, 1, HQ, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(B, L, HKV, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(B, L, HKV, D, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        seqlens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+        res = dict(kv_len=L)
+        p = fa4.params(q, k, v, out, cache_seqlens=seqlens)
+        gbs = lambda t: None if t is None else kbytes / t / 1e6
+        res["fa4_contiguous"] = gbs(timer.median_ms(lambda: fa4.call(p), flush=False))
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        res["flash_gqa"] = gbs(try_time(timer, lambda: sdpa(qt, kt, vt, False, SDPBackend.FLASH_ATTENTION, True), flush=False))
+        res["cudnn_gqa"] = gbs(try_time(timer, lambda: sdpa(qt, kt, vt, False, SDPBackend.CUDNN_ATTENTION, True), flush=False))
+        if check:
+            fa4.call(p)
+            ref = sdpa(qt, kt, vt, False, SDPBackend.FLASH_ATTENTION, True).transpose(1, 2)
+            res["max_abs_diff_vs_flash"] = (out.float() - ref.float()).abs().max().item()
+        del qt, kt, vt
+        for ps in pages:
+            npages = B * L // ps
+            perm = torch.randperm(npages, device="cuda", dtype=torch.int64).to(torch.int32)
+            table = perm.view(B, L // ps).contiguous()
+            # Scatter the contiguous cache into pages so the paged run reads the same values.
+            kp = torch.empty(npages, ps, HKV, D, device="cuda", dtype=torch.bfloat16)
+            vp = torch.empty_like(kp)
+            kp[perm.long()] = k.view(B * L // ps, ps, HKV, D)
+            vp[perm.long()] = v.view(B * L // ps, ps, HKV, D)
+            outp = torch.empty_like(q)
+            pp = fa4.params(q, kp, vp, outp, cache_seqlens=seqlens, page_table=table)
+            res[f"fa4_paged{ps}"] = gbs(timer.median_ms(lambda: fa4.call(pp), flush=False))
+            if check:
+                fa4.call(pp)
+                fa4.call(p)
+                torch.cuda.synchronize()
+                res[f"paged{ps}_max_abs_diff_vs_contiguous"] = (outp.float() - out.float()).abs().max().item()
+            del kp, vp, table, perm
+        rows.append(res)
+        print("  decode L=%d: " % L + "  ".join(f"{k} {fmt(v)}" for k, v in res.items() if k != "kv_len"), flush=True)
+        del q, k, v, out
+        torch.cuda.empty_cache()
+    return rows
+
+
+def fmt(x, nd=0):
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}" if abs(x) >= 1 or x == 0 else f"{x:.3g}"
+    return str(x)
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def markdown(meta, gemm, prefill, decode):
+    L = [f"# fa4 vs peers: {meta['gpu']}, {meta['date']}", "",
+         f"- commit: `{meta['commit']}`", f"- command: `{meta['command']}`",
+         f"- torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}",
+         f"- timing: CUDA events, median of {meta['reps']} reps after warm-up; prefill: L2 flushed before each rep;"
+         " decode: inputs are far larger than the L2", "",
+         f"cuBLAS bf16 GEMM 8192^3: **{gemm:.0f} TFLOP/s**", "",
+         "## Prefill, bf16, TFLOP/s (B*S = 16384, H*D = 2048)", "",
+         "| D | causal | S | B | H | fa4 | flash (FA2) | cudnn | fa4/flash | fa4/cudnn |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in prefill:
+        L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {fmt(r['fa4'])} | {fmt(r['flash'])} | "
+                 f"{fmt(r['cudnn'])} | {fmt(ratio(r['fa4'], r['flash']), 2)} | {fmt(ratio(r['fa4'], r['cudnn']), 2)} |")
+    if decode:
+        keys = [k for k in decode[0] if k.startswith("fa4_") or k.endswith("_gqa")]
+        L += ["", "## Decode, bf16, GB/s of K+V read (B = 32, Hq = 32, Hkv = 8, D = 128, 1 query token)", "",
+              "| kv len | " + " | ".join(keys) + " | fa4/flash | paged16/contig |",
+              "|---|" + "---|" * (len(keys) + 2)]
+        for r in decode:
+            L.append(f"| {r['kv_len']} | " + " | ".join(fmt(r.get(k)) for k in keys) +
+                     f" | {fmt(ratio(r.get('fa4_contiguous'), r.get('flash_gqa')), 2)} | "
+                     f"{fmt(ratio(r.get('fa4_paged16'), r.get('fa4_contiguous')), 2)} |")
+    return "\n".join(L) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build-cuda/libfa4.so")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--quick", action="store_true", help="a few shapes only")
+    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--skip-prefill", action="store_true")
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    fa4 = Fa4(os.path.abspath(args.lib))
+    timer = Timer(args.reps)
+    try:
+        commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+    except Exception:
+        commit = os.environ.get("FA4_COMMIT", "unknown")
+    meta = dict(date=datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), commit=commit,
+                gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
+                cudnn=torch.backends.cudnn.version(), reps=args.reps, command="python3 " + " ".join(sys.argv))
+    print(f"fa4 peers: {meta['gpu']} commit {commit}", flush=True)
+    gemm = bench_gemm(timer)
+    print(f"  cuBLAS bf16 GEMM 8192^3: {gemm:.0f} TFLOP/s", flush=True)
+    check = not args.no_check
+    if args.quick:
+        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, [64, 128, 256], [False, True], [2048], check)
+        decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384], [16, 256], check)
+    else:
+        prefill = [] if args.skip_prefill else bench_prefill(
+            fa4, timer, [64, 128, 256], [False, True], [512, 1024, 2048, 4096, 8192, 16384], check)
+        decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "peers.json"), "w") as f:
+        json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode), f, indent=1)
+    md = markdown(meta, gemm, prefill, decode)
+    with open(os.path.join(args.out, "peers.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+// Device tests: the cuda backend against the reference backend on the same random cases.
+//
+// Each case is built on the host (tests/test_util: random shapes, layouts, lengths, masks, ...),
+// copied byte for byte to the device, run there with poisoned outputs (every byte 0xFF = NaN in
+// fp16/bf16), copied back and compared with the reference run of the same case: DESIGN §4
+// tolerances, empty rows exact, every output element written, no byte outside the outputs
+// written, appended caches equal. Seeds are fresh per process and printed on failure.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+using namespace fa4test;
+
+#define CUDA_OK(x)                                                                \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #x << ": " << cudaGetErrorString(e_);           \
+  } while (0)
+
+int env_int(const char* name, int dflt) {
+  const char* e = std::getenv(name);
+  return (e && *e) ? std::atoi(e) : dflt;
+}
+
+// Device copies of every tensor of a Case (same bytes, same strides).
+class DeviceCase {
+ public:
+  explicit DeviceCase(Case& c) : c_(c) {
+    for (Tensor* t : tensors()) {
+      void* d = nullptr;
+      if (t->present()) {
+        if (cudaMalloc(&d, t->mem.size()) != cudaSuccess) std::abort();
+        cudaMemcpy(d, t->mem.data(), t->mem.size(), cudaMemcpyHostToDevice);
+      }
+      dev_.push_back(d);
+    }
+  }
+  ~DeviceCase() {
+    for (void* d : dev_)
+      if (d) cudaFree(d);
+  }
+  DeviceCase(const DeviceCase&) = delete;
+  DeviceCase& operator=(const DeviceCase&) = delete;
+
+  // Host bytes -> device for the outputs (e.g. after poisoning) and the caches.
+  void upload_outputs() {
+    for (Tensor* t : {&c_.out, &c_.lse, &c_.k, &c_.v}) copy(t, cudaMemcpyHostToDevice);
+  }
+  // Device outputs (and caches, which append writes) -> the host Case.
+  void download() {
+    cudaDeviceSynchronize();
+    for (Tensor* t : {&c_.out, &c_.lse, &c_.k, &c_.v}) copy(t, cudaMemcpyDeviceToHost);
+  }
+  fa4::AttentionParams params() {
+    fa4::AttentionParams p = c_.params(Backend::cuda);
+    auto fix = [&](TensorView& v, Tensor& t) {
+      if (!v.present()) return;
+      v.data = dev_[index_of(&t)];
+      v.device = DeviceType::cuda;
+      v.device_index = 0;
+    };
+    fix(p.q, c_.q), fix(p.k, c_.k), fix(p.v, c_.v), fix(p.out, c_.out), fix(p.lse, c_.lse);
+    fix(p.sinks, c_.sinks), fix(p.cu_seqlens_q, c_.cu_seqlens_q), fix(p.cu_seqlens_k, c_.cu_seqlens_k);
+    fix(p.seqused_k, c_.seqused_k), fix(p.cache_seqlens, c_.cache_seqlens);
+    fix(p.cache_batch_idx, c_.cache_batch_idx), fix(p.page_table, c_.page_table);
+    fix(p.k_new, c_.k_new), fix(p.v_new, c_.v_new);
+    return p;
+  }
+  Status run(cudaStream_t stream = nullptr) {
+    fa4::AttentionParams p = params();
+    p.stream = stream;
+    return fa4::attention_forward(p);
+  }
+
+ private:
+  std::vector<Tensor*> tensors() {
+    return {&c_.q, &c_.k, &c_.v, &c_.out, &c_.lse, &c_.sinks, &c_.cu_seqlens_q, &c_.cu_seqlens_k, &c_.seqused_k,
+            &c_.cache_seqlens, &c_.cache_batch_idx, &c_.page_table, &c_.k_new, &c_.v_new};
+  }
+  size_t index_of(Tensor* t) {
+    auto v = tensors();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] == t) return i;
+    std::abort();
+  }
+  void copy(Tensor* t, cudaMemcpyKind kind) {
+    if (!t->present()) return;
+    void* d = dev_[index_of(t)];
+    if (kind == cudaMemcpyHostToDevice) cudaMemcpy(d, t->mem.data(), t->mem.size(), kind);
+    else cudaMemcpy(t->mem.data(), d, t->mem.size(), kind);
+  }
+  Case& c_;
+  std::vector<void*> dev_;
+};
+
+// A random config restricted to what the GPU path accepts: 16-bit inputs, head dims that keep
+// rows 16-byte aligned, layouts with 16-byte aligned strides.
+CaseConfig gpu_config(std::mt19937_64& rng) {
+  CaseConfig c = random_config(rng);
+  if (c.dtype != DType::float16 && c.dtype != DType::bfloat16) c.dtype = (rng() & 1) ? DType::float16 : DType::bfloat16;
+  c.descale = false;
+  auto r8 = [](int64_t d) { return (d + 7) / 8 * 8; };
+  c.dqk = r8(c.dqk);
+  c.dv = r8(c.dv);
+  if (c.layout == Layout::padded || c.layout == Layout::strided_last) c.layout = Layout::contiguous;
+  return c;
+}
+
+void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
+  SCOPED_TRACE(cfg.describe());
+  FA4_SEED_TRACE(seed);
+  Case ref = make_case(cfg, seed);
+  Case test = make_case(cfg, seed);
+  ref.poison_outputs();
+  const Status rs = ref.run(Backend::reference);
+  ASSERT_TRUE(rs.ok()) << rs.message;
+
+  test.poison_outputs();
+  DeviceCase dc(test);
+  const Status ts = dc.run();
+  ASSERT_TRUE(ts.ok()) << ts.message;
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaGetLastError());
+  dc.download();
+  EXPECT_TRUE(compare_runs(test, ref, tol_for(cfg.dtype)));
+
+  if (determinism) {
+    // Second run on the same device inputs (appends write the same rows again): bitwise equal.
+    Case again = make_case(cfg, seed);
+    again.poison_outputs();
+    DeviceCase d2(again);
+    ASSERT_TRUE(d2.run().ok());
+    d2.download();
+    ASSERT_TRUE(d2.run().ok());  // append twice: same rows, same data
+    d2.download();
+    EXPECT_TRUE(bitwise_equal(again, test));
+  }
+}
+
+TEST(CudaBackend, Available) {
+  ASSERT_TRUE(fa4::backend_available(Backend::cuda));
+  for (auto& b : fa4::backend_info()) std::printf("  %s: %s\n", fa4::backend_name(b.backend), b.detail.c_str());
+}
+
+// The whole feature space, random.
+TEST(CudaBackend, RandomVsReference) {
+  const int n = env_int("FA4_CUDA_CASES", 300);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t seed = derive_seed(1000 + i);
+    std::mt19937_64 rng(seed);
+    const CaseConfig cfg = gpu_config(rng);
+    check_case(cfg, seed, i % 4 == 0);
+    if (::testing::Test::HasFailure() && i > 8) break;  // enough to debug from
+  }
+}
+
+// Longer sequences: multi-tile pipelines of the prefill tile, every head dim, masks.
+TEST(CudaBackend, PrefillShapes) {
+  const int64_t dims[][2] = {{64, 64}, {128, 128}, {192, 192}, {256, 256}, {192, 128}, {96, 96}, {40, 72}};
+  int k = 0;
+  for (auto& d : dims)
+    for (int mask = 0; mask < 3; ++mask) {
+      const uint64_t seed = derive_seed(5000 + k++);
+      CaseConfig c;
+      c.dtype = (k & 1) ? DType::bfloat16 : DType::float16;
+      c.batch = 2, c.hkv = 2, c.hq = 4, c.dqk = d[0], c.dv = d[1];
+      c.sq = 300, c.sk = 517;
+      c.causal = mask == 1;
+      if (mask == 2) c.window_left = 100, c.window_right = 20;
+      c.lse = true;
+      c.dist = (k % 3 == 0) ? Dist::outliers : Dist::normal;
+      c.num_splits = (k % 4 == 0) ? 3 : 1;
+      check_case(c, seed, false);
+    }
+}
+
+// Decode: one query token, GQA, long caches, paged at many page sizes, split heuristic.
+TEST(CudaBackend, DecodeShapes) {
+  const int64_t pages[] = {1, 3, 16, 64, 256};
+  int k = 0;
+  for (int64_t ps : pages)
+    for (int kv = 0; kv < 2; ++kv) {
+      const uint64_t seed = derive_seed(7000 + k++);
+      CaseConfig c;
+      c.dtype = (k & 1) ? DType::bfloat16 : DType::float16;
+      c.batch = 3, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128;
+      c.sq = 1, c.sk = 2000;
+      c.kv = kv ? KvMode::paged : KvMode::cache;
+      c.page_size = ps;
+      c.cache_seqlens = true;
+      c.snew = (k % 3 == 0) ? 1 : 0;
+      if (c.snew) c.sk += 1;
+      c.sinks = k % 2 == 0;
+      c.num_splits = 0;
+      c.lse = true;
+      check_case(c, seed, k % 2 == 1);
+    }
+}
+
+// One call captured into a CUDA graph and replayed: same bits as a direct call.
+TEST(CudaBackend, GraphCapture) {
+  const uint64_t seed = derive_seed(9000);
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 1, c.sk = 3000;
+  c.kv = KvMode::paged, c.page_size = 16, c.num_splits = 4, c.lse = true;
+  FA4_SEED_TRACE(seed);
+  Case direct = make_case(c, seed);
+  direct.poison_outputs();
+  DeviceCase dd(direct);
+  ASSERT_TRUE(dd.run().ok());  // also sizes the cached split workspace
+  dd.download();
+
+  Case graph = make_case(c, seed);
+  graph.poison_outputs();
+  DeviceCase dg(graph);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  const Status st = dg.run(s);
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  ASSERT_TRUE(st.ok()) << st.message;
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  CUDA_OK(cudaGraphLaunch(ge, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  dg.download();
+  EXPECT_TRUE(bitwise_equal(graph, direct));
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+// Unsupported inputs are rejected before anything is written.
+TEST(CudaBackend, RejectsFloat32Untouched) {
+  CaseConfig c;
+  c.dtype = DType::float32, c.dqk = 64, c.dv = 64, c.sq = 4, c.sk = 8;
+  Case t = make_case(c, 1);
+  t.poison_outputs();
+  DeviceCase dc(t);
+  const Status st = dc.run();
+  EXPECT_EQ(st.code, StatusCode::unsupported);
+  EXPECT_EQ(st.argument, "q");
+  dc.download();
+  for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
+}
+
+// The public combine_partials on device tensors against the reference combine.
+TEST(CudaBackend, CombinePartials) {
+  const uint64_t seed = derive_seed(9100);
+  FA4_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const int64_t S = 5, B = 2, Sq = 7, H = 3, D = 72;
+  Tensor op = Tensor::make(DType::float32, {S, B, Sq, H, D});
+  Tensor lp = Tensor::make(DType::float32, {S, B, H, Sq});
+  fill(op, Dist::normal, rng);
+  fill(lp, Dist::normal, rng);
+  for (int64_t b = 0; b < B; ++b)  // one row with every split empty, one split empty elsewhere
+    for (int64_t s = 0; s < S; ++s) {
+      lp.set(lp.off({s, b, 1, 2}), -INFINITY);
+      if (s == 3) lp.set(lp.off({s, b, 0, 4}), -INFINITY);
+    }
+  for (DType odt : {DType::float32, DType::bfloat16}) {
+    Tensor ref_out = Tensor::make(odt, {B, Sq, H, D}), ref_lse = Tensor::make(DType::float32, {B, H, Sq});
+    Tensor out = ref_out, lse = ref_lse;
+    fa4::CombineParams cp;
+    cp.out_partials = op.view(), cp.lse_partials = lp.view(), cp.out = ref_out.view(), cp.lse = ref_lse.view();
+    cp.backend = Backend::reference;
+    ASSERT_TRUE(fa4::combine_partials(cp).ok());
+
+    void *d_op, *d_lp, *d_out, *d_lse;
+    CUDA_OK(cudaMalloc(&d_op, op.mem.size()));
+    CUDA_OK(cudaMalloc(&d_lp, lp.mem.size()));
+    CUDA_OK(cudaMalloc(&d_out, out.mem.size()));
+    CUDA_OK(cudaMalloc(&d_lse, lse.mem.size()));
+    cudaMemcpy(d_op, op.mem.data(), op.mem.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(d_lp, lp.mem.data(), lp.mem.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(d_out, out.mem.data(), out.mem.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(d_lse, lse.mem.data(), lse.mem.size(), cudaMemcpyHostToDevice);
+    fa4::CombineParams dp = cp;
+    auto dev = [](TensorView v, void* p) {
+      v.data = p;
+      v.device = DeviceType::cuda;
+      return v;
+    };
+    dp.out_partials = dev(op.view(), d_op), dp.lse_partials = dev(lp.view(), d_lp);
+    dp.out = dev(out.view(), d_out), dp.lse = dev(lse.view(), d_lse);
+    dp.backend = Backend::cuda;
+    const Status st = fa4::combine_partials(dp);
+    ASSERT_TRUE(st.ok()) << st.message;
+    cudaMemcpy(out.mem.data(), d_out, out.mem.size(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(lse.mem.data(), d_lse, lse.mem.size(), cudaMemcpyDeviceToHost);
+    for (int64_t o : out.offsets()) {
+      const float a = out.get(o), r = ref_out.get(o);
+      ASSERT_NEAR(a, r, odt == DType::float32 ? 1e-5 : 2e-2 * std::max(1.0f, std::fabs(r))) << "out offset " << o;
+    }
+    for (int64_t o : lse.offsets()) {
+      const float a = lse.get(o), r = ref_lse.get(o);
+      if (std::isinf(r)) ASSERT_EQ(a, r);
+      else ASSERT_NEAR(a, r, 1e-4);
+    }
+    cudaFree(d_op), cudaFree(d_lp), cudaFree(d_out), cudaFree(d_lse);
+  }
+}
+
+}  // namespace
