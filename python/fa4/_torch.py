@@ -46,8 +46,6 @@ _registered = False
 
 def _d(t, name):
     """Raw descriptor of a torch tensor for the extension; other objects pass through (DLPack)."""
-    if t is None:
-        return None
     try:
         dev = t.get_device()
         code = _DT[t.dtype]
@@ -107,11 +105,21 @@ def _run(q, k, v, out, out_shape, lse_shape, sinks, q_descale, k_descale, v_desc
         n = out_shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
         cache_seqlens = torch.full((n,), cache_seqlens, dtype=torch.int32, device=q.device)
     cuda = q.is_cuda
-    _ext.fwd(_d(q, "q"), _d(k, "k"), _d(v, "v"), _d(out, "out"), _d(lse, "lse"), _d(sinks, "sinks"),
-             _d(q_descale, "q_descale"), _d(k_descale, "k_descale"), _d(v_descale, "v_descale"),
-             _d(cu_seqlens_q, "cu_seqlens_q"), _d(cu_seqlens_k, "cu_seqlens_k"), _d(seqused_k, "seqused_k"),
-             _d(cache_seqlens, "cache_seqlens"), _d(cache_batch_idx, "cache_batch_idx"),
-             _d(page_table, "page_table"), _d(k_new, "k_new"), _d(v_new, "v_new"),
+    d = _d
+    _ext.fwd(d(q, "q"), d(k, "k"), d(v, "v"), d(out, "out"),
+             None if lse is None else d(lse, "lse"),
+             None if sinks is None else d(sinks, "sinks"),
+             None if q_descale is None else d(q_descale, "q_descale"),
+             None if k_descale is None else d(k_descale, "k_descale"),
+             None if v_descale is None else d(v_descale, "v_descale"),
+             None if cu_seqlens_q is None else d(cu_seqlens_q, "cu_seqlens_q"),
+             None if cu_seqlens_k is None else d(cu_seqlens_k, "cu_seqlens_k"),
+             None if seqused_k is None else d(seqused_k, "seqused_k"),
+             None if cache_seqlens is None else d(cache_seqlens, "cache_seqlens"),
+             None if cache_batch_idx is None else d(cache_batch_idx, "cache_batch_idx"),
+             None if page_table is None else d(page_table, "page_table"),
+             None if k_new is None else d(k_new, "k_new"),
+             None if v_new is None else d(v_new, "v_new"),
              scale, softcap, causal, wl, wr, chunk, max_seqlen_q, max_seqlen_k, num_splits, backend, num_threads,
              _stream(q) if cuda else 0, False, _ws_alloc(q) if cuda else None)
     return out, lse
@@ -220,7 +228,8 @@ def _combine_run(out_partials, lse_partials, out, dt, return_lse, b, num_threads
     dev = out_partials.device
     o = out if out is not None else torch.empty(out_shape, dtype=dt, device=dev)
     lse = torch.empty((out_shape[0], out_shape[2], out_shape[1]), dtype=torch.float32, device=dev) if return_lse else None
-    _ext.combine(_d(out_partials, "out_partials"), _d(lse_partials, "lse_partials"), _d(o, "out"), _d(lse, "lse"), b,
+    _ext.combine(_d(out_partials, "out_partials"), _d(lse_partials, "lse_partials"), _d(o, "out"),
+                 None if lse is None else _d(lse, "lse"), b,
                  num_threads, _stream(out_partials), False)
     return (o, lse) if return_lse else o
 
@@ -289,18 +298,39 @@ def _fake_combine(out_partials, lse_partials, out_dtype, backend, num_threads, r
     return o, lse
 
 
+_OPT = "Tensor? sinks, Tensor? q_descale, Tensor? k_descale, Tensor? v_descale, Tensor? cu_seqlens_q, " \
+       "Tensor? cu_seqlens_k, Tensor? seqused_k, Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? page_table, " \
+       "float scale, float softcap, bool causal, int window_left, int window_right, int chunk, int max_seqlen_q, " \
+       "int max_seqlen_k, int num_splits, int backend, int num_threads, bool return_lse"
+_SCHEMAS = {
+    "fwd": f"fwd(Tensor q, Tensor k, Tensor v, {_OPT}) -> (Tensor, Tensor)",
+    # k, v are the caches that k_new / v_new are appended into: mutated in place
+    "fwd_append": f"fwd_append(Tensor q, Tensor(a!) k, Tensor(b!) v, Tensor k_new, Tensor v_new, {_OPT}) "
+                  f"-> (Tensor, Tensor)",
+    "combine": "combine(Tensor out_partials, Tensor lse_partials, ScalarType out_dtype, int backend, "
+               "int num_threads, bool return_lse) -> (Tensor, Tensor)",
+}
+_lib = None
+
+
 def register():
-    """Registers the torch.library ops (idempotent) and routes fa4's API for torch tensors here."""
-    global _registered
+    """Registers the torch.library ops (idempotent) and routes fa4's API for torch tensors here.
+
+    The ops are defined with torch.library.Library (schema + one CompositeExplicitAutograd
+    kernel for CPU and CUDA) rather than torch.library.custom_op: same tracing behaviour (fake
+    implementations, auto-functionalization of the cache mutation), about half the per-call
+    dispatch cost."""
+    global _registered, _lib
     if not _registered:
-        custom_op = getattr(torch.library, "custom_op", None)
-        if custom_op is not None:  # torch >= 2.4; older torch: eager fast path only
-            fwd = custom_op("fa4::fwd", _op_fwd, mutates_args=())
-            fwd.register_fake(_fake_fwd)
-            app = custom_op("fa4::fwd_append", _op_fwd_append, mutates_args=("k", "v"))
-            app.register_fake(_fake_fwd_append)
-            comb = custom_op("fa4::combine", _op_combine, mutates_args=())
-            comb.register_fake(_fake_combine)
+        register_fake = getattr(torch.library, "register_fake", None) or getattr(torch.library, "impl_abstract", None)
+        if register_fake is not None:  # torch >= 2.2; older torch: eager fast path only
+            _lib = torch.library.Library("fa4", "DEF")
+            for name, schema in _SCHEMAS.items():
+                _lib.define(schema)
+            for name, impl, fake in (("fwd", _op_fwd, _fake_fwd), ("fwd_append", _op_fwd_append, _fake_fwd_append),
+                                     ("combine", _op_combine, _fake_combine)):
+                _lib.impl(name, impl, "CompositeExplicitAutograd")
+                register_fake("fa4::" + name, fake, lib=_lib)
         _registered = True
     _api._torch_impl = _this
     _api._torch_tensor = torch.Tensor

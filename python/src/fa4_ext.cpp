@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdint>
 #include <string>
 
@@ -264,9 +265,11 @@ void combine(nb::handle out_partials, nb::handle lse_partials, nb::handle out, n
   if (!st) raise_status(st);
 }
 
-// For bench_overhead.py: the library's own cost for a dense call, measured in C++ (seconds per
-// call, mean over `iters`), so the Python-side overhead can be separated from the compute.
-double native_time(nb::handle q, nb::handle k, nb::handle v, nb::handle out, int backend, int iters, bool allow_raw) {
+// For bench_overhead.py: the library's own cost for a dense call, measured in C++ over `iters`
+// calls: (wall seconds, calling thread's CPU seconds) per call, so the Python-side overhead can be
+// separated from the compute.
+nb::tuple native_time(nb::handle q, nb::handle k, nb::handle v, nb::handle out, int backend, int iters,
+                      bool allow_raw) {
   fa4::AttentionParams p;
   Arg keep[4];
   to_view(q, "q", false, allow_raw, &p.q, &keep[0]);
@@ -275,15 +278,20 @@ double native_time(nb::handle q, nb::handle k, nb::handle v, nb::handle out, int
   to_view(out, "out", true, allow_raw, &p.out, &keep[3]);
   p.backend = backend_from_int(backend);
   Status st;
-  double secs = 0;
+  double wall = 0, cpu = 0;
   {
     nb::gil_scoped_release release;
+    timespec c0{}, c1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters && st.ok(); ++i) st = fa4::attention_forward(p);
-    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    cpu = (c1.tv_sec - c0.tv_sec) + 1e-9 * (c1.tv_nsec - c0.tv_nsec);
   }
   if (!st) raise_status(st);
-  return secs / (iters > 0 ? iters : 1);
+  const double n = iters > 0 ? iters : 1;
+  return nb::make_tuple(wall / n, cpu / n);
 }
 
 void set_errors(nb::tuple classes) {

@@ -12,8 +12,8 @@ from fa4 import _torch as fa4_torch  # noqa: E402
 from reference import (append_ref, attention_ref, combine_ref, kvcache_ref, tol_check,  # noqa: E402
                        varlen_ref)
 
-HAS_OPS = hasattr(torch.library, "custom_op")
-needs_ops = pytest.mark.skipif(not HAS_OPS, reason="torch < 2.4: no torch.library.custom_op")
+HAS_OPS = hasattr(torch.library, "register_fake")
+needs_ops = pytest.mark.skipif(not HAS_OPS, reason="torch < 2.4: no torch.library.register_fake")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 TDT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -34,7 +34,7 @@ def cu(lens, device="cpu"):
 def path(request, monkeypatch):
     """Runs a test both through the eager fast path and through torch.ops.fa4.*."""
     if not request.param and not HAS_OPS:
-        pytest.skip("torch < 2.4: no torch.library.custom_op")
+        pytest.skip("torch < 2.4: no torch.library.register_fake")
     monkeypatch.setattr(fa4_torch, "EAGER_FAST_PATH", request.param)
     return request.param
 
@@ -161,6 +161,11 @@ def test_opcheck(rng):
     torch.library.opcheck(torch.ops.fa4.fwd.default, args)
     op, lp = t(rng, (2, 1, 3, 2, 8)), t(rng, (2, 1, 2, 3))
     torch.library.opcheck(torch.ops.fa4.combine.default, (op, lp, torch.float32, 0, 0, True))
+    kc, vc, kn, vn = t(rng, (1, 6, 1, 8)), t(rng, (1, 6, 1, 8)), t(rng, (1, 2, 1, 8)), t(rng, (1, 2, 1, 8))
+    lens = torch.tensor([3], dtype=torch.int32)
+    args = (q, kc, vc, kn, vn, None, None, None, None, None, None, None, lens, None, None, 0.0, 0.0, True, -1, -1, 0,
+            0, 0, 0, 0, 0, False)
+    torch.library.opcheck(torch.ops.fa4.fwd_append.default, args)
 
 
 @needs_ops
