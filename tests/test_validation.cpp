@@ -1,0 +1,1090 @@
+// One test per validation rule of src/core/validate.cpp: each broken rule must give
+// invalid_argument, name the right argument (in `argument` and in the message), and leave every
+// byte of every tensor untouched (outputs and caches are poisoned / filled before the call).
+#include <limits>
+
+#include "core/problem.h"
+#include "test_util.h"
+
+namespace fa4test {
+namespace {
+
+using fa4::CombineParams;
+
+std::vector<Tensor*> all_tensors(Case& c) {
+  return {&c.q, &c.k, &c.v, &c.out, &c.lse, &c.sinks, &c.q_descale, &c.k_descale, &c.v_descale,
+          &c.cu_seqlens_q, &c.cu_seqlens_k, &c.seqused_k, &c.cache_seqlens, &c.cache_batch_idx,
+          &c.page_table, &c.k_new, &c.v_new};
+}
+
+// attention_forward(p) must reject with `arg`, for every host backend, writing nothing.
+void expect_invalid(Case& c, AttentionParams p, const std::string& arg) {
+  std::vector<std::vector<unsigned char>> before;
+  for (Tensor* t : all_tensors(c)) before.push_back(t->mem);
+  const Backend given = p.backend;
+  for (Backend b : {Backend::reference, Backend::cpu, Backend::automatic}) {
+    if (given != Backend::automatic) b = given;  // the test is about the backend field itself
+    p.backend = b;
+    const Status st = fa4::attention_forward(p);
+    EXPECT_EQ(st.code, StatusCode::invalid_argument)
+        << "backend=" << fa4::backend_name(b) << " code=" << fa4::status_code_name(st.code) << ": " << st.message;
+    EXPECT_EQ(st.argument, arg) << st.message;
+    EXPECT_NE(st.message.find(arg), std::string::npos) << "message does not name '" << arg << "': " << st.message;
+    std::vector<Tensor*> ts = all_tensors(c);
+    for (size_t i = 0; i < ts.size(); ++i)
+      EXPECT_TRUE(ts[i]->mem == before[i]) << "tensor #" << i << " was modified by a rejected call";
+    if (given != Backend::automatic) break;
+  }
+}
+
+void expect_ok(Case& c, AttentionParams p) {
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    Case copy = c;  // run on a copy: appends modify the cache
+    p.backend = b;
+    // Re-point the views at the copy's buffers (same layout, same offsets).
+    AttentionParams q = copy.params(b);
+    q.scale = p.scale;
+    q.softcap = p.softcap;
+    q.causal = p.causal;
+    q.window_left = p.window_left;
+    q.window_right = p.window_right;
+    q.chunk_size = p.chunk_size;
+    q.num_splits = p.num_splits;
+    q.num_threads = p.num_threads;
+    q.max_seqlen_q = p.max_seqlen_q;
+    q.max_seqlen_k = p.max_seqlen_k;
+    const Status st = fa4::attention_forward(q);
+    EXPECT_TRUE(st.ok()) << "backend=" << fa4::backend_name(b) << ": " << st.message;
+  }
+}
+
+#define EXPECT_INVALID(c, p, arg)             \
+  do {                                        \
+    SCOPED_TRACE("expected rejection: " arg); \
+    expect_invalid((c), (p), (arg));          \
+  } while (0)
+#define EXPECT_ACCEPTED(c, p)      \
+  do {                             \
+    SCOPED_TRACE("expected ok");   \
+    expect_ok((c), (p));           \
+  } while (0)
+
+CaseConfig dense_cfg() {
+  CaseConfig c;
+  c.batch = 2;
+  c.sq = 3;
+  c.sk = 5;
+  c.hq = 4;
+  c.hkv = 2;
+  c.dqk = 8;
+  c.dv = 8;
+  return c;
+}
+Case dense_case() { return make_case(dense_cfg(), 1); }
+Case varlen_case() {
+  CaseConfig c = dense_cfg();
+  c.varlen_q = true;
+  c.kv = KvMode::varlen;
+  c.lens_q = {2, 3};
+  c.lens_k = {4, 5};
+  return make_case(c, 2);
+}
+Case cache_case(int64_t snew = 0, bool bidx = true) {
+  CaseConfig c = dense_cfg();
+  c.kv = KvMode::cache;
+  c.cache_batch_idx = bidx;
+  c.snew = snew;
+  c.sq = snew ? snew : 3;
+  c.sk = 6;
+  c.lens_k = {2, 3};
+  return make_case(c, 3);
+}
+Case paged_case(int64_t snew = 0) {
+  CaseConfig c = dense_cfg();
+  c.kv = KvMode::paged;
+  c.page_size = 2;
+  c.snew = snew;
+  c.sq = snew ? snew : 3;
+  c.sk = 8;
+  c.lens_k = {3, 5};
+  return make_case(c, 4);
+}
+Case fp8_case() {
+  CaseConfig c = dense_cfg();
+  c.dtype = DType::float8_e4m3;
+  c.descale = true;
+  return make_case(c, 5);
+}
+
+// ------------------------------------------------------------------ the base cases are valid
+TEST(Validation, BaseCasesOfEveryLayoutAreAccepted) {
+  for (Case c : {dense_case(), varlen_case(), cache_case(), cache_case(2), paged_case(), paged_case(2), fp8_case()}) {
+    SCOPED_TRACE(c.cfg.describe());
+    EXPECT_ACCEPTED(c, c.params(Backend::automatic));
+  }
+}
+
+// ------------------------------------------------------------------ required tensors, dtypes
+TEST(Validation, MissingRequiredTensorIsNamed) {
+  Case c = dense_case();
+  for (const char* name : {"q", "k", "v", "out"}) {
+    AttentionParams p = c.params(Backend::automatic);
+    TensorView* t = std::string(name) == "q" ? &p.q : std::string(name) == "k" ? &p.k : std::string(name) == "v" ? &p.v : &p.out;
+    *t = TensorView{};
+    SCOPED_TRACE(name);
+    expect_invalid(c, p, name);
+  }
+}
+
+TEST(Validation, QDtypeMustBeAFloatType) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.q.dtype = DType::int32;
+  EXPECT_INVALID(c, p, "q");
+}
+
+TEST(Validation, KAndVDtypeMustMatchQ) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.k.dtype = DType::float16;
+  EXPECT_INVALID(c, p, "k");
+  p = c.params(Backend::automatic);
+  p.v.dtype = DType::bfloat16;
+  EXPECT_INVALID(c, p, "v");
+}
+
+TEST(Validation, OutDtypeMustMatchQOrBeBf16ForFp8) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.out.dtype = DType::float16;
+  EXPECT_INVALID(c, p, "out");
+  Case f = fp8_case();
+  p = f.params(Backend::automatic);
+  p.out.dtype = DType::float8_e4m3;
+  EXPECT_INVALID(f, p, "out");
+  p.out.dtype = DType::float32;
+  EXPECT_INVALID(f, p, "out");
+}
+
+// ------------------------------------------------------------------ backend
+TEST(Validation, HostBackendsRejectCudaTensors) {
+  Case c = dense_case();
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    AttentionParams p = c.params(b);
+    for (TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.lse}) t->device = DeviceType::cuda;
+    EXPECT_INVALID(c, p, "backend");
+  }
+}
+
+TEST(Validation, CudaBackendRejectsHostTensors) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::cuda);
+  EXPECT_INVALID(c, p, "backend");
+}
+
+TEST(Validation, UnknownBackendValue) {
+  Case c = dense_case();
+  AttentionParams p = c.params(static_cast<Backend>(7));
+  EXPECT_INVALID(c, p, "backend");
+}
+
+// ------------------------------------------------------------------ invalid combinations
+TEST(Validation, CuSeqlensKCannotBeCombinedWithACache) {
+  Case v = varlen_case();
+  Case cc = cache_case(0, false);
+  Case pc = paged_case();
+  AttentionParams p = cc.params(Backend::automatic);
+  p.cu_seqlens_k = v.cu_seqlens_k.view();
+  EXPECT_INVALID(cc, p, "cu_seqlens_k");
+  p = pc.params(Backend::automatic);
+  p.cu_seqlens_k = v.cu_seqlens_k.view();
+  EXPECT_INVALID(pc, p, "cu_seqlens_k");
+}
+
+TEST(Validation, CacheBatchIdxCannotBeCombinedWithPagedKv) {
+  Case pc = paged_case();
+  Case cc = cache_case();
+  AttentionParams p = pc.params(Backend::automatic);
+  p.cache_batch_idx = cc.cache_batch_idx.view();
+  EXPECT_INVALID(pc, p, "cache_batch_idx");
+}
+
+TEST(Validation, SequsedKCannotBeCombinedWithACache) {
+  Case cc = cache_case();
+  Case pc = paged_case();
+  Tensor used = Tensor::make_i32({1, 1});
+  AttentionParams p = cc.params(Backend::automatic);
+  p.seqused_k = used.view();
+  EXPECT_INVALID(cc, p, "seqused_k");
+  p = pc.params(Backend::automatic);
+  p.seqused_k = used.view();
+  EXPECT_INVALID(pc, p, "seqused_k");
+}
+
+// ------------------------------------------------------------------ per-tensor rules
+TEST(Validation, WrongRanksAreNamed) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.q.ndim = 3;
+  EXPECT_INVALID(c, p, "q");
+  p = c.params(Backend::automatic);
+  p.out.ndim = 5;
+  EXPECT_INVALID(c, p, "out");
+  p = c.params(Backend::automatic);
+  p.k.ndim = 3;
+  EXPECT_INVALID(c, p, "k");
+  p = c.params(Backend::automatic);
+  p.v.ndim = 2;
+  EXPECT_INVALID(c, p, "v");
+  Case v = varlen_case();
+  p = v.params(Backend::automatic);
+  p.q.ndim = 4;  // varlen q is [Tq, Hq, D]
+  EXPECT_INVALID(v, p, "q");
+}
+
+TEST(Validation, DeviceMismatchIsNamed) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.k.device = DeviceType::cuda;
+  EXPECT_INVALID(c, p, "k");
+  p = c.params(Backend::automatic);
+  p.lse.device = DeviceType::cuda;
+  EXPECT_INVALID(c, p, "lse");
+  Case v = varlen_case();
+  p = v.params(Backend::automatic);
+  p.cu_seqlens_k.device = DeviceType::cuda;
+  EXPECT_INVALID(v, p, "cu_seqlens_k");
+}
+
+TEST(Validation, NegativeSizeIsNamed) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.q.shape[1] = -1;
+  EXPECT_INVALID(c, p, "q");
+}
+
+TEST(Validation, NegativeStridesAreRejected) {
+  Case c = dense_case();
+  for (const char* name : {"q", "k", "v", "out", "lse"}) {
+    AttentionParams p = c.params(Backend::automatic);
+    const std::string n = name;
+    TensorView* t = n == "q" ? &p.q : n == "k" ? &p.k : n == "v" ? &p.v : n == "out" ? &p.out : &p.lse;
+    t->stride[1] = -t->stride[1];
+    SCOPED_TRACE(name);
+    expect_invalid(c, p, name);
+  }
+}
+
+TEST(Validation, ZeroStrideOverANonTrivialDimOfAnOutputIsRejected) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.out.stride[1] = 0;
+  EXPECT_INVALID(c, p, "out");
+  p = c.params(Backend::automatic);
+  p.lse.stride[2] = 0;
+  EXPECT_INVALID(c, p, "lse");
+  // k/v are outputs when appending.
+  Case a = cache_case(2);
+  p = a.params(Backend::automatic);
+  p.k.stride[1] = 0;
+  EXPECT_INVALID(a, p, "k");
+}
+
+TEST(Validation, ZeroStrideOnInputsBroadcastsAndIsAccepted) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.k.stride[0] = 0;  // both sequences read sequence 0's keys
+  p.v.stride[0] = 0;
+  p.q.stride[1] = 0;  // every query row is row 0
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    p.backend = b;
+    c.poison_outputs();
+    EXPECT_TRUE(fa4::attention_forward(p).ok());
+  }
+}
+
+TEST(Validation, NullDataIsRejectedUnlessTheTensorIsEmpty) {
+  Case c = dense_case();
+  for (const char* name : {"q", "k", "v", "out", "lse"}) {
+    AttentionParams p = c.params(Backend::automatic);
+    const std::string n = name;
+    TensorView* t = n == "q" ? &p.q : n == "k" ? &p.k : n == "v" ? &p.v : n == "out" ? &p.out : &p.lse;
+    t->data = nullptr;
+    SCOPED_TRACE(name);
+    expect_invalid(c, p, name);
+  }
+  // B = 0: every tensor is empty; null pointers are fine.
+  AttentionParams p;
+  p.q = TensorView::contiguous(nullptr, DType::float32, {0, 3, 4, 8});
+  p.k = TensorView::contiguous(nullptr, DType::float32, {0, 5, 2, 8});
+  p.v = TensorView::contiguous(nullptr, DType::float32, {0, 5, 2, 8});
+  p.out = TensorView::contiguous(nullptr, DType::float32, {0, 3, 4, 8});
+  p.lse = TensorView::contiguous(nullptr, DType::float32, {0, 4, 3});
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    p.backend = b;
+    const Status st = fa4::attention_forward(p);
+    EXPECT_TRUE(st.ok()) << st.message;
+  }
+}
+
+TEST(Validation, ByteExtentOverflowingInt64IsRejected) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.k.stride[0] = std::numeric_limits<int64_t>::max() / 2;  // (B-1) * stride * 4 bytes > 2^63
+  p.v.stride[0] = 1;
+  EXPECT_INVALID(c, p, "k");
+  // Shape whose element count alone overflows (strides of a contiguous view computed in int128
+  // would be ~2^73): q [2^40, 2^30, 1, 8] with consistent strides.
+  p = c.params(Backend::automatic);
+  p.q.shape[0] = int64_t{1} << 40;
+  p.q.shape[1] = int64_t{1} << 30;
+  p.q.shape[2] = 1;
+  p.q.stride[3] = 1;
+  p.q.stride[2] = 8;
+  p.q.stride[1] = 8;
+  p.q.stride[0] = int64_t{8} << 30;
+  EXPECT_INVALID(c, p, "q");
+}
+
+// ------------------------------------------------------------------ heads and dims
+TEST(Validation, HeadDimOfKMustMatchQ) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.k.shape[3] = 4;
+  EXPECT_INVALID(c, p, "k");
+}
+
+TEST(Validation, VMustMatchKInEveryDimButTheLast) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.v.shape[1] = 4;
+  EXPECT_INVALID(c, p, "v");
+  p = c.params(Backend::automatic);
+  p.v.shape[2] = 1;
+  EXPECT_INVALID(c, p, "v");
+}
+
+TEST(Validation, HeadDimsMustBeIn1To256) {
+  for (int64_t d : {0, 257, 512}) {
+    CaseConfig cfg = dense_cfg();
+    cfg.dqk = d;
+    Case c = make_case(cfg, 7);
+    SCOPED_TRACE("dqk=" + std::to_string(d));
+    expect_invalid(c, c.params(Backend::automatic), "q");
+    cfg = dense_cfg();
+    cfg.dv = d;
+    Case v = make_case(cfg, 7);
+    SCOPED_TRACE("dv=" + std::to_string(d));
+    expect_invalid(v, v.params(Backend::automatic), "v");
+  }
+  CaseConfig cfg = dense_cfg();
+  cfg.dqk = 256;
+  cfg.dv = 1;
+  Case ok = make_case(cfg, 7);
+  EXPECT_ACCEPTED(ok, ok.params(Backend::automatic));
+}
+
+TEST(Validation, KvHeadsMustDivideQHeads) {
+  CaseConfig cfg = dense_cfg();
+  cfg.hq = 4;
+  cfg.hkv = 3;
+  Case c = make_case(cfg, 8);
+  EXPECT_INVALID(c, c.params(Backend::automatic), "k");
+  cfg.hkv = 0;
+  Case z = make_case(cfg, 8);
+  EXPECT_INVALID(z, z.params(Backend::automatic), "k");
+}
+
+TEST(Validation, OutShapeMustMatch) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.out.shape[3] = 4;  // Dv
+  EXPECT_INVALID(c, p, "out");
+  p = c.params(Backend::automatic);
+  p.out.shape[1] = 2;  // Sq
+  EXPECT_INVALID(c, p, "out");
+  Case v = varlen_case();
+  p = v.params(Backend::automatic);
+  p.out.shape[0] -= 1;  // Tq
+  EXPECT_INVALID(v, p, "out");
+}
+
+TEST(Validation, DenseKBatchMustMatchQ) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.k.shape[0] = 1;
+  p.v.shape[0] = 1;
+  EXPECT_INVALID(c, p, "k");
+}
+
+// ------------------------------------------------------------------ varlen
+TEST(Validation, CuSeqlensQRankDtypeAndSize) {
+  Case v = varlen_case();
+  AttentionParams p = v.params(Backend::automatic);
+  p.cu_seqlens_q.ndim = 2;
+  p.cu_seqlens_q.shape[1] = 1;
+  EXPECT_INVALID(v, p, "cu_seqlens_q");
+  p = v.params(Backend::automatic);
+  p.cu_seqlens_q.dtype = DType::float32;
+  EXPECT_INVALID(v, p, "cu_seqlens_q");
+  p = v.params(Backend::automatic);
+  p.cu_seqlens_q.shape[0] = 0;
+  EXPECT_INVALID(v, p, "cu_seqlens_q");
+}
+
+TEST(Validation, CuSeqlensKRankDtypeAndShape) {
+  Case v = varlen_case();
+  AttentionParams p = v.params(Backend::automatic);
+  p.cu_seqlens_k.ndim = 2;
+  p.cu_seqlens_k.shape[1] = 1;
+  EXPECT_INVALID(v, p, "cu_seqlens_k");
+  p = v.params(Backend::automatic);
+  p.cu_seqlens_k.dtype = DType::float16;
+  EXPECT_INVALID(v, p, "cu_seqlens_k");
+  p = v.params(Backend::automatic);
+  p.cu_seqlens_k.shape[0] = 2;  // must be B + 1 = 3
+  EXPECT_INVALID(v, p, "cu_seqlens_k");
+}
+
+TEST(Validation, CuSeqlensMustStartAtZero) {
+  for (const char* name : {"cu_seqlens_q", "cu_seqlens_k"}) {
+    Case v = varlen_case();
+    Tensor& t = std::string(name) == "cu_seqlens_q" ? v.cu_seqlens_q : v.cu_seqlens_k;
+    t.seti(0, 1);
+    SCOPED_TRACE(name);
+    expect_invalid(v, v.params(Backend::automatic), name);
+  }
+}
+
+TEST(Validation, CuSeqlensMustBeNonDecreasing) {
+  for (const char* name : {"cu_seqlens_q", "cu_seqlens_k"}) {
+    Case v = varlen_case();
+    Tensor& t = std::string(name) == "cu_seqlens_q" ? v.cu_seqlens_q : v.cu_seqlens_k;
+    t.seti(1, t.geti(2) + 1);  // entry 1 > entry 2
+    SCOPED_TRACE(name);
+    expect_invalid(v, v.params(Backend::automatic), name);
+  }
+}
+
+TEST(Validation, CuSeqlensLastEntryMustNotExceedTheTokens) {
+  for (const char* name : {"cu_seqlens_q", "cu_seqlens_k"}) {
+    Case v = varlen_case();
+    const bool isq = std::string(name) == "cu_seqlens_q";
+    Tensor& t = isq ? v.cu_seqlens_q : v.cu_seqlens_k;
+    t.seti(2, static_cast<int32_t>((isq ? v.q.shape[0] : v.k.shape[0]) + 1));
+    SCOPED_TRACE(name);
+    expect_invalid(v, v.params(Backend::automatic), name);
+  }
+  // last == total is fine (that is the common case without slack)
+  Case v = varlen_case();
+  v.cu_seqlens_k.seti(2, static_cast<int32_t>(v.k.shape[0]));
+  EXPECT_ACCEPTED(v, v.params(Backend::automatic));
+}
+
+TEST(Validation, SequsedKRankDtypeShape) {
+  Case c = dense_case();
+  Tensor bad_rank = Tensor::make_i32_2d({1, 1}, 2, 1);
+  Tensor bad_shape = Tensor::make_i32({1, 1, 1});
+  Tensor bad_dtype = Tensor::make_f32_1d({1, 1});
+  for (Tensor* t : {&bad_rank, &bad_shape, &bad_dtype}) {
+    AttentionParams p = c.params(Backend::automatic);
+    p.seqused_k = t->view();
+    EXPECT_INVALID(c, p, "seqused_k");
+  }
+}
+
+TEST(Validation, SequsedKEntriesMustBeWithinTheSlot) {
+  for (int32_t bad : {-1, 6}) {  // dense slot is Sk = 5
+    Case c = dense_case();
+    Tensor u = Tensor::make_i32({2, bad});
+    AttentionParams p = c.params(Backend::automatic);
+    p.seqused_k = u.view();
+    EXPECT_INVALID(c, p, "seqused_k");
+  }
+  {
+    Case v = varlen_case();  // slots 4 and 5
+    Tensor u = Tensor::make_i32({5, 1});
+    AttentionParams p = v.params(Backend::automatic);
+    p.seqused_k = u.view();
+    EXPECT_INVALID(v, p, "seqused_k");
+    Tensor ok = Tensor::make_i32({4, 0});
+    p.seqused_k = ok.view();
+    v.seqused_k = ok;
+    EXPECT_ACCEPTED(v, v.params(Backend::automatic));
+  }
+}
+
+// ------------------------------------------------------------------ KV cache
+TEST(Validation, CacheSeqlensRankDtypeShape) {
+  Case c = cache_case();
+  Tensor bad_rank = Tensor::make_i32_2d({1, 1}, 2, 1);
+  Tensor bad_shape = Tensor::make_i32({1});
+  Tensor bad_dtype = Tensor::make_f32_1d({1, 1});
+  for (Tensor* t : {&bad_rank, &bad_shape, &bad_dtype}) {
+    AttentionParams p = c.params(Backend::automatic);
+    p.cache_seqlens = t->view();
+    EXPECT_INVALID(c, p, "cache_seqlens");
+  }
+}
+
+TEST(Validation, CacheSeqlensMustNotExceedTheCapacity) {
+  Case c = cache_case();  // capacity 6
+  c.cache_seqlens.seti(1, 7);
+  EXPECT_INVALID(c, c.params(Backend::automatic), "cache_seqlens");
+  c.cache_seqlens.seti(1, -1);
+  EXPECT_INVALID(c, c.params(Backend::automatic), "cache_seqlens");
+  c.cache_seqlens.seti(1, 6);  // exactly full
+  EXPECT_ACCEPTED(c, c.params(Backend::automatic));
+  Case pc = paged_case();  // capacity = max_pages * 2
+  pc.cache_seqlens.seti(0, static_cast<int32_t>(pc.capacity + 1));
+  EXPECT_INVALID(pc, pc.params(Backend::automatic), "cache_seqlens");
+}
+
+TEST(Validation, CacheSeqlensPlusAppendedRowsMustFit) {
+  Case c = cache_case(2);  // capacity 6, appends 2
+  c.cache_seqlens.seti(0, 5);
+  EXPECT_INVALID(c, c.params(Backend::automatic), "cache_seqlens");
+  c.cache_seqlens.seti(0, 4);  // 4 + 2 == 6 fits exactly
+  EXPECT_ACCEPTED(c, c.params(Backend::automatic));
+  Case pc = paged_case(2);
+  pc.cache_seqlens.seti(1, static_cast<int32_t>(pc.capacity - 1));
+  EXPECT_INVALID(pc, pc.params(Backend::automatic), "cache_seqlens");
+}
+
+TEST(Validation, CacheBatchIdxRankDtypeShape) {
+  Case c = cache_case();
+  Tensor bad_rank = Tensor::make_i32_2d({0, 1}, 2, 1);
+  Tensor bad_shape = Tensor::make_i32({0, 1, 0});
+  Tensor bad_dtype = Tensor::make_f32_1d({0, 1});
+  for (Tensor* t : {&bad_rank, &bad_shape, &bad_dtype}) {
+    AttentionParams p = c.params(Backend::automatic);
+    p.cache_batch_idx = t->view();
+    EXPECT_INVALID(c, p, "cache_batch_idx");
+  }
+}
+
+TEST(Validation, CacheBatchIdxEntriesMustBeInRange) {
+  for (int32_t bad : {-1, 1000}) {
+    Case c = cache_case();
+    c.cache_batch_idx.seti(1, bad == 1000 ? static_cast<int32_t>(c.Bc) : bad);
+    EXPECT_INVALID(c, c.params(Backend::automatic), "cache_batch_idx");
+  }
+}
+
+TEST(Validation, CacheBatchIdxMayRepeatWithoutAppendButNotWithAppend) {
+  Case c = cache_case(0);
+  c.cache_batch_idx.seti(1, c.cache_batch_idx.geti(0));
+  EXPECT_ACCEPTED(c, c.params(Backend::automatic));
+  Case a = cache_case(2);
+  a.cache_batch_idx.seti(1, a.cache_batch_idx.geti(0));
+  EXPECT_INVALID(a, a.params(Backend::automatic), "cache_batch_idx");
+}
+
+TEST(Validation, CacheWithoutBatchIdxNeedsOneCacheRowPerSequence) {
+  Case c = cache_case(0, false);
+  AttentionParams p = c.params(Backend::automatic);
+  p.k.shape[0] = 1;
+  p.v.shape[0] = 1;
+  EXPECT_INVALID(c, p, "k");
+}
+
+TEST(Validation, PageTableRankDtypeShape) {
+  Case c = paged_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.page_table.ndim = 1;
+  EXPECT_INVALID(c, p, "page_table");
+  p = c.params(Backend::automatic);
+  p.page_table.dtype = DType::float32;
+  EXPECT_INVALID(c, p, "page_table");
+  p = c.params(Backend::automatic);
+  p.page_table.shape[0] = 1;  // must be B = 2
+  EXPECT_INVALID(c, p, "page_table");
+}
+
+TEST(Validation, PageSizeMustBePositive) {
+  Case c = paged_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.k.shape[1] = 0;
+  p.v.shape[1] = 0;
+  EXPECT_INVALID(c, p, "k");
+}
+
+TEST(Validation, PagedCapacityOverflowIsRejected) {
+  Case c = paged_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.page_table.shape[1] = std::numeric_limits<int64_t>::max() / 2 + 1;  // * page_size 2 overflows
+  p.page_table.stride[1] = 0;                                        // (an input: may broadcast)
+  p.cache_seqlens = TensorView{};
+  EXPECT_INVALID(c, p, "page_table");
+}
+
+TEST(Validation, UsedPageTableEntriesMustBeInRange) {
+  for (int32_t bad : {-1, 1 << 20}) {
+    Case c = paged_case();
+    c.page_table.seti(c.page_table.off({1, 2}), bad == -1 ? -1 : static_cast<int32_t>(c.num_pages));  // page 2 of seq 1 (len 5) is used
+    EXPECT_INVALID(c, c.params(Backend::automatic), "page_table");
+  }
+}
+
+TEST(Validation, UnusedPageTableEntriesAreNotChecked) {
+  Case c = paged_case();  // seq 0: 3 keys = 2 pages of 2, seq 1: 5 keys = 3 pages
+  for (int64_t i = 2; i < c.max_pages; ++i) c.page_table.seti(c.page_table.off({0, i}), -1);
+  for (int64_t i = 3; i < c.max_pages; ++i) c.page_table.seti(c.page_table.off({1, i}), 1 << 30);
+  EXPECT_ACCEPTED(c, c.params(Backend::automatic));
+}
+
+TEST(Validation, PagesMayBeSharedForReadingButNotAppendedTwice) {
+  Case c = paged_case();
+  c.page_table.seti(c.page_table.off({1, 0}), c.page_table.geti(c.page_table.off({0, 0})));  // shared prefix page
+  EXPECT_ACCEPTED(c, c.params(Backend::automatic));
+  // Appending: both sequences write into the same page row.
+  CaseConfig cfg = dense_cfg();
+  cfg.kv = KvMode::paged;
+  cfg.page_size = 4;
+  cfg.snew = 1;
+  cfg.sq = 1;
+  cfg.sk = 8;
+  cfg.lens_k = {1, 1};  // both append at row 1 of their first page
+  Case a = make_case(cfg, 9);
+  a.page_table.seti(a.page_table.off({1, 0}), a.page_table.geti(a.page_table.off({0, 0})));
+  EXPECT_INVALID(a, a.params(Backend::automatic), "page_table");
+  // Same page, different rows: fine.
+  a.cache_seqlens.seti(1, 2);
+  EXPECT_ACCEPTED(a, a.params(Backend::automatic));
+}
+
+// ------------------------------------------------------------------ append
+TEST(Validation, KNewAndVNewMustComeTogether) {
+  Case a = cache_case(2);
+  AttentionParams p = a.params(Backend::automatic);
+  p.v_new = TensorView{};
+  EXPECT_INVALID(a, p, "v_new");
+  p = a.params(Backend::automatic);
+  p.k_new = TensorView{};
+  EXPECT_INVALID(a, p, "k_new");
+}
+
+TEST(Validation, AppendNeedsCacheSeqlens) {
+  Case a = cache_case(2);
+  AttentionParams p = a.params(Backend::automatic);
+  p.cache_seqlens = TensorView{};
+  EXPECT_INVALID(a, p, "cache_seqlens");
+}
+
+TEST(Validation, AppendIsNotCombinedWithVarlenQ) {
+  Case a = cache_case(2);
+  Tensor cu = Tensor::make_i32({0, 1, 2});
+  AttentionParams p = a.params(Backend::automatic);
+  p.cu_seqlens_q = cu.view();
+  // q as packed [Tq, Hq, D]
+  p.q.ndim = 3;
+  p.q.shape[0] = 2;
+  p.q.shape[1] = a.cfg.hq;
+  p.q.shape[2] = a.cfg.dqk;
+  p.q.stride[0] = a.cfg.hq * a.cfg.dqk;
+  p.q.stride[1] = a.cfg.dqk;
+  p.q.stride[2] = 1;
+  p.out = p.q;
+  p.out.data = a.out.data();
+  p.out.dtype = a.out.dtype;
+  p.lse = TensorView{};
+  EXPECT_INVALID(a, p, "k_new");
+}
+
+TEST(Validation, KNewAndVNewRankDtypeShape) {
+  Case a = cache_case(2);
+  AttentionParams p = a.params(Backend::automatic);
+  p.k_new.ndim = 3;
+  EXPECT_INVALID(a, p, "k_new");
+  p = a.params(Backend::automatic);
+  p.k_new.dtype = DType::float16;
+  EXPECT_INVALID(a, p, "k_new");
+  p = a.params(Backend::automatic);
+  p.k_new.shape[2] = 1;  // Hkv
+  EXPECT_INVALID(a, p, "k_new");
+  p = a.params(Backend::automatic);
+  p.v_new.dtype = DType::bfloat16;
+  EXPECT_INVALID(a, p, "v_new");
+  p = a.params(Backend::automatic);
+  p.v_new.shape[1] = 1;  // Snew differs from k_new's
+  EXPECT_INVALID(a, p, "v_new");
+  p = a.params(Backend::automatic);
+  p.v_new.shape[3] = 3;  // Dv
+  EXPECT_INVALID(a, p, "v_new");
+}
+
+// ------------------------------------------------------------------ scalars
+TEST(Validation, ScaleMustBeFinite) {
+  Case c = dense_case();
+  for (float s : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    AttentionParams p = c.params(Backend::automatic);
+    p.scale = s;
+    EXPECT_INVALID(c, p, "scale");
+  }
+}
+
+TEST(Validation, SoftcapMustBeFiniteAndNonNegative) {
+  Case c = dense_case();
+  for (float s : {std::numeric_limits<float>::infinity(), std::nanf(""), -1.0f}) {
+    AttentionParams p = c.params(Backend::automatic);
+    p.softcap = s;
+    EXPECT_INVALID(c, p, "softcap");
+  }
+}
+
+TEST(Validation, WindowValuesMustBeAtLeastMinusOne) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.window_left = -2;
+  EXPECT_INVALID(c, p, "window_left");
+  p = c.params(Backend::automatic);
+  p.window_right = -5;
+  EXPECT_INVALID(c, p, "window_right");
+}
+
+TEST(Validation, ChunkSizeMustBeNonNegative) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.chunk_size = -1;
+  EXPECT_INVALID(c, p, "chunk_size");
+}
+
+TEST(Validation, CausalOrChunkedWithAPositiveRightWindowIsRejected) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.causal = true;
+  p.window_right = 1;
+  EXPECT_INVALID(c, p, "window_right");
+  p = c.params(Backend::automatic);
+  p.chunk_size = 2;
+  p.window_right = 3;
+  EXPECT_INVALID(c, p, "window_right");
+  for (int64_t r : {-1, 0}) {
+    p = c.params(Backend::automatic);
+    p.causal = true;
+    p.window_right = r;
+    EXPECT_ACCEPTED(c, p);
+  }
+}
+
+TEST(Validation, NumSplitsMustBeIn0To1024) {
+  Case c = dense_case();
+  for (int32_t s : {-1, 1025}) {
+    AttentionParams p = c.params(Backend::automatic);
+    p.num_splits = s;
+    EXPECT_INVALID(c, p, "num_splits");
+  }
+  AttentionParams p = c.params(Backend::automatic);
+  p.num_splits = 1024;  // more splits than keys: allowed
+  EXPECT_ACCEPTED(c, p);
+}
+
+TEST(Validation, NumThreadsMustBeNonNegative) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.num_threads = -1;
+  EXPECT_INVALID(c, p, "num_threads");
+}
+
+TEST(Validation, MaxSeqlenHintsMustBeNonNegative) {
+  Case v = varlen_case();
+  AttentionParams p = v.params(Backend::automatic);
+  p.max_seqlen_q = -1;
+  EXPECT_INVALID(v, p, "max_seqlen_q");
+  p = v.params(Backend::automatic);
+  p.max_seqlen_k = -3;
+  EXPECT_INVALID(v, p, "max_seqlen_k");
+  // Wrong (too small) hints are only hints: still correct.
+  p = v.params(Backend::automatic);
+  p.max_seqlen_q = 1;
+  p.max_seqlen_k = 1;
+  EXPECT_ACCEPTED(v, p);
+}
+
+// ------------------------------------------------------------------ sinks, descales, lse
+TEST(Validation, SinksRankDtypeShape) {
+  Case c = dense_case();
+  Tensor bad_rank = Tensor::make(DType::float32, {4, 1});
+  Tensor bad_dtype = Tensor::make(DType::float16, {4});
+  Tensor bad_shape = Tensor::make(DType::float32, {2});  // Hkv, not Hq
+  for (Tensor* t : {&bad_rank, &bad_dtype, &bad_shape}) {
+    for (int64_t o : t->offsets()) t->set(o, 0.5f);
+    AttentionParams p = c.params(Backend::automatic);
+    p.sinks = t->view();
+    EXPECT_INVALID(c, p, "sinks");
+  }
+}
+
+TEST(Validation, DescalesApplyToFp8InputsOnly) {
+  Case c = dense_case();
+  Tensor d = Tensor::make(DType::float32, {2, 2});
+  for (int64_t o : d.offsets()) d.set(o, 1.0f);
+  for (const char* name : {"q_descale", "k_descale", "v_descale"}) {
+    AttentionParams p = c.params(Backend::automatic);
+    const std::string n = name;
+    (n == "q_descale" ? p.q_descale : n == "k_descale" ? p.k_descale : p.v_descale) = d.view();
+    SCOPED_TRACE(name);
+    expect_invalid(c, p, name);
+  }
+}
+
+TEST(Validation, DescalesRankDtypeShape) {
+  Case f = fp8_case();  // B = 2, Hkv = 2, Hq = 4
+  Tensor bad_rank = Tensor::make(DType::float32, {2});
+  Tensor bad_dtype = Tensor::make(DType::bfloat16, {2, 2});
+  Tensor bad_shape = Tensor::make(DType::float32, {2, 4});  // [B, Hq] instead of [B, Hkv]
+  for (Tensor* t : {&bad_rank, &bad_dtype, &bad_shape})
+    for (const char* name : {"q_descale", "k_descale", "v_descale"}) {
+      for (int64_t o : t->offsets()) t->set(o, 1.0f);
+      AttentionParams p = f.params(Backend::automatic);
+      const std::string n = name;
+      (n == "q_descale" ? p.q_descale : n == "k_descale" ? p.k_descale : p.v_descale) = t->view();
+      SCOPED_TRACE(name);
+      expect_invalid(f, p, name);
+    }
+}
+
+TEST(Validation, LseRankDtypeShape) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.lse.ndim = 2;
+  EXPECT_INVALID(c, p, "lse");
+  p = c.params(Backend::automatic);
+  p.lse.dtype = DType::float16;
+  EXPECT_INVALID(c, p, "lse");
+  p = c.params(Backend::automatic);
+  std::swap(p.lse.shape[1], p.lse.shape[2]);  // [B, Sq, Hq] is not [B, Hq, Sq]
+  EXPECT_INVALID(c, p, "lse");
+  Case v = varlen_case();
+  p = v.params(Backend::automatic);
+  p.lse.shape[1] -= 1;  // [Hq, Tq - 1]
+  EXPECT_INVALID(v, p, "lse");
+  p = v.params(Backend::automatic);
+  p.lse.ndim = 3;
+  EXPECT_INVALID(v, p, "lse");
+}
+
+// ------------------------------------------------------------------ GPU layout rules
+// Device tensors with fake pointers: validation runs before any backend, so nothing is touched.
+struct FakeGpu {
+  static constexpr uintptr_t kBase = 0x7f0000000000;
+  AttentionParams p;
+  FakeGpu() {
+    auto mk = [](uintptr_t addr, DType dt, std::initializer_list<int64_t> shape) {
+      return TensorView::contiguous(reinterpret_cast<void*>(addr), dt, shape, DeviceType::cuda, 0);
+    };
+    p.q = mk(kBase, DType::float16, {2, 64, 4, 64});
+    p.k = mk(kBase + (1 << 24), DType::float16, {2, 64, 2, 64});
+    p.v = mk(kBase + (2 << 24), DType::float16, {2, 64, 2, 64});
+    p.out = mk(kBase + (3 << 24), DType::float16, {2, 64, 4, 64});
+    p.lse = mk(kBase + (4 << 24), DType::float32, {2, 4, 64});
+  }
+};
+
+void expect_gpu_invalid(const AttentionParams& p, const std::string& arg) {
+  fa4::core::Problem pb;
+  const Status st = fa4::core::normalize(p, &pb);
+  EXPECT_EQ(st.code, StatusCode::invalid_argument) << st.message;
+  EXPECT_EQ(st.argument, arg) << st.message;
+  EXPECT_NE(st.message.find(arg), std::string::npos) << st.message;
+  const Status st2 = fa4::attention_forward(p);  // fails in validation: never dereferences
+  EXPECT_EQ(st2.code, StatusCode::invalid_argument) << st2.message;
+  EXPECT_EQ(st2.argument, arg);
+}
+
+TEST(ValidationGpu, WellFormedDeviceTensorsPassValidation) {
+  FakeGpu g;
+  fa4::core::Problem pb;
+  const Status st = fa4::core::normalize(g.p, &pb);
+  EXPECT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(pb.backend, Backend::cuda);
+  EXPECT_FALSE(pb.host_indices);
+}
+
+TEST(ValidationGpu, LastDimMustBeContiguous) {
+  FakeGpu g;
+  g.p.q.stride[3] = 2;
+  g.p.q.stride[2] = 128;
+  g.p.q.stride[1] = 512;
+  g.p.q.stride[0] = 512 * 64;
+  expect_gpu_invalid(g.p, "q");
+}
+
+TEST(ValidationGpu, DataPointerMustBe16ByteAligned) {
+  FakeGpu g;
+  g.p.k.data = reinterpret_cast<void*>(FakeGpu::kBase + (1 << 24) + 2);
+  expect_gpu_invalid(g.p, "k");
+  FakeGpu h;
+  h.p.out.data = reinterpret_cast<void*>(FakeGpu::kBase + (3 << 24) + 8);
+  expect_gpu_invalid(h.p, "out");
+}
+
+TEST(ValidationGpu, RowStridesMustBeMultiplesOf16Bytes) {
+  FakeGpu g;
+  g.p.v.stride[2] = 68;  // 136 bytes
+  g.p.v.stride[1] = 136;
+  g.p.v.stride[0] = 136 * 64;
+  expect_gpu_invalid(g.p, "v");
+  FakeGpu h;
+  h.p.lse = TensorView::contiguous(reinterpret_cast<void*>(FakeGpu::kBase + (4 << 24)), DType::float32, {2, 4, 64},
+                                   DeviceType::cuda, 0);
+  h.p.lse.stride[1] = 67;  // 268 bytes
+  h.p.lse.stride[0] = 67 * 4;
+  expect_gpu_invalid(h.p, "lse");
+}
+
+TEST(ValidationGpu, Int32IndexTensorsAreExemptFromAlignmentRules) {
+  FakeGpu g;
+  g.p.cache_seqlens = TensorView::contiguous(reinterpret_cast<void*>(FakeGpu::kBase + (5 << 24) + 4), DType::int32, {2},
+                                             DeviceType::cuda, 0);
+  fa4::core::Problem pb;
+  const Status st = fa4::core::normalize(g.p, &pb);
+  EXPECT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(pb.kv, fa4::core::KvLayout::cache);
+}
+
+TEST(ValidationGpu, HostBackendsRejectDeviceTensors) {
+  for (Backend b : {Backend::cpu, Backend::reference}) {
+    FakeGpu g;
+    g.p.backend = b;
+    expect_gpu_invalid(g.p, "backend");
+  }
+}
+
+TEST(ValidationGpu, AllTensorsMustBeOnTheSameDevice) {
+  FakeGpu g;
+  g.p.k.device_index = 1;
+  expect_gpu_invalid(g.p, "k");
+  FakeGpu h;
+  h.p.v.device = DeviceType::cpu;
+  expect_gpu_invalid(h.p, "v");
+  FakeGpu i;
+  Tensor host_seqlens = Tensor::make_i32({1, 1});
+  i.p.cache_seqlens = host_seqlens.view();  // host index tensor with device q
+  expect_gpu_invalid(i.p, "cache_seqlens");
+}
+
+// ------------------------------------------------------------------ combine_partials
+struct CombineCase {
+  Tensor op, lp, out, lse;
+  CombineCase() {
+    std::mt19937_64 rng(11);
+    op = Tensor::make(DType::float32, {3, 2, 4, 2, 8});
+    lp = Tensor::make(DType::float32, {3, 2, 2, 4});
+    fill(op, Dist::normal, rng);
+    fill(lp, Dist::normal, rng);
+    out = Tensor::make(DType::float32, {2, 4, 2, 8});
+    lse = Tensor::make(DType::float32, {2, 2, 4});
+  }
+  CombineParams params(Backend b = Backend::automatic) {
+    CombineParams c;
+    c.out_partials = op.view();
+    c.lse_partials = lp.view();
+    c.out = out.view();
+    c.lse = lse.view();
+    c.backend = b;
+    return c;
+  }
+};
+
+void expect_combine_invalid(CombineCase& cc, CombineParams c, const std::string& arg) {
+  const auto out_before = cc.out.mem, lse_before = cc.lse.mem;
+  const Backend given = c.backend;
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    if (given != Backend::automatic) b = given;
+    c.backend = b;
+    const Status st = fa4::combine_partials(c);
+    EXPECT_EQ(st.code, StatusCode::invalid_argument) << st.message;
+    EXPECT_EQ(st.argument, arg) << st.message;
+    EXPECT_NE(st.message.find(arg), std::string::npos) << st.message;
+    EXPECT_TRUE(cc.out.mem == out_before);
+    EXPECT_TRUE(cc.lse.mem == lse_before);
+    if (given != Backend::automatic) break;
+  }
+}
+
+TEST(ValidationCombine, BaseCaseIsAccepted) {
+  CombineCase cc;
+  for (Backend b : {Backend::reference, Backend::cpu}) EXPECT_TRUE(fa4::combine_partials(cc.params(b)).ok());
+}
+
+TEST(ValidationCombine, MissingRequiredTensors) {
+  CombineCase cc;
+  CombineParams c = cc.params();
+  c.out_partials = TensorView{};
+  expect_combine_invalid(cc, c, "out_partials");
+  c = cc.params();
+  c.lse_partials = TensorView{};
+  expect_combine_invalid(cc, c, "lse_partials");
+  c = cc.params();
+  c.out = TensorView{};
+  expect_combine_invalid(cc, c, "out");
+}
+
+TEST(ValidationCombine, RanksDtypesAndShapes) {
+  CombineCase cc;
+  CombineParams c = cc.params();
+  c.out_partials.ndim = 4;
+  expect_combine_invalid(cc, c, "out_partials");
+  c = cc.params();
+  c.out_partials.dtype = DType::float16;
+  expect_combine_invalid(cc, c, "out_partials");
+  c = cc.params();
+  c.lse_partials.shape[3] = 3;
+  expect_combine_invalid(cc, c, "lse_partials");
+  c = cc.params();
+  c.lse_partials.dtype = DType::bfloat16;
+  expect_combine_invalid(cc, c, "lse_partials");
+  c = cc.params();
+  c.out.shape[3] = 4;
+  expect_combine_invalid(cc, c, "out");
+  c = cc.params();
+  c.out.dtype = DType::float8_e4m3;
+  expect_combine_invalid(cc, c, "out");
+  c = cc.params();
+  c.out.dtype = DType::int32;
+  expect_combine_invalid(cc, c, "out");
+  c = cc.params();
+  c.lse.shape[2] = 2;
+  expect_combine_invalid(cc, c, "lse");
+  c = cc.params();
+  c.lse.dtype = DType::float16;
+  expect_combine_invalid(cc, c, "lse");
+  c = cc.params();
+  c.out.stride[0] = 0;
+  expect_combine_invalid(cc, c, "out");
+}
+
+TEST(ValidationCombine, BackendAndThreads) {
+  CombineCase cc;
+  CombineParams c = cc.params(Backend::cuda);
+  expect_combine_invalid(cc, c, "backend");
+  c = cc.params(static_cast<Backend>(9));
+  expect_combine_invalid(cc, c, "backend");
+  c = cc.params();
+  c.num_threads = -2;
+  expect_combine_invalid(cc, c, "num_threads");
+  c = cc.params(Backend::cpu);
+  c.lse.device = DeviceType::cuda;
+  expect_combine_invalid(cc, c, "lse");
+}
+
+}  // namespace
+}  // namespace fa4test
+
+namespace fa4test {
+namespace {
+TEST(Validation, RejectedAppendLeavesTheCacheUntouched) {
+  // The cache is an output of an append; a rule broken anywhere must leave it as it was.
+  for (bool paged : {false, true}) {
+    Case a = paged ? paged_case(2) : cache_case(2);
+    AttentionParams p = a.params(Backend::automatic);
+    p.num_splits = -1;
+    EXPECT_INVALID(a, p, "num_splits");
+    p = a.params(Backend::automatic);
+    p.lse.dtype = DType::float16;
+    EXPECT_INVALID(a, p, "lse");
+  }
+}
+}  // namespace
+}  // namespace fa4test
