@@ -36,6 +36,19 @@ _torch_tensor = None
 _torch_impl = None
 
 
+def _is_torch(x):
+    """True for torch tensors; registers fa4's torch support on the first one if torch was
+    imported after fa4 (or FA4_IMPORT_TORCH=0)."""
+    if _torch_tensor is not None:
+        return isinstance(x, _torch_tensor)
+    if type(x).__module__.startswith("torch"):
+        from . import _torch  # noqa: F401  (imports torch, which is loaded already)
+
+        _torch.register()
+        return isinstance(x, _torch_tensor)
+    return False
+
+
 def _backend(b):
     try:
         return _BACKENDS[b]
@@ -311,7 +324,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), chunk=0, softcap=0.0, s
     sinks: float32 [Hq] attention-sink logits. scale: default 1/sqrt(Dqk). out: write here.
     backend: 'auto' | 'cpu' | 'cuda' | 'reference'. q/k/v_descale: float32 [B, Hkv] for float8.
     """
-    if _torch_tensor is not None and isinstance(q, _torch_tensor):
+    if _is_torch(q):
         return _torch_impl.attention(q, k, v, causal, window, chunk, softcap, sinks, scale, return_lse, out,
                                      backend, q_descale, k_descale, v_descale, num_splits, num_threads)
     fw = _framework(q)
@@ -343,7 +356,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, seqused_k=None, max
     max_seqlen_q / max_seqlen_k are hints (0 = unknown). Returns out [Tq, Hq, Dv], or (out, lse)
     with lse float32 [Hq, Tq]. The other options are those of attention().
     """
-    if _torch_tensor is not None and isinstance(q, _torch_tensor):
+    if _is_torch(q):
         return _torch_impl.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                                             max_seqlen_k, causal, window, chunk, softcap, sinks, scale,
                                             return_lse, out, backend, q_descale, k_descale, v_descale,
@@ -383,7 +396,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens
     the cache at cache_seqlens before attention (the caches are modified in place).
     Returns out (q's layout, q's dtype) or (out, lse).
     """
-    if _torch_tensor is not None and isinstance(q, _torch_tensor):
+    if _is_torch(q):
         return _torch_impl.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                                                   page_table, cu_seqlens_q, max_seqlen_q, num_splits, causal,
                                                   window, chunk, softcap, sinks, scale, return_lse, out, backend,
@@ -427,7 +440,7 @@ def combine(out_partials, lse_partials, *, out=None, out_dtype=None, return_lse=
     Returns out [B, Sq, H, Dv] (out_dtype: default float32; or into ``out``), or (out, lse) with
     lse float32 [B, H, Sq] when ``return_lse``. Rows whose partial lse are all -inf give 0, -inf.
     """
-    if _torch_tensor is not None and isinstance(out_partials, _torch_tensor):
+    if _is_torch(out_partials):
         return _torch_impl.combine(out_partials, lse_partials, out, out_dtype, return_lse, backend, num_threads)
     fw = _framework(out_partials)
     if fw is None:

@@ -20,3 +20,14 @@ def test_dense_fp32_matches_reference(rng):
     assert out.shape == (2, 5, 4, 8) and out.dtype == np.float32
     tol_check(out, ref, "float32")
     np.testing.assert_allclose(lse, ref_lse, atol=1e-3)
+
+
+def test_import_without_torch_import():
+    import os
+    import subprocess
+    import sys
+
+    code = "import fa4, sys; assert 'torch' not in sys.modules, 'torch imported'; print(fa4.__version__)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
+                       env=dict(os.environ, FA4_IMPORT_TORCH="0"))
+    assert r.returncode == 0, r.stderr

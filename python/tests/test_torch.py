@@ -340,3 +340,16 @@ def test_cuda_compile_reduce_overhead(rng):
     for _ in range(3):
         got = cf(q, k, v)
     torch.testing.assert_close(got, f(q, k, v))
+
+
+def test_torch_imported_after_fa4_registers_lazily():
+    import subprocess
+    import sys
+
+    code = ("import fa4, sys; assert 'torch' not in sys.modules; import torch; "
+            "q = torch.randn(1, 3, 2, 8); o = fa4.attention(q, q, q, causal=True); "
+            "assert isinstance(o, torch.Tensor) and o.shape == (1, 3, 2, 8); "
+            "assert hasattr(torch.ops.fa4, 'fwd'); print('ok')")
+    env = dict(__import__("os").environ, FA4_IMPORT_TORCH="0")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
