@@ -1,0 +1,481 @@
+// Edge cases: tiny and empty lengths, non-finite inputs, never-read cache tails, strides,
+// very negative scores, and 64-bit offsets (computed through core::normalize on views whose
+// data is never dereferenced).
+#include <cmath>
+#include <limits>
+
+#include "core/problem.h"
+#include "test_util.h"
+#include "tiny.h"
+
+namespace fa4test {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInfF = std::numeric_limits<float>::infinity();
+
+// Runs reference and cpu on copies of c; returns them (ref, cpu).
+std::pair<Case, Case> run_both(const Case& c) {
+  Case ref = c, cpu = c;
+  const Status a = ref.run(Backend::reference);
+  const Status b = cpu.run(Backend::cpu);
+  EXPECT_TRUE(a.ok()) << a.message;
+  EXPECT_TRUE(b.ok()) << b.message;
+  return {std::move(ref), std::move(cpu)};
+}
+
+// Which (b, i, h) rows are non-finite in `c`'s output.
+template <class Pred>
+void expect_nonfinite_rows_exactly(const Case& c, Pred bad_row, const char* what) {
+  int64_t wrong = 0;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t i = 0; i < c.lq[b]; ++i)
+      for (int64_t h = 0; h < c.cfg.hq; ++h) {
+        const bool expect_bad = bad_row(b, i, h);
+        for (int64_t d = 0; d < c.cfg.dv; ++d) {
+          const float x = c.out.get(c.out_off(b, i, h, d));
+          if (expect_bad ? std::isfinite(x) : !std::isfinite(x)) {
+            if (wrong++ < 5)
+              ADD_FAILURE() << what << ": out(b=" << b << ", i=" << i << ", h=" << h << ", d=" << d << ") = " << x
+                            << (expect_bad ? " should be non-finite" : " should be finite");
+          }
+        }
+      }
+  EXPECT_EQ(wrong, 0) << what << " [" << c.cfg.describe() << "]";
+}
+
+CaseConfig small_cfg() {
+  CaseConfig c;
+  c.batch = 3;
+  c.sq = 6;
+  c.sk = 9;
+  c.hq = 4;
+  c.hkv = 2;
+  c.dqk = 16;
+  c.dv = 12;
+  return c;
+}
+
+// ---------------------------------------------------------------- lengths 0 and 1
+TEST(EdgeCases, QueryAndKeyLengthsZeroAndOne) {
+  int n = 0;
+  for (int64_t sq : {0, 1, 2})
+    for (int64_t sk : {0, 1, 2})
+      for (bool causal : {false, true})
+        for (KvMode kv : {KvMode::dense, KvMode::cache, KvMode::paged}) {
+          CaseConfig cfg = small_cfg();
+          cfg.sq = sq;
+          cfg.sk = sk;
+          cfg.causal = causal;
+          cfg.kv = kv;
+          cfg.page_size = 1;
+          cfg.cache_seqlens = false;  // full caches of length sk
+          const uint64_t seed = derive_seed(60000 + n++);
+          FA4_SEED_TRACE(seed);
+          auto [ref, cpu] = run_both(make_case(cfg, seed));
+          EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+          EXPECT_TRUE(compare_expected(ref, naive_attention(ref), tol_for(cfg.dtype)));
+        }
+}
+
+TEST(EdgeCases, MoreQueriesThanKeysWithCausalMaskGivesEmptyTopRows) {
+  for (bool sinks : {false, true})
+    for (int32_t splits : {1, 2, 0}) {
+      CaseConfig cfg = small_cfg();
+      cfg.sq = 20;
+      cfg.sk = 5;
+      cfg.causal = true;
+      cfg.sinks = sinks;
+      cfg.num_splits = splits;
+      const uint64_t seed = derive_seed(61000 + splits + (sinks ? 10 : 0));
+      FA4_SEED_TRACE(seed);
+      auto [ref, cpu] = run_both(make_case(cfg, seed));
+      for (const Case* c : {&ref, &cpu})
+        for (int64_t b = 0; b < c->B; ++b)
+          for (int64_t h = 0; h < cfg.hq; ++h)
+            for (int64_t i = 0; i < 15; ++i) {  // off = -15: rows 0..14 see nothing
+              for (int64_t d = 0; d < cfg.dv; ++d) EXPECT_EQ(c->out.get(c->out_off(b, i, h, d)), 0.0f);
+              const float l = c->lse.get(c->lse_off(b, h, i));
+              if (sinks) EXPECT_NEAR(l, c->sinks.get(h), 1e-6);  // only the sink: not empty
+              else EXPECT_EQ(l, -kInfF);
+            }
+      EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+    }
+}
+
+TEST(EdgeCases, FullyMaskedRowsInsideTheSequenceAreEmpty) {
+  // window (0, 0) with Sq > Sk and a chunk: plenty of rows with no visible key at all.
+  for (bool sinks : {false, true}) {
+    CaseConfig cfg = small_cfg();
+    cfg.sq = 12;
+    cfg.sk = 4;
+    cfg.window_left = 0;
+    cfg.window_right = 0;
+    cfg.sinks = sinks;
+    const uint64_t seed = derive_seed(62000 + sinks);
+    FA4_SEED_TRACE(seed);
+    auto [ref, cpu] = run_both(make_case(cfg, seed));
+    EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));  // checks exact 0 / -inf of empty rows
+  }
+}
+
+TEST(EdgeCases, VeryNegativeButEqualScoresAreNotEmptyRows) {
+  for (Backend be : {Backend::reference, Backend::cpu})
+    for (float mag : {100.0f, 1e4f, 1e15f}) {
+      Tiny t(1, 2, 5, 1, 1, 1);
+      for (int64_t i = 0; i < 2; ++i) t.Q(0, i, 0, 0) = mag;
+      for (int64_t j = 0; j < 5; ++j) {
+        t.K(0, j, 0, 0) = -mag;  // score -mag^2: finite, hugely negative, equal for every key
+        t.V(0, j, 0, 0) = static_cast<float>(j);
+      }
+      t.p.scale = 1.0f;
+      ASSERT_TRUE(t.run(be).ok());
+      const double s = -static_cast<double>(mag) * mag;
+      SCOPED_TRACE(std::string(fa4::backend_name(be)) + " magnitude " + std::to_string(mag));
+      for (int64_t i = 0; i < 2; ++i) {
+        EXPECT_NEAR(t.O(0, i, 0, 0), 2.0f, 1e-5);  // mean of 0..4
+        EXPECT_NEAR(t.L(0, 0, i), static_cast<float>(s + std::log(5.0)), std::fabs(s) * 1e-6 + 1e-5);
+      }
+    }
+}
+
+TEST(EdgeCases, MinusInfinitySinkIsLikeNoSink) {
+  CaseConfig cfg = small_cfg();
+  cfg.causal = true;
+  cfg.sq = 12;  // some empty rows
+  cfg.sk = 5;
+  const uint64_t seed = derive_seed(63000);
+  FA4_SEED_TRACE(seed);
+  Case c = make_case(cfg, seed);
+  Case with = c;
+  with.sinks = Tensor::make_f32_1d(std::vector<float>(cfg.hq, -kInfF));
+  for (Backend be : {Backend::reference, Backend::cpu}) {
+    Case a = c, b = with;
+    ASSERT_TRUE(a.run(be).ok());
+    ASSERT_TRUE(b.run(be).ok());
+    EXPECT_TRUE(compare_runs(b, a, tol_for(cfg.dtype))) << fa4::backend_name(be);
+  }
+}
+
+// ---------------------------------------------------------------- NaN / Inf
+TEST(EdgeCases, NanInOneQueryRowOnlyPoisonsThatRow) {
+  for (bool causal : {false, true})
+    for (int32_t splits : {1, 3}) {
+      CaseConfig cfg = small_cfg();
+      cfg.causal = causal;
+      cfg.num_splits = splits;
+      const uint64_t seed = derive_seed(64000 + splits + causal * 10);
+      FA4_SEED_TRACE(seed);
+      Case c = make_case(cfg, seed);
+      c.q.set(c.q_off(1, 4, 3, 5), kNaN);
+      auto [ref, cpu] = run_both(c);
+      auto bad = [](int64_t b, int64_t i, int64_t h) { return b == 1 && i == 4 && h == 3; };
+      expect_nonfinite_rows_exactly(ref, bad, "reference");
+      expect_nonfinite_rows_exactly(cpu, bad, "cpu");
+      EXPECT_TRUE(std::isnan(cpu.lse.get(cpu.lse_off(1, 3, 4))));
+      EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+    }
+}
+
+TEST(EdgeCases, NanInKOrVOfOneSequenceAndHeadStaysThere) {
+  int n = 0;
+  for (bool value : {false, true})
+    for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::paged})
+      for (bool causal : {false, true}) {
+        CaseConfig cfg = small_cfg();
+        cfg.kv = kv;
+        cfg.causal = causal;
+        cfg.page_size = 2;
+        cfg.lens_k = {9, 9, 9};  // every sequence has key 3 in varlen / paged
+        cfg.num_splits = n % 2 ? 2 : 1;
+        const uint64_t seed = derive_seed(65000 + n++);
+        FA4_SEED_TRACE(seed);
+        Case c = make_case(cfg, seed);
+        const int64_t B0 = 2, J = 3, HK = 1;  // poison key 3 of sequence 2, kv head 1
+        for (int64_t d = 0; d < (value ? cfg.dv : cfg.dqk); ++d) {
+          int64_t o;
+          Tensor& t = const_cast<Tensor&>(c.key_src(B0, J, HK, d, value, &o));
+          t.set(o, kNaN);
+        }
+        auto [ref, cpu] = run_both(c);
+        const Case& cc = cpu;
+        auto bad = [&](int64_t b, int64_t i, int64_t h) { return b == B0 && h / 2 == HK && cc.visible(b, i, J); };
+        expect_nonfinite_rows_exactly(ref, bad, "reference");
+        expect_nonfinite_rows_exactly(cpu, bad, "cpu");
+        EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+      }
+}
+
+// Keys that are in the sequence but masked out for a row do not enter that row: NaN there must
+// not reach it (the reference never touches them; "IEEE propagation" is about values used).
+TEST(EdgeCases, NanInAMaskedOutKeyDoesNotReachTheRowsThatCannotSeeIt) {
+  int n = 0;
+  for (bool value : {false, true})
+    for (int64_t sk : {9, 70}) {
+      CaseConfig cfg = small_cfg();
+      cfg.sq = sk;
+      cfg.sk = sk;
+      cfg.causal = true;
+      const uint64_t seed = derive_seed(66000 + n++);
+      FA4_SEED_TRACE(seed);
+      Case c = make_case(cfg, seed);
+      const int64_t J = sk - 2;  // visible to the last two rows only
+      for (int64_t d = 0; d < (value ? cfg.dv : cfg.dqk); ++d) {
+        int64_t o;
+        Tensor& t = const_cast<Tensor&>(c.key_src(0, J, 0, d, value, &o));
+        t.set(o, kNaN);
+      }
+      auto [ref, cpu] = run_both(c);
+      auto bad = [&](int64_t b, int64_t i, int64_t h) { return b == 0 && h / 2 == 0 && i >= J; };
+      expect_nonfinite_rows_exactly(ref, bad, "reference");
+      expect_nonfinite_rows_exactly(cpu, bad, "cpu");
+    }
+}
+
+TEST(EdgeCases, InfinityInOneQueryRowStaysInThatRow) {
+  CaseConfig cfg = small_cfg();
+  const uint64_t seed = derive_seed(67000);
+  FA4_SEED_TRACE(seed);
+  Case c = make_case(cfg, seed);
+  c.q.set(c.q_off(0, 2, 1, 0), kInfF);
+  auto [ref, cpu] = run_both(c);
+  auto bad = [](int64_t b, int64_t i, int64_t h) { return b == 0 && i == 2 && h == 1; };
+  expect_nonfinite_rows_exactly(ref, bad, "reference");
+  expect_nonfinite_rows_exactly(cpu, bad, "cpu");
+}
+
+TEST(EdgeCases, KeysBeyondTheLengthsAreNeverRead) {
+  // make_case fills every key row beyond the lengths (cache tails, unused pages, seqused tails,
+  // varlen slack) with NaN: outputs must be finite.
+  int n = 0;
+  for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged})
+    for (int32_t splits : {1, 3, 0})
+      for (int64_t snew : {0, 2}) {
+        if (snew && (kv == KvMode::dense || kv == KvMode::varlen)) continue;
+        CaseConfig cfg = small_cfg();
+        cfg.kv = kv;
+        cfg.seqused_k = kv == KvMode::dense || kv == KvMode::varlen;
+        cfg.snew = snew;
+        cfg.sq = snew ? snew : 5;
+        cfg.sk = 100;
+        cfg.page_size = 16;
+        cfg.num_splits = splits;
+        cfg.lens_k = {0, 17, 63};
+        if (kv == KvMode::varlen) cfg.lens_k = {30, 40, 90};  // slots; used is random below them
+        ASSERT_TRUE(cfg.nan_unused);
+        const uint64_t seed = derive_seed(68000 + n++);
+        FA4_SEED_TRACE(seed);
+        auto [ref, cpu] = run_both(make_case(cfg, seed));
+        expect_nonfinite_rows_exactly(cpu, [](int64_t, int64_t, int64_t) { return false; }, "cpu");
+        expect_nonfinite_rows_exactly(ref, [](int64_t, int64_t, int64_t) { return false; }, "reference");
+        EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+      }
+}
+
+TEST(EdgeCases, PaddingBetweenRowsIsNeverReadNorWritten) {
+  // Padded / strided layouts: the gaps of q, k, v are NaN, those of out/lse are poison; compare_runs
+  // checks the output gaps are untouched.
+  int n = 0;
+  for (Layout L : {Layout::padded, Layout::strided_last, Layout::bhsd})
+    for (DType dt : {DType::float32, DType::bfloat16, DType::float8_e4m3}) {
+      CaseConfig cfg = small_cfg();
+      cfg.layout = L;
+      cfg.dtype = dt;
+      cfg.causal = n % 2;
+      const uint64_t seed = derive_seed(69000 + n++);
+      FA4_SEED_TRACE(seed);
+      auto [ref, cpu] = run_both(make_case(cfg, seed));
+      expect_nonfinite_rows_exactly(cpu, [](int64_t, int64_t, int64_t) { return false; }, "cpu");
+      EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+    }
+}
+
+// ---------------------------------------------------------------- strides
+TEST(EdgeCases, BhsdViewsEqualBshdCopies) {
+  const int64_t B = 2, S = 37, H = 4, D = 24;
+  for (Backend be : {Backend::reference, Backend::cpu}) {
+    const uint64_t seed = derive_seed(70000);
+    FA4_SEED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    // BHSD buffers
+    std::vector<float> qh(B * H * S * D), kh(B * H * S * D), vh(B * H * S * D), oh(B * H * S * D, kNaN);
+    for (auto* x : {&qh, &kh, &vh})
+      for (auto& e : *x) e = sample(Dist::normal, rng);
+    // BSHD copies
+    std::vector<float> qs(qh.size()), ks(qh.size()), vs(qh.size()), os(qh.size(), kNaN);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t src = ((b * H + h) * S + s) * D + d, dst = ((b * S + s) * H + h) * D + d;
+            qs[dst] = qh[src];
+            ks[dst] = kh[src];
+            vs[dst] = vh[src];
+          }
+    auto bhsd = [&](float* p) {
+      TensorView t = TensorView::contiguous(p, DType::float32, {B, S, H, D});
+      t.stride[0] = H * S * D;
+      t.stride[1] = D;
+      t.stride[2] = S * D;
+      t.stride[3] = 1;
+      return t;
+    };
+    AttentionParams a, c;
+    a.q = bhsd(qh.data());
+    a.k = bhsd(kh.data());
+    a.v = bhsd(vh.data());
+    a.out = bhsd(oh.data());
+    c.q = TensorView::contiguous(qs.data(), DType::float32, {B, S, H, D});
+    c.k = TensorView::contiguous(ks.data(), DType::float32, {B, S, H, D});
+    c.v = TensorView::contiguous(vs.data(), DType::float32, {B, S, H, D});
+    c.out = TensorView::contiguous(os.data(), DType::float32, {B, S, H, D});
+    a.causal = c.causal = true;
+    a.backend = c.backend = be;
+    ASSERT_TRUE(fa4::attention_forward(a).ok());
+    ASSERT_TRUE(fa4::attention_forward(c).ok());
+    double max_err = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t d = 0; d < D; ++d) {
+            const float x = oh[((b * H + h) * S + s) * D + d], y = os[((b * S + s) * H + h) * D + d];
+            ASSERT_TRUE(std::isfinite(x) && std::isfinite(y));
+            max_err = std::max(max_err, static_cast<double>(std::fabs(x - y)));
+          }
+    EXPECT_LE(max_err, 1e-6) << fa4::backend_name(be);
+  }
+}
+
+// ---------------------------------------------------------------- 64-bit offsets
+// Views whose elements lie far beyond 2^31 (and 2^32) elements; the pointers are never
+// dereferenced: only core::normalize runs, and the Problem's offsets are checked.
+void* fake(uintptr_t x) { return reinterpret_cast<void*>(x); }
+
+TEST(EdgeCases, DenseOffsetsBeyond2To31AreComputedIn64Bits) {
+  const int64_t G = int64_t{1} << 33;
+  AttentionParams p;
+  p.q = TensorView::contiguous(fake(0x1000), DType::float16, {3, 4, 2, 8});
+  p.q.stride[0] = G;
+  p.q.stride[1] = int64_t{1} << 31;
+  p.q.stride[2] = 8;
+  p.k = TensorView::contiguous(fake(0x2000), DType::float16, {3, 5, 1, 8});
+  p.k.stride[0] = 3 * G;
+  p.k.stride[1] = int64_t{1} << 32;
+  p.v = p.k;
+  p.v.data = fake(0x3000);
+  p.v.stride[2] = int64_t{1} << 34;  // unusual but valid
+  p.out = p.q;
+  p.out.data = fake(0x4000);
+  p.out.stride[0] = 5 * G;
+  p.lse = TensorView::contiguous(fake(0x5000), DType::float32, {3, 2, 4});
+  p.lse.stride[0] = 7 * G;
+  p.lse.stride[1] = int64_t{1} << 32;
+  p.lse.stride[2] = int64_t{1} << 31;
+  fa4::core::Problem pb;
+  const Status st = fa4::core::normalize(p, &pb);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(pb.q_offset(2, 3, 1), 2 * G + 3 * (int64_t{1} << 31) + 8);
+  EXPECT_EQ(pb.out_offset(2, 3, 1), 2 * 5 * G + 3 * (int64_t{1} << 31) + 8);
+  EXPECT_EQ(pb.k_offset(2, 4, 0), 2 * 3 * G + 4 * (int64_t{1} << 32));
+  EXPECT_EQ(pb.v_offset(2, 4, 0), 2 * 3 * G + 4 * (int64_t{1} << 32));
+  EXPECT_EQ(pb.lse_offset(2, 3, 1), 2 * 7 * G + (int64_t{1} << 32) + 3 * (int64_t{1} << 31));
+}
+
+TEST(EdgeCases, PagedAndCacheOffsetsBeyond2To31AreComputedIn64Bits) {
+  const int64_t PS = int64_t{1} << 30;  // page stride in elements
+  std::vector<int32_t> table = {1000, 7, 3, 999};  // [B=2, max_pages=2]
+  std::vector<int32_t> seqlens = {5, 8};
+  AttentionParams p;
+  p.q = TensorView::contiguous(fake(0x1000), DType::bfloat16, {2, 1, 4, 64});
+  p.out = TensorView::contiguous(fake(0x2000), DType::bfloat16, {2, 1, 4, 64});
+  p.k = TensorView::contiguous(fake(0x3000), DType::bfloat16, {1001, 4, 2, 64});
+  p.k.stride[0] = PS;
+  p.v = p.k;
+  p.v.data = fake(0x4000);
+  p.page_table = TensorView::contiguous(table.data(), DType::int32, {2, 2});
+  p.cache_seqlens = TensorView::contiguous(seqlens.data(), DType::int32, {2});
+  fa4::core::Problem pb;
+  Status st = fa4::core::normalize(p, &pb);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(pb.kv, fa4::core::KvLayout::paged);
+  // key 2 of sequence 0: page table[0][0] = 1000, row 2; key 7 of sequence 1: table[1][1] = 999, row 3
+  EXPECT_EQ(pb.k_offset(0, 2, 1), 1000 * PS + 2 * 128 + 64);
+  EXPECT_EQ(pb.k_offset(1, 7, 0), 999 * PS + 3 * 128);
+  EXPECT_EQ(pb.v_offset(1, 4, 1), 999 * PS + 0 * 128 + 64);  // key 4 -> page index 1, row 0
+
+  // Contiguous cache with cache_batch_idx and a batch stride of 2^36 elements.
+  std::vector<int32_t> bidx = {6, 2};
+  AttentionParams c;
+  c.q = p.q;
+  c.out = p.out;
+  c.k = TensorView::contiguous(fake(0x3000), DType::bfloat16, {7, 10, 2, 64});
+  c.k.stride[0] = int64_t{1} << 36;
+  c.v = c.k;
+  c.v.data = fake(0x4000);
+  c.cache_seqlens = p.cache_seqlens;
+  c.cache_batch_idx = TensorView::contiguous(bidx.data(), DType::int32, {2});
+  st = fa4::core::normalize(c, &pb);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(pb.k_offset(0, 4, 1), 6 * (int64_t{1} << 36) + 4 * 128 + 64);
+  EXPECT_EQ(pb.v_offset(1, 7, 0), 2 * (int64_t{1} << 36) + 7 * 128);
+}
+
+TEST(EdgeCases, VarlenTokenOffsetsBeyond2To31AreComputedIn64Bits) {
+  const int64_t T = (int64_t{1} << 30) + 8;
+  std::vector<int32_t> cuq = {0, 1 << 30, (1 << 30) + 3};
+  std::vector<int32_t> cuk = {0, 5, (1 << 30) + 1};
+  AttentionParams p;
+  p.q = TensorView::contiguous(fake(0x1000), DType::float16, {T, 2, 128});
+  p.q.stride[0] = 4096;  // token stride: offsets up to 2^42
+  p.out = p.q;
+  p.out.data = fake(0x2000);
+  p.k = TensorView::contiguous(fake(0x3000), DType::float16, {T, 1, 128});
+  p.k.stride[0] = 8192;
+  p.v = p.k;
+  p.v.data = fake(0x4000);
+  p.lse = TensorView::contiguous(fake(0x5000), DType::float32, {2, T});
+  p.lse.stride[0] = int64_t{1} << 33;
+  p.cu_seqlens_q = TensorView::contiguous(cuq.data(), DType::int32, {3});
+  p.cu_seqlens_k = TensorView::contiguous(cuk.data(), DType::int32, {3});
+  fa4::core::Problem pb;
+  const Status st = fa4::core::normalize(p, &pb);
+  ASSERT_TRUE(st.ok()) << st.message;
+  ASSERT_EQ(pb.seqlen_q.size(), 2u);
+  EXPECT_EQ(pb.seqlen_q[0], int64_t{1} << 30);
+  EXPECT_EQ(pb.seqlen_q[1], 3);
+  EXPECT_EQ(pb.seqlen_k[1], (int64_t{1} << 30) + 1 - 5);
+  EXPECT_EQ(pb.max_sq, int64_t{1} << 30);
+  EXPECT_EQ(pb.q_offset(1, 2, 1), ((int64_t{1} << 30) + 2) * 4096 + 128);
+  EXPECT_EQ(pb.out_offset(0, (1 << 30) - 1, 0), ((int64_t{1} << 30) - 1) * 4096);
+  EXPECT_EQ(pb.k_offset(1, (1 << 30) - 4, 0), ((int64_t{1} << 30) + 1) * 8192);
+  EXPECT_EQ(pb.lse_offset(1, 2, 1), (int64_t{1} << 33) + (int64_t{1} << 30) + 2);
+}
+
+TEST(EdgeCases, ShapesWhoseByteExtentOverflowsInt64AreRejected) {
+  AttentionParams p;
+  // Sq = 2^58 rows of 8 fp32: 2^61 elements = 2^63 bytes, one past the largest int64.
+  p.q = TensorView::contiguous(fake(0x1000), DType::float32, {1, 1, 1, 8});
+  p.q.shape[1] = int64_t{1} << 58;
+  p.k = TensorView::contiguous(fake(0x2000), DType::float32, {1, 4, 1, 8});
+  p.v = p.k;
+  p.out = p.q;
+  p.out.data = fake(0x3000);
+  fa4::core::Problem pb;
+  Status st = fa4::core::normalize(p, &pb);
+  EXPECT_EQ(st.code, StatusCode::invalid_argument);
+  EXPECT_EQ(st.argument, "q") << st.message;
+  // 2^57 rows: q fits (2^62 bytes); an out with a row stride of 17 elements does not.
+  p.q.shape[1] = int64_t{1} << 57;
+  p.out.shape[1] = p.q.shape[1];
+  p.out.stride[1] = 17;
+  st = fa4::core::normalize(p, &pb);
+  EXPECT_EQ(st.code, StatusCode::invalid_argument);
+  EXPECT_EQ(st.argument, "out") << st.message;
+  p.out.stride[1] = 8;
+  st = fa4::core::normalize(p, &pb);
+  EXPECT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(pb.out_offset(0, (int64_t{1} << 57) - 1, 0), ((int64_t{1} << 57) - 1) * 8);
+}
+
+}  // namespace
+}  // namespace fa4test
