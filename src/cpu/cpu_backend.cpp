@@ -72,6 +72,7 @@ struct Plan {
   int64_t tile_rows;        // packed rows per query tile (<= kTileRows)
   int64_t nsplit;
   bool k_direct, v_direct;  // fp32 with unit dim stride: K/V rows are used in place
+  bool rows_kernels;        // the row-major kernels apply (tiles of <= 8 rows use them)
   std::vector<int64_t> row_base;  // [b * hkv + hk]: first global packed row of (b, hk)
   int64_t total_rows = 0;
   float* part_o = nullptr;  // [nsplit][total_rows][dv] normalized partials (nsplit > 1)
@@ -95,11 +96,12 @@ struct Workspace {
   int32_t *row_lo_rel, *row_hi_rel;
   int64_t *row_lo, *row_hi;
   const float **krows, **vrows;
+  const void **kraw, **vraw;  // storage addresses of the tile's K / V rows
 
   static size_t bytes(int64_t mp, int64_t nk, int64_t dqk, int64_t dv) {
     const int64_t floats = dqk * mp + nk * mp + dv * mp + nk * dqk + nk * dv + 3 * mp + std::max(dqk, dv);
     return static_cast<size_t>(round_up(floats * 4, 64) + round_up(2 * mp * 4, 64) + round_up(2 * mp * 8, 64) +
-                               round_up(2 * nk * 8, 64) + 16 * 64);
+                               round_up(4 * nk * 8, 64) + 18 * 64);
   }
   Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_)
       : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), buf(bytes(mp, nk_, dqk_, dv_)) {
@@ -124,6 +126,8 @@ struct Workspace {
     row_hi = static_cast<int64_t*>(take(mp, 8));
     krows = static_cast<const float**>(take(nk, 8));
     vrows = static_cast<const float**>(take(nk, 8));
+    kraw = static_cast<const void**>(take(nk, 8));
+    vraw = static_cast<const void**>(take(nk, 8));
   }
 };
 
@@ -155,6 +159,25 @@ void pv_visible_only(const float* pt, int64_t mp, const float* const* vrows, int
   }
 }
 
+// Scalar O += P V over visible elements only, row-major O [rows][dv] and storage-typed V rows:
+// the exact-semantics fallback of the row-major path (see pv_visible_only).
+void pv_rows_visible_only(const float* pt, int64_t rows, const void* const* vrows, DType t, int64_t dv,
+                          const float* alpha, const int32_t* lo, const int32_t* hi, float* o) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < dv; ++e) {
+      float acc = o[r * dv + e] * alpha[r];
+      for (int64_t n = lo[r]; n < hi[r]; ++n) acc += pt[n * 8 + r] * load_f32(vrows[n], e, t);
+      o[r * dv + e] = acc;
+    }
+}
+
+bool all_finite_rows(const void* const* rows, DType t, int64_t n, int64_t d) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t e = 0; e < d; ++e)
+      if (!std::isfinite(load_f32(rows[j], e, t))) return false;
+  return true;
+}
+
 void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const Problem& pb = *plan.pb;
   const AttentionParams& p = *pb.p;
@@ -163,21 +186,26 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const SeqMask sm = pb.seq_mask(b);
   const int64_t rows = u.rows, mp = round_up(rows, 8);
   const int64_t i0 = u.r0 / g, i1 = (u.r0 + rows - 1) / g + 1;  // query positions of the tile
+  // Row-major path (Q [8][dqk], O [8][dv], K/V read in place) for tiles of <= 8 rows.
+  const bool rowwise = mp == 8 && plan.rows_kernels;
+  // O element (row r, dim e) lives at ot[r * o_rs + e * o_es].
+  const int64_t o_rs = rowwise ? dv : 1, o_es = rowwise ? 1 : mp;
 
-  // ---- Q^T tile, prescaled; per-row mask bounds ----
+  // ---- Q tile, prescaled; per-row mask bounds ----
   const float dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk), dvs = pb.descale_v(b, hk);
   const bool cap = pb.softcap > 0.0f;
   const float qscale = pb.scale * dq * dk * (cap ? 1.0f : kLog2e);
+  const int64_t q_rs = rowwise ? dqk : 1, q_ds = rowwise ? 1 : mp;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
     K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * static_cast<int64_t>(dtype_size(pb.dtype)),
               pb.dtype, pb.qs.dim, dqk, ws.row);
-    for (int64_t d = 0; d < dqk; ++d) ws.qt[d * mp + r] = ws.row[d] * qscale;
+    for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = ws.row[d] * qscale;
     ws.row_lo[r] = sm.row_lo(i);
     ws.row_hi[r] = sm.row_hi(i);
   }
   for (int64_t r = rows; r < mp; ++r) {  // padding rows: zero queries, bounds of the last row
-    for (int64_t d = 0; d < dqk; ++d) ws.qt[d * mp + r] = 0.0f;
+    for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = 0.0f;
     ws.row_lo[r] = ws.row_lo[rows - 1];
     ws.row_hi[r] = ws.row_hi[rows - 1];
   }
@@ -192,43 +220,51 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   sm.key_range(i0, i1, &klo, &khi);
   split_range(klo, khi, plan.nsplit, u.split, &lo, &hi);
 
-  const size_t esz = dtype_size(pb.dtype);
+  const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
   const char* kbase = static_cast<const char*>(p.k.data);
   const char* vbase = static_cast<const char*>(p.v.data);
-  const int64_t k_span = ((dqk - 1) * pb.ks.dim + 1) * static_cast<int64_t>(esz);
-  const int64_t v_span = ((dv - 1) * pb.vs.dim + 1) * static_cast<int64_t>(esz);
+  const int64_t k_span = ((dqk - 1) * pb.ks.dim + 1) * esz;
+  const int64_t v_span = ((dv - 1) * pb.vs.dim + 1) * esz;
   SoftmaxStep step{ws.st, 0, mp, nullptr, nullptr, cap ? 1.0f / pb.softcap : 0.0f, pb.softcap * kLog2e,
                    ws.m_run, ws.l_run, ws.alpha};
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
     const int64_t n = std::min(ws.nk, hi - j0);
     const TileKind kind = sm.classify(i0, i1, j0, j0 + n);
     if (kind == TileKind::empty) continue;
-    // K / V rows of this tile: in place (fp32, unit stride) or converted to fp32. Keys >= j0 + n
-    // (and so >= seqlen_k) are never touched.
+    // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
+    // never touched.
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t ko = pb.k_offset(b, j0 + t, hk), vo = pb.v_offset(b, j0 + t, hk);
-      if (plan.k_direct) {
-        ws.krows[t] = reinterpret_cast<const float*>(kbase) + ko;
-      } else {
-        K.convert(kbase + ko * static_cast<int64_t>(esz), pb.dtype, pb.ks.dim, dqk, ws.kc + t * dqk);
-        ws.krows[t] = ws.kc + t * dqk;
-      }
-      if (plan.v_direct) {
-        ws.vrows[t] = reinterpret_cast<const float*>(vbase) + vo;
-      } else {
-        K.convert(vbase + vo * static_cast<int64_t>(esz), pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
-        ws.vrows[t] = ws.vc + t * dv;
-      }
+      ws.kraw[t] = kbase + pb.k_offset(b, j0 + t, hk) * esz;
+      ws.vraw[t] = vbase + pb.v_offset(b, j0 + t, hk) * esz;
     }
-    // Start pulling the next tile's K/V rows toward L2 while this tile computes: the rows are
-    // strided (one kv head of many, or scattered pages), and measured without this the
-    // conversion above stalls on L3/DRAM for ~20% of the run time.
+    // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
+    // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
+    // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower.
     const int64_t jn = j0 + n, nn = std::min(ws.nk, hi - jn);
     for (int64_t t = 0; t < nn; ++t) {
-      prefetch_span(kbase + pb.k_offset(b, jn + t, hk) * static_cast<int64_t>(esz), k_span);
-      prefetch_span(vbase + pb.v_offset(b, jn + t, hk) * static_cast<int64_t>(esz), v_span);
+      prefetch_span(kbase + pb.k_offset(b, jn + t, hk) * esz, k_span);
+      prefetch_span(vbase + pb.v_offset(b, jn + t, hk) * esz, v_span);
     }
-    K.qk(ws.qt, mp, dqk, ws.krows, n, ws.st);
+    if (rowwise) {
+      K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
+    } else {
+      // fp32 rows with unit stride are used in place, anything else is converted to fp32.
+      for (int64_t t = 0; t < n; ++t) {
+        if (plan.k_direct) {
+          ws.krows[t] = reinterpret_cast<const float*>(ws.kraw[t]);
+        } else {
+          K.convert(ws.kraw[t], pb.dtype, pb.ks.dim, dqk, ws.kc + t * dqk);
+          ws.krows[t] = ws.kc + t * dqk;
+        }
+        if (plan.v_direct) {
+          ws.vrows[t] = reinterpret_cast<const float*>(ws.vraw[t]);
+        } else {
+          K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+          ws.vrows[t] = ws.vc + t * dv;
+        }
+      }
+      K.qk(ws.qt, mp, dqk, ws.krows, n, ws.st);
+    }
     step.nk = n;
     if (kind == TileKind::partial) {
       for (int64_t r = 0; r < mp; ++r) {
@@ -241,10 +277,17 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       step.lo = step.hi = nullptr;
     }
     K.softmax(step);
-    if (kind == TileKind::partial && !all_finite(ws.vrows, n, dv))
-      pv_visible_only(ws.st, mp, ws.vrows, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
-    else
-      K.pv(ws.st, mp, n, ws.vrows, dv, ws.alpha, ws.ot);
+    if (rowwise) {
+      if (kind == TileKind::partial && !all_finite_rows(ws.vraw, pb.dtype, n, dv))
+        pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
+      else
+        K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
+    } else {
+      if (kind == TileKind::partial && !all_finite(ws.vrows, n, dv))
+        pv_visible_only(ws.st, mp, ws.vrows, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
+      else
+        K.pv(ws.st, mp, n, ws.vrows, dv, ws.alpha, ws.ot);
+    }
   }
 
   // ---- finalize: sink (split 0 only), normalization, empty rows, lse ----
@@ -264,14 +307,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     // In double: m_f may be large (|logit| ~ 1e4 with outliers) and m_f * ln2 in fp32 would
     // lose ~1e-3 absolute.
     const float lse = empty ? kNegInf : static_cast<float>((static_cast<double>(m_f) + std::log2(static_cast<double>(l))) * kLn2d);
+    const float* orow = ws.ot + r * o_rs;
     if (plan.nsplit == 1) {
       const int64_t oo = pb.out_offset(b, i, h);
-      for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, ws.ot[e * mp + r] * f);
+      for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, orow[e * o_es] * f);
       if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
     } else {
       const int64_t grow = plan.row_base[b * pb.hkv + hk] + pr;
       float* po = plan.part_o + (u.split * plan.total_rows + grow) * dv;
-      for (int64_t e = 0; e < dv; ++e) po[e] = ws.ot[e * mp + r] * f;
+      for (int64_t e = 0; e < dv; ++e) po[e] = orow[e * o_es] * f;
       plan.part_lse[u.split * plan.total_rows + grow] = lse;
     }
   }
@@ -295,6 +339,8 @@ Status cpu_forward(const Problem& pb) {
   plan.nsplit = choose_num_splits(pb, nt, std::max<int64_t>(1, plan.tile_rows / g), kTileKeys);
   plan.k_direct = pb.dtype == DType::float32 && pb.ks.dim == 1;
   plan.v_direct = pb.dtype == DType::float32 && pb.vs.dim == 1;
+  plan.rows_kernels = plan.kern->qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
+                      (pb.dtype == DType::float32 || pb.dtype == DType::float16 || pb.dtype == DType::bfloat16);
 
   // Units, and the global packed-row numbering used by the split partials.
   std::vector<Unit> units;

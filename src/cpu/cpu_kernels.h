@@ -43,6 +43,17 @@ struct Kernels {
   void (*pv)(const float* pt, int64_t mp, int64_t nk, const float* const* vrows, int64_t dv,
              const float* alpha, float* ot);
   void (*softmax)(const SoftmaxStep& s);
+  // Row-major variants for tiles of at most 8 query rows (decode, small GQA groups), reading K
+  // and V straight from their storage (fp32, fp16 or bf16 rows with unit stride, dims multiple
+  // of 8): each K/V element is loaded once and feeds all `rows` queries from registers, where
+  // the transposed kernels above would spend one broadcast per element on 8 mostly padded rows.
+  // nullptr in tables that do not have them.
+  //   q [rows][d] prescaled queries;  st [nk][8] as above (rows >= `rows` get 0)
+  void (*qk_rows)(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
+                  float* st);
+  //   o [rows][dv]:  o[r][e] = alpha[r] * o[r][e] + sum_n pt[n][r] * vrows[n][e]   (pt as st)
+  void (*pv_rows)(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
+                  const float* alpha, float* o);
   // dst[i] = (float) src[i * stride], i < n, for a floating storage dtype.
   void (*convert)(const void* src, DType t, int64_t stride, int64_t n, float* dst);
 };

@@ -250,6 +250,121 @@ void softmax_avx2(const SoftmaxStep& s) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Row-major kernels for <= 8 query rows (see cpu_kernels.h).
+
+// 8 storage elements -> 8 fp32.
+template <class T>
+inline __m256 load8(const T* p);
+template <>
+inline __m256 load8<float>(const float* p) { return _mm256_loadu_ps(p); }
+template <>
+inline __m256 load8<uint16_t>(const uint16_t* p) {  // bf16: the high half of an fp32
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+struct Half {  // fp16 tag
+  uint16_t bits;
+};
+template <>
+inline __m256 load8<Half>(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// [sum(a0), sum(a1), ..., sum(a7)]
+inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6, __m256 a7) {
+  const __m256 t0 = _mm256_hadd_ps(a0, a1), t1 = _mm256_hadd_ps(a2, a3);
+  const __m256 t2 = _mm256_hadd_ps(a4, a5), t3 = _mm256_hadd_ps(a6, a7);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  // u0 = [a0 a1 a2 a3 | a0 a1 a2 a3] partial sums of the low / high 128-bit halves, u1 likewise.
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+template <int R, class T>
+void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t j = 0; j < nk; ++j) {
+    const T* k = static_cast<const T*>(krows[j]);
+    __m256 a0 = zero, a1 = zero, a2 = zero, a3 = zero, a4 = zero, a5 = zero, a6 = zero, a7 = zero;
+    for (int64_t c = 0; c < d; c += 8) {
+      const __m256 kv = load8<T>(k + c);
+      a0 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + c), a0);
+      if constexpr (R > 1) a1 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + d + c), a1);
+      if constexpr (R > 2) a2 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 2 * d + c), a2);
+      if constexpr (R > 3) a3 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 3 * d + c), a3);
+      if constexpr (R > 4) a4 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 4 * d + c), a4);
+      if constexpr (R > 5) a5 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 5 * d + c), a5);
+      if constexpr (R > 6) a6 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 6 * d + c), a6);
+      if constexpr (R > 7) a7 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 7 * d + c), a7);
+    }
+    _mm256_storeu_ps(st + j * 8, hsum8(a0, a1, a2, a3, a4, a5, a6, a7));
+  }
+}
+
+template <int R, class T>
+void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
+  // P pre-broadcast once per block of keys, so the inner loop is one V load (+ convert) and R
+  // FMAs with a memory operand per 8 value dims.
+  constexpr int64_t kBlock = 64;
+  alignas(32) float pb[kBlock * R * 8];
+  for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
+    const int64_t n = nk - j0 < kBlock ? nk - j0 : kBlock;
+    for (int64_t j = 0; j < n; ++j)
+      for (int r = 0; r < R; ++r) _mm256_store_ps(pb + (j * R + r) * 8, _mm256_set1_ps(pt[(j0 + j) * 8 + r]));
+    for (int64_t c = 0; c < dv; c += 8) {
+      __m256 acc[R];
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_loadu_ps(o + r * dv + c);
+        if (j0 == 0) acc[r] = _mm256_mul_ps(acc[r], _mm256_set1_ps(alpha[r]));
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const __m256 v = load8<T>(static_cast<const T*>(vrows[j0 + j]) + c);
+        for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_load_ps(pb + (j * R + r) * 8), v, acc[r]);
+      }
+      for (int r = 0; r < R; ++r) _mm256_storeu_ps(o + r * dv + c, acc[r]);
+    }
+  }
+}
+
+template <class T>
+void qk_rows_dispatch(const float* q, int64_t rows, int64_t d, const void* const* krows, int64_t nk, float* st) {
+  switch (rows) {
+    case 1: return qk_rows_t<1, T>(q, d, krows, nk, st);
+    case 2: return qk_rows_t<2, T>(q, d, krows, nk, st);
+    case 3: return qk_rows_t<3, T>(q, d, krows, nk, st);
+    case 4: return qk_rows_t<4, T>(q, d, krows, nk, st);
+    case 5: return qk_rows_t<5, T>(q, d, krows, nk, st);
+    case 6: return qk_rows_t<6, T>(q, d, krows, nk, st);
+    case 7: return qk_rows_t<7, T>(q, d, krows, nk, st);
+    default: return qk_rows_t<8, T>(q, d, krows, nk, st);
+  }
+}
+
+template <class T>
+void pv_rows_dispatch(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, int64_t dv,
+                      const float* alpha, float* o) {
+  switch (rows) {
+    case 1: return pv_rows_t<1, T>(pt, nk, vrows, dv, alpha, o);
+    case 2: return pv_rows_t<2, T>(pt, nk, vrows, dv, alpha, o);
+    case 3: return pv_rows_t<3, T>(pt, nk, vrows, dv, alpha, o);
+    case 4: return pv_rows_t<4, T>(pt, nk, vrows, dv, alpha, o);
+    case 5: return pv_rows_t<5, T>(pt, nk, vrows, dv, alpha, o);
+    case 6: return pv_rows_t<6, T>(pt, nk, vrows, dv, alpha, o);
+    case 7: return pv_rows_t<7, T>(pt, nk, vrows, dv, alpha, o);
+    default: return pv_rows_t<8, T>(pt, nk, vrows, dv, alpha, o);
+  }
+}
+
+void qk_rows_avx2(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk, float* st) {
+  if (t == DType::float32) return qk_rows_dispatch<float>(q, rows, d, krows, nk, st);
+  if (t == DType::float16) return qk_rows_dispatch<Half>(q, rows, d, krows, nk, st);
+  return qk_rows_dispatch<uint16_t>(q, rows, d, krows, nk, st);
+}
+
+void pv_rows_avx2(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
+                  const float* alpha, float* o) {
+  if (t == DType::float32) return pv_rows_dispatch<float>(pt, rows, nk, vrows, dv, alpha, o);
+  if (t == DType::float16) return pv_rows_dispatch<Half>(pt, rows, nk, vrows, dv, alpha, o);
+  return pv_rows_dispatch<uint16_t>(pt, rows, nk, vrows, dv, alpha, o);
+}
+
+// ---------------------------------------------------------------------------------------------
 void convert_avx2(const void* src, DType t, int64_t stride, int64_t n, float* dst) {
   int64_t i = 0;
   if (stride == 1) {
@@ -301,7 +416,7 @@ void convert_avx2(const void* src, DType t, int64_t stride, int64_t n, float* ds
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{"avx2", qk_avx2, pv_avx2, softmax_avx2, convert_avx2};
+  static const Kernels k{"avx2", qk_avx2, pv_avx2, softmax_avx2, qk_rows_avx2, pv_rows_avx2, convert_avx2};
   return k;
 }
 

@@ -81,7 +81,7 @@ const float* e4m3_lut() {
 }
 
 const Kernels& generic_kernels() {
-  static const Kernels k{"generic", qk_generic, pv_generic, softmax_generic, convert_generic};
+  static const Kernels k{"generic", qk_generic, pv_generic, softmax_generic, nullptr, nullptr, convert_generic};
   return k;
 }
 
