@@ -202,11 +202,19 @@ class _Jax(_Generic):
     """JAX arrays are immutable: inputs are read through DLPack, outputs are computed into NumPy
     arrays and returned as JAX arrays (CPU only)."""
 
+    raw = True  # the NumPy outputs may be bfloat16 (ml_dtypes): they cross as uint16 views
+
     def __init__(self, jnp):
         super().__init__(jnp, None)
 
     def empty(self, like, shape, dtype):
         return _np.empty(shape, _np.dtype(dtype))
+
+    @staticmethod
+    def conv(x, name):
+        if type(x) is _np.ndarray and x.dtype in _RAW:
+            return x.view(_RAW[x.dtype])
+        return x
 
     def out_dtype(self, q):
         d = _np.dtype(q.dtype)
@@ -284,7 +292,7 @@ def _forward(fw, q, k, v, out, out_shape, lse_shape, sinks, q_descale, k_descale
     if not user_out:
         out = fw.empty(q, out_shape, fw.out_dtype(q))
     lse = None if lse_shape is None else fw.empty(q, lse_shape, fw.f32(q))
-    if cache_seqlens is not None and isinstance(cache_seqlens, int):
+    if cache_seqlens is not None and isinstance(cache_seqlens, (int, _np.integer)):
         cache_seqlens = fw.int32_full(q, out_shape[0] if cu_seqlens_q is None else _last_dim(cu_seqlens_q, "cu_seqlens_q") - 1,
                                       cache_seqlens)
     if fw.raw:

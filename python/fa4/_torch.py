@@ -17,6 +17,8 @@ current stream and allocates split-KV scratch from torch, so it is safe inside C
 
 from typing import Optional, Tuple
 
+import numpy as np
+
 import torch
 
 from . import _api
@@ -101,7 +103,7 @@ def _run(q, k, v, out, out_shape, lse_shape, sinks, q_descale, k_descale, v_desc
     if out is None:
         out = torch.empty(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
     lse = None if lse_shape is None else torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    if isinstance(cache_seqlens, int):
+    if isinstance(cache_seqlens, (int, np.integer)):
         n = out_shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
         cache_seqlens = torch.full((n,), cache_seqlens, dtype=torch.int32, device=q.device)
     cuda = q.is_cuda
@@ -200,7 +202,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch
                       k_descale, v_descale, cu_seqlens_q, None, None, cache_seqlens, cache_batch_idx, page_table,
                       k, v, sc, softcap, causal, wl, wr, chunk, max_seqlen_q, 0, num_splits, b, num_threads)
         return (o, lse) if return_lse else o
-    if isinstance(cache_seqlens, int):
+    if isinstance(cache_seqlens, (int, np.integer)):
         n = q.shape[0] if not varlen_q else cu_seqlens_q.shape[0] - 1
         cache_seqlens = torch.full((n,), cache_seqlens, dtype=torch.int32, device=q.device)
     common = (sinks, q_descale, k_descale, v_descale, cu_seqlens_q, None, None, cache_seqlens, cache_batch_idx,

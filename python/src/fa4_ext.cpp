@@ -103,9 +103,23 @@ struct Arg {
 
 [[noreturn]] void not_an_array(nb::handle h, const char* name, bool writable) {
   if (PyErr_Occurred()) PyErr_Clear();
-  std::string tp = nb::type_name(h.type()).c_str();
-  raise_error(kErrDType, name, std::string(name) + ": expected an array/tensor (DLPack or buffer protocol" +
-                                   (writable ? ", writable" : "") + "), got " + tp);
+  std::string what = nb::type_name(h.type()).c_str();
+  if (PyObject_HasAttrString(h.ptr(), "dtype")) {
+    PyObject* d = PyObject_GetAttrString(h.ptr(), "dtype");
+    PyObject* s = d ? PyObject_Str(d) : nullptr;
+    if (s && PyUnicode_Check(s)) what += std::string(" of dtype ") + PyUnicode_AsUTF8(s);
+    Py_XDECREF(s);
+    Py_XDECREF(d);
+    if (PyErr_Occurred()) PyErr_Clear();
+  }
+  raise_error(kErrDType, name, std::string(name) + ": expected an array/tensor readable through DLPack or the buffer protocol" +
+                                   (writable ? " (and writable)" : "") + ", got " + what + kDTypeHelp);
+}
+
+bool as_bool(nb::handle h) {
+  const int r = PyObject_IsTrue(h.ptr());
+  if (r < 0) throw nb::python_error();
+  return r != 0;
 }
 
 template <typename A>
@@ -202,7 +216,7 @@ void fwd(const nb::args& args) {
   TensorView* views[kTensors] = {&p.q, &p.k, &p.v, &p.out, &p.lse, &p.sinks, &p.q_descale, &p.k_descale,
                                  &p.v_descale, &p.cu_seqlens_q, &p.cu_seqlens_k, &p.seqused_k, &p.cache_seqlens,
                                  &p.cache_batch_idx, &p.page_table, &p.k_new, &p.v_new};
-  const bool allow_raw = nb::cast<bool>(args[kTensors + 12]);
+  const bool allow_raw = as_bool(args[kTensors + 12]);
   const bool appending = !args[15].is_none();
   Arg keep[kTensors];
   for (int i = 0; i < kTensors; ++i) {
@@ -214,7 +228,7 @@ void fwd(const nb::args& args) {
   }
   p.scale = nb::cast<float>(args[17]);
   p.softcap = nb::cast<float>(args[18]);
-  p.causal = nb::cast<bool>(args[19]);
+  p.causal = as_bool(args[19]);
   p.window_left = nb::cast<int64_t>(args[20]);
   p.window_right = nb::cast<int64_t>(args[21]);
   p.chunk_size = nb::cast<int64_t>(args[22]);

@@ -89,3 +89,15 @@ def test_jax_cpu_if_installed(rng):
     out = fa4.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), causal=True)
     assert "jax" in type(out).__module__
     tol_check(np.asarray(out), attention_ref(q, k, v, causal=True)[0], "float32")
+
+
+def test_jax_bf16_and_lse_if_installed(rng):
+    jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")
+    q, k, v = (rand(rng, (1, 4, 2, 16)) for _ in range(3))
+    jq, jk, jv = (jnp.asarray(x).astype(jnp.bfloat16) for x in (q, k, v))
+    out, lse = fa4.attention(jq, jk, jv, return_lse=True)
+    assert out.dtype == jnp.bfloat16 and lse.dtype == jnp.float32
+    ref, ref_lse = attention_ref(np.asarray(jq.astype(jnp.float32)), np.asarray(jk.astype(jnp.float32)),
+                                 np.asarray(jv.astype(jnp.float32)))
+    tol_check(np.asarray(out.astype(jnp.float32)), ref, "bfloat16")
+    np.testing.assert_allclose(np.asarray(lse), ref_lse, atol=1e-3, rtol=0)
