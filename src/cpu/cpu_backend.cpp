@@ -321,6 +321,18 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   }
 }
 
+// core::choose_num_splits counts work as batch x Hq x ceil(Sq / tile rows); with PackGQA a unit
+// is (batch, kv head, tile of group x Sq packed rows), so ask it about the packed problem:
+// Hq -> Hkv and Sq -> group x Sq. (Decode with one kv head is then 1 unit and gets split over
+// the cores instead of leaving all but one idle.)
+int num_splits(const Problem& pb, int workers, int64_t tile_rows) {
+  if (pb.p->num_splits > 0) return pb.p->num_splits;
+  Problem packed = pb;
+  packed.hq = pb.hkv;
+  packed.max_sq = pb.group * pb.max_sq;
+  return choose_num_splits(packed, workers, tile_rows, kTileKeys);
+}
+
 int resolve_threads(int32_t requested) { return requested > 0 ? requested : omp_get_max_threads(); }
 
 }  // namespace
@@ -336,7 +348,7 @@ Status cpu_forward(const Problem& pb) {
   plan.kern = &best_kernels();
   const int64_t g = pb.group;
   plan.tile_rows = std::min(kTileRows, round_up(g * pb.max_sq, 8));
-  plan.nsplit = choose_num_splits(pb, nt, std::max<int64_t>(1, plan.tile_rows / g), kTileKeys);
+  plan.nsplit = num_splits(pb, nt, plan.tile_rows);
   plan.k_direct = pb.dtype == DType::float32 && pb.ks.dim == 1;
   plan.v_direct = pb.dtype == DType::float32 && pb.vs.dim == 1;
   plan.rows_kernels = plan.kern->qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
