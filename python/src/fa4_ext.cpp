@@ -52,6 +52,11 @@ PyObject* g_err[kErrCount] = {};
     case StatusCode::out_of_memory: kind = kErrMemory; break;
     default: kind = kErrInternal; break;
   }
+#ifndef FA4_HAVE_CUDA
+  if (st.code == StatusCode::backend_unavailable)
+    raise_error(kind, st.argument.c_str(), st.message + "; this fa4 Python package was built without the cuda backend: "
+                                                        "reinstall where nvcc is found (FA4_CUDA=ON pip install ./python)");
+#endif
   raise_error(kind, st.argument.c_str(), st.message);
 }
 
