@@ -195,7 +195,7 @@ FwdArgs make_args(const Problem& pb, const Plan& pl) {
   };
   a.cu_q = idx(p.cu_seqlens_q, &a.cu_q_st);
   a.cu_k = pb.kv == KvLayout::varlen ? idx(p.cu_seqlens_k, &a.cu_k_st) : nullptr;
-  a.seqused_k = pb.kv == KvLayout::varlen ? idx(p.seqused_k, &a.seqused_st) : nullptr;
+  a.seqused_k = idx(p.seqused_k, &a.seqused_st);  // dense or varlen k (validation forbids it with a cache)
   a.cache_seqlens = idx(p.cache_seqlens, &a.cache_seqlens_st);
   a.cache_batch_idx = idx(p.cache_batch_idx, &a.cbi_st);
   if (pb.kv == KvLayout::paged) {

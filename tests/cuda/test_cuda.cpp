@@ -115,11 +115,34 @@ CaseConfig gpu_config(std::mt19937_64& rng) {
   return c;
 }
 
+// The contract asks GPU tensors for 16-byte row strides, lse included ([B, Hq, Sq] fp32: Sq % 4
+// == 0); give lse padded rows so any Sq can be tested. The padding stays poisoned and
+// compare_runs checks that nothing writes it.
+void align_lse(Case& c) {
+  Tensor& t = c.lse;
+  if (!t.present()) return;
+  int64_t st = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.stride[d] = st;
+    st *= t.shape[d];
+    if (d == t.ndim - 1) st = (st + 3) / 4 * 4;
+  }
+  int64_t extent = 1;
+  for (int d = 0; d < t.ndim; ++d) extent += (t.shape[d] - 1) * t.stride[d];
+  t.mem.assign(static_cast<size_t>(std::max<int64_t>(extent, 1)) * 4, 0xFF);
+}
+
+Case make_gpu_case(const CaseConfig& cfg, uint64_t seed) {
+  Case c = make_case(cfg, seed);
+  align_lse(c);
+  return c;
+}
+
 void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
   SCOPED_TRACE(cfg.describe());
   FA4_SEED_TRACE(seed);
-  Case ref = make_case(cfg, seed);
-  Case test = make_case(cfg, seed);
+  Case ref = make_gpu_case(cfg, seed);
+  Case test = make_gpu_case(cfg, seed);
   ref.poison_outputs();
   const Status rs = ref.run(Backend::reference);
   ASSERT_TRUE(rs.ok()) << rs.message;
@@ -135,7 +158,7 @@ void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
 
   if (determinism) {
     // Second run on the same device inputs (appends write the same rows again): bitwise equal.
-    Case again = make_case(cfg, seed);
+    Case again = make_gpu_case(cfg, seed);
     again.poison_outputs();
     DeviceCase d2(again);
     ASSERT_TRUE(d2.run().ok());
@@ -177,7 +200,11 @@ TEST(CudaBackend, PrefillShapes) {
       c.causal = mask == 1;
       if (mask == 2) c.window_left = 100, c.window_right = 20;
       c.lse = true;
+      // Outlier rows drive outputs to |O| ~ 10, where one bf16 ulp (0.0625) exceeds the 0.05
+      // max-abs bound of DESIGN §4 by itself; outliers run in fp16 here (bf16 outliers are
+      // covered by the small random cases).
       c.dist = (k % 3 == 0) ? Dist::outliers : Dist::normal;
+      if (c.dist == Dist::outliers) c.dtype = DType::float16;
       c.num_splits = (k % 4 == 0) ? 3 : 1;
       check_case(c, seed, false);
     }
@@ -214,13 +241,13 @@ TEST(CudaBackend, GraphCapture) {
   c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 1, c.sk = 3000;
   c.kv = KvMode::paged, c.page_size = 16, c.num_splits = 4, c.lse = true;
   FA4_SEED_TRACE(seed);
-  Case direct = make_case(c, seed);
+  Case direct = make_gpu_case(c, seed);
   direct.poison_outputs();
   DeviceCase dd(direct);
   ASSERT_TRUE(dd.run().ok());  // also sizes the cached split workspace
   dd.download();
 
-  Case graph = make_case(c, seed);
+  Case graph = make_gpu_case(c, seed);
   graph.poison_outputs();
   DeviceCase dg(graph);
   cudaStream_t s;
@@ -260,7 +287,7 @@ TEST(CudaBackend, CombinePartials) {
   const uint64_t seed = derive_seed(9100);
   FA4_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  const int64_t S = 5, B = 2, Sq = 7, H = 3, D = 72;
+  const int64_t S = 5, B = 2, Sq = 8, H = 3, D = 72;  // Sq % 4 == 0: 16-byte lse rows on the GPU
   Tensor op = Tensor::make(DType::float32, {S, B, Sq, H, D});
   Tensor lp = Tensor::make(DType::float32, {S, B, H, Sq});
   fill(op, Dist::normal, rng);

@@ -40,6 +40,7 @@ struct SeqInfo {
     switch (p.kv_mode) {
       case kKvDense:
         sk = p.kv_slot;
+        if (p.seqused_k) sk = clamp64(p.seqused_k[b * p.seqused_st], 0, sk);
         kv_a = b;
         break;
       case kKvVarlen: {

@@ -55,25 +55,108 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + (((chunk & ~7) | ((chunk ^ row) & 7)) << 3);
 }
 
-// Loads rows [n0, n0 + kRows) of a K or V tile; rows >= len and columns >= d are zero-filled.
+// Issues the cp.async copies of one [kRows x kD] K or V tile (keys n0 ..) into shared memory.
+// The per-thread work is fixed at compile time: kIters 16-byte chunks, and when kThreads is a
+// multiple of the chunks per row each thread keeps one column chunk for every row it copies (so
+// the column bound and the swizzled column are computed once). Rows >= len and columns >= d are
+// zero-filled (no branch on the data path; masked keys then hold exact zeros, never stale NaN).
 template <typename Elem, int kRows, int kD, int kThreads>
-__device__ __forceinline__ void load_kv_tile(Elem* s, const Elem* g, const KvAddr& addr, int n0, int len, int d,
-                                             int tid) {
-  constexpr int kChunks = kD / 8;
-#pragma unroll
-  for (int c = tid; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks, ch = c % kChunks;
-    const int j = n0 + r;
-    const Elem* src = g;
-    uint32_t bytes = 0;
-    if (j < len) {
-      const int valid = d - ch * 8;
-      bytes = valid >= 8 ? 16u : (valid > 0 ? 2u * valid : 0u);
-      if (bytes) src = g + addr.row(j) + ch * 8;
-    }
-    ptx::cp_async_16(ptx::smem_u32(s + swz<kD>(r, ch)), src, bytes);
+struct TileLoader {
+  static constexpr int kChunks = kD / 8;
+  static constexpr int kIters = kRows * kChunks / kThreads;
+  static constexpr bool kFixedCol = kThreads % kChunks == 0;
+  static constexpr int kRowStep = kFixedCol ? kThreads / kChunks : 0;
+  static_assert(kRows * kChunks % kThreads == 0, "tile must split evenly over the threads");
+  int tid = 0, d = 0;
+
+  __device__ __forceinline__ void init(int tid_, int d_) { tid = tid_, d = d_; }
+  __device__ __forceinline__ int row_of(int k) const {
+    return kFixedCol ? tid / kChunks + k * kRowStep : (tid + k * kThreads) / kChunks;
   }
-}
+  __device__ __forceinline__ int col_of(int k) const {
+    return kFixedCol ? tid % kChunks : (tid + k * kThreads) % kChunks;
+  }
+  __device__ __forceinline__ uint32_t col_bytes(int ch) const {
+    const int valid = d - ch * 8;
+    return valid >= 8 ? 16u : (valid > 0 ? 2u * valid : 0u);
+  }
+
+  // Contiguous rows (dense / varlen / cache): element offset of key j = base + j * step.
+  // With a fixed column and a row step that is a multiple of 8 (the swizzle period), every copy
+  // of this thread is one pointer add and a compile-time shared-memory offset away from the first;
+  // whole tiles (the common case) skip the row bound.
+  __device__ __forceinline__ void load_strided(Elem* s, const Elem* g, int64_t base, int64_t step, int n0,
+                                               int len) const {
+    if constexpr (kFixedCol && kRowStep % 8 == 0) {
+      const int r0 = row_of(0), ch = col_of(0);
+      const uint32_t cb = col_bytes(ch);
+      const Elem* src0 = g + base + static_cast<int64_t>(n0 + r0) * step + ch * 8;
+      const int64_t rs = static_cast<int64_t>(kRowStep) * step;
+      const uint32_t dst0 = ptx::smem_u32(s + swz<kD>(r0, ch));
+      if (n0 + kRows <= len && cb == 16u) {
+#pragma unroll
+        for (int k = 0; k < kIters; ++k) ptx::cp_async_16(dst0 + k * kRowStep * kD * 2, src0 + k * rs, 16u);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kIters; ++k) {
+          const uint32_t bytes = n0 + r0 + k * kRowStep < len ? cb : 0u;
+          ptx::cp_async_16(dst0 + k * kRowStep * kD * 2, bytes ? src0 + k * rs : g, bytes);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) {
+        const int r = row_of(k), ch = col_of(k);
+        const int j = n0 + r;
+        const uint32_t bytes = j < len ? col_bytes(ch) : 0u;
+        const Elem* src = bytes ? g + base + static_cast<int64_t>(j) * step + ch * 8 : g;
+        ptx::cp_async_16(ptx::smem_u32(s + swz<kD>(r, ch)), src, bytes);
+      }
+    }
+  }
+  // Paged rows: key r of the tile lives at page sPage[r], row sRow[r] of that page (staged in
+  // shared memory by stage_pages one iteration ahead, so no copy waits on a page-table load).
+  __device__ __forceinline__ void load_paged(Elem* s, const Elem* g, const KvAddr& a, const int32_t* sPage,
+                                             const int32_t* sRow, int n0, int len) const {
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int r = row_of(k), ch = col_of(k);
+      const uint32_t bytes = n0 + r < len ? col_bytes(ch) : 0u;
+      const Elem* src =
+          bytes ? g + a.base + static_cast<int64_t>(sPage[r]) * a.s0 + static_cast<int64_t>(sRow[r]) * a.s1 + ch * 8 : g;
+      ptx::cp_async_16(ptx::smem_u32(s + swz<kD>(r, ch)), src, bytes);
+    }
+  }
+};
+
+// The mask's per-row key interval in 32-bit arithmetic (positions of one sequence are < 2^31;
+// the int64 SeqMask would pull a 64-bit division routine into the partial-tile path). Same
+// definition as core::SeqMask::row_lo / row_hi.
+struct RowMask32 {
+  int left, right, chunk, off, sk;
+  __device__ __forceinline__ void init(const core::Mask& m, int64_t sq, int sk_) {
+    const int64_t big = 1 << 30;
+    left = m.left < 0 ? -1 : static_cast<int>(m.left < big ? m.left : big);
+    right = m.right < 0 ? -1 : static_cast<int>(m.right < big ? m.right : big);
+    chunk = static_cast<int>(m.chunk < big ? m.chunk : big);
+    sk = sk_;
+    off = static_cast<int>(clamp64(sk_ - sq, -big, big));
+  }
+  __device__ __forceinline__ void bounds(int64_t i64, int& lo, int& hi) const {
+    const int i = static_cast<int>(i64 < (1 << 30) ? i64 : (1 << 30));
+    const int p = i + off;
+    lo = 0;
+    if (left >= 0 && p - left > lo) lo = p - left;
+    if (chunk > 0) {
+      const int q = p >= 0 ? p / chunk : -((-p + chunk - 1) / chunk);  // floor division
+      if (q * chunk > lo) lo = q * chunk;
+    }
+    hi = sk;
+    if (right >= 0 && p + right + 1 < hi) hi = p + right + 1;
+    if (hi < 0) hi = 0;
+    if (lo > sk) lo = sk;
+  }
+};
 
 template <class T>
 __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant__ FwdArgs p) {
@@ -84,12 +167,17 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
   Elem* sK = sQ + T::kQElems;
   Elem* sV = sK + kStages * T::kKElems;
+  int32_t* sPage = reinterpret_cast<int32_t*>(sV + kStages * T::kVElems);  // [2][kBlockN] paged rows
+  int32_t* sRow = sPage + 2 * kBlockN;                                     // [2][kBlockN]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;
   const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates: row group, column pair
 
-  const int m_block = blockIdx.x;
+  // With a causal / windowed mask later query tiles see more keys: launch them first so the
+  // long CTAs do not form the tail of the grid.
+  const int m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
+                                        : static_cast<int>(blockIdx.x);
   const int head_idx = blockIdx.y;  // kv head (PackGQA) or query head
   const int batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
   SeqInfo si;
@@ -121,6 +209,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     n_hi = lo + per < n_hi ? lo + per : n_hi;
   }
   const int n_tiles = n_hi - n_lo;
+  RowMask32 rmask;
+  rmask.init(p.mask, si.sq, sk);
 
   const Elem* gq = static_cast<const Elem*>(p.q);
   const Elem* gk = static_cast<const Elem*>(p.k);
@@ -128,12 +218,15 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   KvAddr kaddr, vaddr;
   kaddr.init(p, si, p.k_s0, p.k_s1, p.k_sh, hk);
   vaddr.init(p, si, p.v_s0, p.v_s1, p.v_sh, hk);
+  const bool paged = kaddr.paged;
 
   // ---- prologue: Q tile + the first kStages - 1 K/V tiles ----
   {
     constexpr int kChunks = kDqk / 8;
 #pragma unroll
-    for (int c = tid; c < kBlockM * kChunks; c += kThreads) {
+    for (int k = 0; k < (kBlockM * kChunks + kThreads - 1) / kThreads; ++k) {
+      const int c = tid + k * kThreads;
+      if (c >= kBlockM * kChunks) break;
       const int r = c / kChunks, ch = c % kChunks;
       const int64_t m = m0 + r;
       const Elem* src = gq;
@@ -146,29 +239,77 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       ptx::cp_async_16(ptx::smem_u32(sQ + swz<kDqk>(r, ch)), src, bytes);
     }
   }
+  using LoadK = TileLoader<Elem, kBlockN, kDqk, kThreads>;
+  using LoadV = TileLoader<Elem, kBlockN, kDv, kThreads>;
+  LoadK lk;
+  LoadV lv;
+  lk.init(tid, p.dqk);
+  lv.init(tid, p.dv);
+  // Paged KV: one thread per key row reads its page-table entry once per tile (instead of every
+  // thread copying a chunk of that row) into a 2-deep ring in shared memory; the entries of tile
+  // i + 1 are read while tile i is issued, and the barrier at the top of each iteration orders the
+  // write before the use.
+  // Split in two so the page-table load's latency hides behind a tile of math: fetch_page reads
+  // the entry of key row tid of a tile into a register right after a tile is issued, store_page
+  // writes it to the ring after that tile's math.
+  int32_t pf_page = 0, pf_row = 0, pf_tile = -1;
+  auto fetch_page = [&](int tile) {
+    pf_tile = tile;
+    if (tid < kBlockN) {
+      const int j = (n_lo + tile) * kBlockN + tid;
+      pf_page = 0, pf_row = 0;
+      if (j < sk) {
+        const int pi = j / kaddr.page_size;
+        pf_page = kaddr.pt_row[pi * kaddr.pt_s1];
+        pf_row = j - pi * kaddr.page_size;
+      }
+    }
+  };
+  auto store_page = [&]() {
+    if (tid < kBlockN && pf_tile >= 0) {
+      sPage[(pf_tile & 1) * kBlockN + tid] = static_cast<int32_t>(clamp64(pf_page, 0, kaddr.num_pages - 1));
+      sRow[(pf_tile & 1) * kBlockN + tid] = pf_row;
+    }
+    pf_tile = -1;
+  };
+  auto stage_pages = [&](int tile) {
+    fetch_page(tile);
+    store_page();
+  };
+  auto issue_tile = [&](int stage, int tile) {
+    const int n0 = (n_lo + tile) * kBlockN;
+    Elem* dk = sK + stage * T::kKElems;
+    Elem* dv = sV + stage * T::kVElems;
+    if (!paged) {
+      lk.load_strided(dk, gk, kaddr.base, kaddr.step, n0, sk);
+      lv.load_strided(dv, gv, vaddr.base, vaddr.step, n0, sk);
+    } else {
+      const int32_t* pg = sPage + (tile & 1) * kBlockN;
+      const int32_t* rw = sRow + (tile & 1) * kBlockN;
+      lk.load_paged(dk, gk, kaddr, pg, rw, n0, sk);
+      lv.load_paged(dv, gv, vaddr, pg, rw, n0, sk);
+    }
+  };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_tiles) {
-      const int n0 = (n_lo + s) * kBlockN;
-      load_kv_tile<Elem, kBlockN, kDqk, kThreads>(sK + s * T::kKElems, gk, kaddr, n0, sk, p.dqk, tid);
-      load_kv_tile<Elem, kBlockN, kDv, kThreads>(sV + s * T::kVElems, gv, vaddr, n0, sk, p.dv, tid);
+      if (paged) {
+        stage_pages(s);
+        __syncthreads();
+      }
+      issue_tile(s, s);
     }
     ptx::cp_async_commit();
   }
+  if (paged && kStages - 1 < n_tiles) stage_pages(kStages - 1);
 
   // ---- per-thread row state ----
   // This thread's accumulator rows: rr = 2 * mt + half -> tile row wm*kWarpRows + mt*16 + g + 8*half.
+  // m_run is in raw score units when the scale is folded into the exponent (sc = scale*log2(e)),
+  // in log2 units otherwise (softcap / non-positive scale: sc = 1).
   float m_run[2 * kMT], l_run[2 * kMT];
-  int row_lo[2 * kMT], row_hi[2 * kMT];
 #pragma unroll
-  for (int rr = 0; rr < 2 * kMT; ++rr) {
-    m_run[rr] = -INFINITY;
-    l_run[rr] = 0.f;
-    const int64_t i = row_i(m0 + wm * T::kWarpRows + (rr >> 1) * 16 + g + (rr & 1) * 8);
-    const int64_t lo = sm.row_lo(i), hi = sm.row_hi(i);
-    row_lo[rr] = static_cast<int>(lo < sk ? lo : sk);
-    row_hi[rr] = static_cast<int>(hi < sk ? hi : sk);
-  }
+  for (int rr = 0; rr < 2 * kMT; ++rr) m_run[rr] = -INFINITY, l_run[rr] = 0.f;
   float o[kMT][kOT][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -178,6 +319,13 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       for (int e = 0; e < 4; ++e) o[mt][ot][e] = 0.f;
 
   const bool softcap = p.softcap_log2 != 0.f;
+  const bool fold = !softcap && p.scale_log2 > 0.f;
+  const float sc = fold ? p.scale_log2 : 1.f;
+  const float softcap_in2 = p.softcap_in * 2.f * 1.4426950408889634f;  // exp2 argument of e^{2y}
+  // Conditional rescaling (FA4): the running max only moves when a row's new max exceeds it by
+  // more than 2^8 in probability; until then P <= 2^8 (exact enough in fp32 sums and 16-bit P)
+  // and the O / l rescale of the whole warp is skipped.
+  constexpr float kRescaleThreshold = 8.f;
   const int q_row0 = wm * T::kWarpRows;
   const int key0 = wn * T::kWarpKeys;
 
@@ -188,9 +336,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     {
       const int tn = t + kStages - 1;
       if (tn < n_tiles) {
-        const int st = tn % kStages, n0 = (n_lo + tn) * kBlockN;
-        load_kv_tile<Elem, kBlockN, kDqk, kThreads>(sK + st * T::kKElems, gk, kaddr, n0, sk, p.dqk, tid);
-        load_kv_tile<Elem, kBlockN, kDv, kThreads>(sV + st * T::kVElems, gv, vaddr, n0, sk, p.dv, tid);
+        issue_tile(tn % kStages, tn);
+        if (paged && tn + 1 < n_tiles) fetch_page(tn + 1);
       }
       ptx::cp_async_commit();
     }
@@ -228,68 +375,96 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       }
     }
 
-    // Scores -> log2 units (softcap first), mask partial tiles.
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = s[mt][nt][e];
-          if (softcap) {
-            // tanh(y) = 1 - 2 / (e^{2y} + 1): exact to a few ulp with ex2.approx (tanh.approx's
-            // 2^-11 relative error, times a softcap of ~30, would be visible in fp16 outputs).
-            const float e2 = ptx::exp2_approx(x * p.softcap_in * 2.f * 1.4426950408889634f);
-            x = p.softcap_log2 * (1.f - __fdividef(2.f, e2 + 1.f));
-          } else {
-            x *= p.scale_log2;
-          }
-          s[mt][nt][e] = x;
-        }
-    const core::TileKind kind =
-        sm.classify(i_first, i_last + 1, n0, static_cast<int64_t>(n0) + kBlockN);
-    if (kind != core::TileKind::full || n0 + kBlockN > sk) {
+    // Softcap / unfolded scale (uniform branches, outside the element loops), then the mask on
+    // partial tiles only.
+    if (softcap) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int rr = 2 * mt + (e >> 1);
-            const int j = n0 + key0 + nt * 8 + 2 * t4 + (e & 1);
-            if (j < row_lo[rr] || j >= row_hi[rr]) s[mt][nt][e] = -INFINITY;
+            // tanh(y) = 1 - 2 / (e^{2y} + 1): a few ulp with ex2.approx (tanh.approx's 2^-11
+            // relative error, times a softcap of ~30, would be visible in fp16 outputs).
+            const float e2 = ptx::exp2_approx(s[mt][nt][e] * softcap_in2);
+            s[mt][nt][e] = p.softcap_log2 * (1.f - __fdividef(2.f, e2 + 1.f));
           }
+    } else if (!fold) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
+    }
+    if (sm.classify(i_first, i_last + 1, n0, static_cast<int64_t>(n0) + kBlockN) != core::TileKind::full) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          int lo, hi;
+          rmask.bounds(row_i(m0 + q_row0 + mt * 16 + g + 8 * half), lo, hi);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = n0 + key0 + nt * 8 + 2 * t4 + e;
+              if (j < lo || j >= hi) s[mt][nt][2 * half + e] = -INFINITY;
+            }
+        }
     }
 
-    // Online softmax (per row: max over the quad's 4 lanes, rescale O and the running sum).
+    // Online softmax: per-row max over the quad's 4 lanes; rescale only when some row of the warp
+    // moved its max by more than the threshold (warp-uniform decision).
+    float mx[2 * kMT];
+    bool grow = false;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int rr = 2 * mt + half;
-        float mx = m_run[rr];
+        float x = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_use = mx == -INFINITY ? 0.f : mx;  // all-masked so far: keep exp2 args finite
-        const float alpha = ptx::exp2_approx(m_run[rr] - m_use);
-        m_run[rr] = mx;
+        for (int nt = 0; nt < kNT; ++nt) x = fmaxf(x, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        mx[rr] = x;
+        grow |= (x - m_run[rr]) * sc > kRescaleThreshold || (m_run[rr] == -INFINITY && x != -INFINITY);
+      }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int rr = 2 * mt + half;
+          const float m_new = fmaxf(m_run[rr], mx[rr]);
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;  // nothing visible yet: keep args finite
+          const float alpha = ptx::exp2_approx((m_run[rr] - m_use) * sc);
+          m_run[rr] = m_new;
+          l_run[rr] *= alpha;
+#pragma unroll
+          for (int ot = 0; ot < kOT; ++ot) {
+            o[mt][ot][2 * half] *= alpha;
+            o[mt][ot][2 * half + 1] *= alpha;
+          }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int rr = 2 * mt + half;
+        const float neg_m = -(m_run[rr] == -INFINITY ? 0.f : m_run[rr]) * sc;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          const float p0 = ptx::exp2_approx(s[mt][nt][2 * half] - m_use);
-          const float p1 = ptx::exp2_approx(s[mt][nt][2 * half + 1] - m_use);
+          const float p0 = ptx::exp2_approx(fmaf(s[mt][nt][2 * half], sc, neg_m));
+          const float p1 = ptx::exp2_approx(fmaf(s[mt][nt][2 * half + 1], sc, neg_m));
           s[mt][nt][2 * half] = p0;
           s[mt][nt][2 * half + 1] = p1;
           sum += p0 + p1;
         }
-        l_run[rr] = l_run[rr] * alpha + sum;
-#pragma unroll
-        for (int ot = 0; ot < kOT; ++ot) {
-          o[mt][ot][2 * half] *= alpha;
-          o[mt][ot][2 * half + 1] *= alpha;
-        }
+        l_run[rr] += sum;
       }
 
     // O += P V   (P: the S accumulators, repacked as 16-bit A fragments)
@@ -316,14 +491,84 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         }
       }
     }
+    if (paged) store_page();  // ordered before its use by the next iteration's barrier
   }
 
-  // ---- epilogue: stage each warp's (O, m, l) in fp32 shared memory, merge, normalize, store ----
+  // ---- epilogue ----
   ptx::cp_async_wait<0>();
   __syncthreads();  // all warps done reading K/V; the pipeline buffers become the staging area
-  float* sO = reinterpret_cast<float*>(smem_raw);                    // [kWarpsN][kBlockM][kOStride]
-  float* sM = sO + T::kWarpsN * kBlockM * T::kOStride;               // [kWarpsN][kBlockM]
-  float* sL = sM + T::kWarpsN * kBlockM;                             // [kWarpsN][kBlockM]
+  const bool add_sink = p.sinks != nullptr && split == 0;
+
+  if constexpr (T::kWarpsN == 1) {
+    if (p.num_splits == 1) {
+      // One warp owns each row: add the sink, normalize in registers, write 16-bit O into a
+      // swizzled [kBlockM][kDv] tile (conflict-free 4-byte stores), then copy rows out with
+      // 16-byte stores.
+      Elem* sOut = reinterpret_cast<Elem*>(smem_raw);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int rr = 2 * mt + half;
+          const int row = q_row0 + mt * 16 + g + 8 * half;
+          float l = l_run[rr];
+          l += __shfl_xor_sync(0xffffffffu, l, 1);
+          l += __shfl_xor_sync(0xffffffffu, l, 2);
+          float mrow = m_run[rr] == -INFINITY ? -INFINITY : m_run[rr] * sc;  // log2 units
+          const int64_t m = m0 + row;
+          const bool valid_row = m < rows_seq;
+          float f = 1.f;  // rescale of O for the sink
+          if (add_sink && valid_row) {
+            const float sink = p.sinks[row_h(m) * p.sinks_st] * 1.4426950408889634f;
+            const float mx = fmaxf(mrow, sink);
+            f = ptx::exp2_approx(mrow - mx);
+            l = l * f + ptx::exp2_approx(sink - mx);
+            mrow = mx;
+          }
+          // Empty row (no visible key, no sink): l == 0 -> O = 0, lse = -inf.
+          const float scale = l > 0.f ? f / l : 0.f;
+#pragma unroll
+          for (int ot = 0; ot < kOT; ++ot) {
+            const uint32_t v = ptx::pack2<Elem>(o[mt][ot][2 * half] * scale, o[mt][ot][2 * half + 1] * scale);
+            *reinterpret_cast<uint32_t*>(sOut + swz<kDv>(row, ot) + 2 * t4) = v;
+          }
+          if (t4 == 0 && valid_row && p.lse != nullptr) {
+            const int64_t i = row_i(m);
+            const float lse = l > 0.f ? (mrow + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+            const int64_t lo = p.varlen_q ? (si.token0 + i) * p.lse_si : batch * p.lse_sb + i * p.lse_si;
+            p.lse[lo + row_h(m) * p.lse_sh] = lse;
+          }
+        }
+      __syncthreads();
+      constexpr int kChunks = kDv / 8;
+#pragma unroll
+      for (int k = 0; k < kBlockM * kChunks / kThreads; ++k) {
+        const int c = tid + k * kThreads;
+        const int r = c / kChunks, ch = c % kChunks;
+        const int64_t m = m0 + r;
+        if (m >= rows_seq) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(sOut + swz<kDv>(r, ch));
+        Elem* dst = static_cast<Elem*>(p.out) + si.o_base + row_i(m) * si.o_step + static_cast<int64_t>(row_h(m)) * p.o_sh +
+                    ch * 8;
+        const int valid = p.dv - ch * 8;
+        if (valid >= 8) {
+          *reinterpret_cast<uint4*>(dst) = v;
+        } else {
+          const Elem* e = reinterpret_cast<const Elem*>(&v);
+#pragma unroll
+          for (int x = 0; x < 8; ++x)
+            if (x < valid) dst[x] = e[x];
+        }
+      }
+      return;
+    }
+  }
+
+  // General path (warps split the keys, or split-KV partials): stage each warp's (O, m, l) in
+  // fp32 shared memory, merge, normalize, store.
+  float* sO = reinterpret_cast<float*>(smem_raw);       // [kWarpsN][kBlockM][kOStride]
+  float* sM = sO + T::kWarpsN * kBlockM * T::kOStride;  // [kWarpsN][kBlockM], log2 units
+  float* sL = sM + T::kWarpsN * kBlockM;                // [kWarpsN][kBlockM]
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -338,13 +583,12 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       for (int ot = 0; ot < kOT; ++ot)
         *reinterpret_cast<float2*>(dst + ot * 8) = make_float2(o[mt][ot][2 * half], o[mt][ot][2 * half + 1]);
       if (t4 == 0) {
-        sM[wn * kBlockM + row] = m_run[rr];
+        sM[wn * kBlockM + row] = m_run[rr] == -INFINITY ? -INFINITY : m_run[rr] * sc;
         sL[wn * kBlockM + row] = l;
       }
     }
   __syncthreads();
 
-  const bool add_sink = p.sinks != nullptr && split == 0;
   constexpr int kChunks = kDv / 8;
   for (int c = tid; c < kBlockM * kChunks; c += kThreads) {
     const int r = c / kChunks, ch = c % kChunks;
