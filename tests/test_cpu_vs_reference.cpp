@@ -1,7 +1,9 @@
 // Property tests: backend=cpu against backend=reference over the whole feature space, with the
 // DESIGN §4 tolerances, poisoned outputs (every element written, nothing outside written),
 // bitwise determinism and thread-count independence.
+#include <cmath>
 #include <cstdlib>
+#include <thread>
 
 #include "test_util.h"
 
@@ -303,6 +305,155 @@ TEST(CpuVsReference, DecodeShapesGqaPackedHeads) {
         c.dtype = (n % 2) ? DType::bfloat16 : DType::float16;
         check_cpu_vs_ref(c, derive_seed(11000 + n++), {true, false});
       }
+}
+
+
+// Scores that keep rising (the running max changes in every key tile: a rescale each time),
+// fall, saw-tooth, or spike. q = ~1, k_j = f(j) / sqrt(D) + noise: score_j ~ f(j).
+TEST(CpuVsReference, ScorePatternsThatForceManyRescales) {
+  int n = 0;
+  for (DType dt : {DType::float32, DType::float16, DType::bfloat16})
+    for (int pattern = 0; pattern < 4; ++pattern)
+      for (int32_t splits : {1, 3}) {
+        CaseConfig cfg;
+        cfg.dtype = dt;
+        cfg.batch = 2;
+        cfg.hq = 4;
+        cfg.hkv = 2;
+        cfg.dqk = cfg.dv = 64;
+        cfg.sq = 9;
+        cfg.sk = 300;
+        cfg.causal = pattern % 2;
+        cfg.num_splits = splits;
+        const uint64_t seed = derive_seed(12000 + n++);
+        FA4_SEED_TRACE(seed);
+        SCOPED_TRACE("pattern " + std::to_string(pattern));
+        Case c = make_case(cfg, seed);
+        std::mt19937_64 rng(seed ^ 0x5555);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::uniform_real_distribution<float> u(0.0f, 1.0f);
+        const float slope = dt == DType::float32 ? 0.15f : 0.5f;  // fp32: keep |score| < ~50 (fp32 score rounding)
+        const float inv = 1.0f / std::sqrt(static_cast<float>(cfg.dqk));
+        for (int64_t b = 0; b < c.B; ++b)
+          for (int64_t i = 0; i < c.lq[b]; ++i)
+            for (int64_t h = 0; h < cfg.hq; ++h)
+              for (int64_t d = 0; d < cfg.dqk; ++d) c.q.set(c.q_off(b, i, h, d), 1.0f + 0.1f * nd(rng));
+        for (int64_t b = 0; b < c.B; ++b)
+          for (int64_t j = 0; j < c.lk[b]; ++j) {
+            float f = 0.0f;
+            switch (pattern) {
+              case 0: f = slope * static_cast<float>(j); break;                         // rising
+              case 1: f = slope * static_cast<float>(c.lk[b] - j); break;               // falling
+              case 2: f = 3.0f * slope * static_cast<float>(j % 40); break;             // saw-tooth
+              case 3: f = u(rng) < 0.03f ? (dt == DType::float32 ? 40.0f : 120.0f) : 0.0f; break;  // spikes
+            }
+            for (int64_t hk = 0; hk < cfg.hkv; ++hk)
+              for (int64_t d = 0; d < cfg.dqk; ++d) {
+                int64_t o;
+                Tensor& t = const_cast<Tensor&>(c.key_src(b, j, hk, d, false, &o));
+                t.set(o, f * inv + 0.3f * nd(rng));
+              }
+          }
+        Case ref = c, cpu = c;
+        ASSERT_TRUE(ref.run(Backend::reference).ok());
+        ASSERT_TRUE(cpu.run(Backend::cpu).ok());
+        EXPECT_TRUE(compare_runs(cpu, ref, tol_for(dt)));
+      }
+}
+
+TEST(CpuVsReference, LargerShapesWithManyTiles) {
+  std::vector<CaseConfig> cfgs;
+  {
+    CaseConfig c;  // prefill: several query tiles of packed GQA rows, many key tiles
+    c.batch = 1;
+    c.hq = 4;
+    c.hkv = 1;
+    c.dqk = c.dv = 64;
+    c.sq = 300;
+    c.sk = 700;
+    c.causal = true;
+    c.num_splits = 0;
+    c.dtype = DType::bfloat16;
+    c.dist = Dist::outliers;
+    cfgs.push_back(c);
+  }
+  {
+    CaseConfig c;  // decode over a long paged cache
+    c.kv = KvMode::paged;
+    c.page_size = 256;
+    c.batch = 2;
+    c.hq = 8;
+    c.hkv = 2;
+    c.dqk = c.dv = 128;
+    c.sq = 1;
+    c.snew = 1;
+    c.sk = 4000;
+    c.lens_k = {3999, 2500};
+    c.num_splits = 0;
+    c.dtype = DType::float16;
+    cfgs.push_back(c);
+  }
+  {
+    CaseConfig c;  // ragged prefill chunks over a paged cache with a sliding window
+    c.kv = KvMode::paged;
+    c.page_size = 16;
+    c.varlen_q = true;
+    c.lens_q = {200, 1, 77};
+    c.lens_k = {900, 10, 500};
+    c.batch = 3;
+    c.hq = 4;
+    c.hkv = 2;
+    c.dqk = c.dv = 96;
+    c.sq = 200;
+    c.sk = 900;
+    c.window_left = 128;
+    c.causal = true;
+    c.dtype = DType::bfloat16;
+    c.num_splits = 0;
+    cfgs.push_back(c);
+  }
+  {
+    CaseConfig c;  // fp32 with Dqk != Dv, non-causal, forced splits
+    c.batch = 2;
+    c.hq = 2;
+    c.hkv = 2;
+    c.dqk = 192;
+    c.dv = 128;
+    c.sq = 130;
+    c.sk = 520;
+    c.num_splits = 5;
+    cfgs.push_back(c);
+  }
+  int n = 0;
+  for (const CaseConfig& c : cfgs) check_cpu_vs_ref(c, derive_seed(13000 + n++), {true, false});
+}
+
+TEST(CpuVsReference, ConcurrentCallsFromSeveralThreadsAreIndependent) {
+  constexpr int kThreads = 4;
+  std::vector<Case> inputs, serial;
+  std::vector<uint64_t> seeds;
+  for (int t = 0; t < kThreads; ++t) {
+    const uint64_t seed = derive_seed(14000 + t);
+    std::mt19937_64 rng(seed);
+    CaseConfig cfg = random_config(rng);
+    cfg.num_threads = 2;
+    seeds.push_back(seed);
+    inputs.push_back(make_case(cfg, seed));
+    serial.push_back(inputs.back());
+    ASSERT_TRUE(serial.back().run(Backend::cpu).ok());
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<Case> conc = inputs;
+    std::vector<Status> st(kThreads);
+    std::vector<std::thread> th;
+    for (int t = 0; t < kThreads; ++t) th.emplace_back([&, t] { st[t] = conc[t].run(Backend::cpu); });
+    for (auto& x : th) x.join();
+    for (int t = 0; t < kThreads; ++t) {
+      FA4_SEED_TRACE(seeds[t]);
+      ASSERT_TRUE(st[t].ok()) << st[t].message;
+      EXPECT_TRUE(bitwise_equal(conc[t], serial[t])) << "concurrent run differs from the serial one";
+    }
+  }
 }
 
 }  // namespace
