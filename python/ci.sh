@@ -6,7 +6,12 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 py="${PYTHON:-python3}"
-venv="${FA4_PY_VENV:-$(mktemp -d /tmp/fa4-py-venv.XXXXXX)}"
+if [ -n "${FA4_PY_VENV:-}" ]; then
+  venv="$FA4_PY_VENV"
+else
+  venv="$(mktemp -d /tmp/fa4-py-venv.XXXXXX)"
+  trap 'rm -rf "$venv"' EXIT
+fi
 export FA4_CUDA="${FA4_CUDA:-OFF}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
 start=$(date +%s)
@@ -16,11 +21,13 @@ start=$(date +%s)
 "$venv/bin/python" -m pip install -q "$here"
 echo "python/ci.sh: installed in $(( $(date +%s) - start )) s ($("$venv/bin/python" -c 'import fa4; print("fa4", fa4.__version__, "cuda:", fa4.built_with_cuda)'))"
 # Run from a neutral directory so `import fa4` is the installed package, not python/fa4.
-cd "$(mktemp -d)"
+work="$(mktemp -d /tmp/fa4-py-run.XXXXXX)"
+cd "$work"
 set +e
 "$venv/bin/python" -m pytest -q -rs "$here/tests" -p no:cacheprovider
 rc=$?
 set -e
+cd / && rm -rf "$work"
 if [ "$rc" -eq 5 ]; then
   echo "python/ci.sh: pytest collected no tests: failing" >&2
   exit 1

@@ -26,6 +26,7 @@ from . import _fa4 as _ext
 from ._errors import DTypeError, UnsupportedError, _error
 
 Tensor = torch.Tensor
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # not subclasses such as FakeTensor / FunctionalTensor
 
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 4}
 _FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -72,7 +73,7 @@ def _out_dtype(dt):
 
 def _fast(q):
     # Plain CPU / CUDA tensors in eager mode.
-    return (EAGER_FAST_PATH and type(q) is Tensor and not _is_compiling()
+    return (EAGER_FAST_PATH and type(q) in _PLAIN and not _is_compiling()
             and (q.is_cuda or not q.is_meta))
 
 
