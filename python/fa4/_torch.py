@@ -101,9 +101,10 @@ def _run(q, k, v, out, out_shape, lse_shape, sinks, q_descale, k_descale, v_desc
          seqused_k, cache_seqlens, cache_batch_idx, page_table, k_new, v_new, scale, softcap, causal, wl, wr,
          chunk, max_seqlen_q, max_seqlen_k, num_splits, backend, num_threads):
     """Runs the extension on real tensors; allocates out (unless given) and lse (if lse_shape)."""
+    # torch.empty(*shape) parses faster than torch.empty(shape)
     if out is None:
-        out = torch.empty(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
-    lse = None if lse_shape is None else torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        out = torch.empty(*out_shape, dtype=_out_dtype(q.dtype), device=q.device)
+    lse = None if lse_shape is None else torch.empty(*lse_shape, dtype=torch.float32, device=q.device)
     if isinstance(cache_seqlens, (int, np.integer)):
         n = out_shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
         cache_seqlens = torch.full((n,), cache_seqlens, dtype=torch.int32, device=q.device)
