@@ -75,6 +75,9 @@ struct Tensor {
   void seti(int64_t off, int32_t x);
   bool is_poison(int64_t off) const;     // all bytes 0xFF (never a value we compute)
   void poison() { std::memset(mem.data(), 0xFF, mem.size()); }
+  // Inputs: every element (padding too) a NaN whose bits differ from the output poison, so a
+  // NaN that propagates from an input into an output never looks like "not written".
+  void fill_input_nan();
   // Every logical element offset (in index order).
   std::vector<int64_t> offsets() const;
 };

@@ -1,7 +1,11 @@
 // One test per validation rule of src/core/validate.cpp: each broken rule must give
 // invalid_argument, name the right argument (in `argument` and in the message), and leave every
 // byte of every tensor untouched (outputs and caches are poisoned / filled before the call).
+#include <array>
+#include <cmath>
+#include <cstdio>
 #include <limits>
+#include <sstream>
 
 #include "core/problem.h"
 #include "test_util.h"
@@ -1086,5 +1090,228 @@ TEST(Validation, RejectedAppendLeavesTheCacheUntouched) {
     EXPECT_INVALID(a, p, "lse");
   }
 }
+}  // namespace
+}  // namespace fa4test
+
+// ------------------------------------------------------------------ fuzzing
+// Valid random cases, then 1-3 random breakages that keep every view inside its buffer (shapes
+// shrink, strides become 0 or negative, dtypes shrink, tensors vanish, index contents and
+// scalars take random values). Each call must either be rejected cleanly (invalid_argument,
+// argument named in the message, nothing written) or be accepted by both host backends, which
+// must then agree: the same elements written, close values, identical caches.
+namespace fa4test {
+namespace {
+
+using ViewField = TensorView AttentionParams::*;
+using CaseField = Tensor Case::*;
+const std::pair<ViewField, CaseField> kFields[] = {
+    {&AttentionParams::q, &Case::q},
+    {&AttentionParams::k, &Case::k},
+    {&AttentionParams::v, &Case::v},
+    {&AttentionParams::out, &Case::out},
+    {&AttentionParams::lse, &Case::lse},
+    {&AttentionParams::sinks, &Case::sinks},
+    {&AttentionParams::q_descale, &Case::q_descale},
+    {&AttentionParams::k_descale, &Case::k_descale},
+    {&AttentionParams::v_descale, &Case::v_descale},
+    {&AttentionParams::cu_seqlens_q, &Case::cu_seqlens_q},
+    {&AttentionParams::cu_seqlens_k, &Case::cu_seqlens_k},
+    {&AttentionParams::seqused_k, &Case::seqused_k},
+    {&AttentionParams::cache_seqlens, &Case::cache_seqlens},
+    {&AttentionParams::cache_batch_idx, &Case::cache_batch_idx},
+    {&AttentionParams::page_table, &Case::page_table},
+    {&AttentionParams::k_new, &Case::k_new},
+    {&AttentionParams::v_new, &Case::v_new},
+};
+
+void mutate_view(AttentionParams& p, std::mt19937_64& rng) {
+  auto r = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  std::vector<TensorView*> present;
+  for (auto [vf, cf] : kFields)
+    if ((p.*vf).present()) present.push_back(&(p.*vf));
+  TensorView& t = *present[static_cast<size_t>(r(static_cast<int64_t>(present.size())))];
+  const int d = static_cast<int>(r(t.ndim));
+  switch (r(9)) {
+    case 0: t.shape[d] = t.shape[d] > 0 ? t.shape[d] - 1 : 0; break;
+    case 1: t.shape[d] = r(2) ? 0 : -1; break;
+    case 2: t.stride[d] = 0; break;
+    case 3: t.stride[d] = -t.stride[d] - 1; break;
+    case 4: t.ndim = r(2) ? t.ndim - 1 : std::min(t.ndim + 1, fa4::kMaxDims); break;
+    case 5: {
+      const DType small[] = {DType::float8_e4m3, DType::float16, DType::bfloat16};
+      const DType nd = small[r(3)];
+      if (fa4::dtype_size(nd) <= fa4::dtype_size(t.dtype)) t.dtype = nd;
+      break;
+    }
+    case 6: t.data = nullptr; break;
+    case 7: t.device = DeviceType::cuda; break;
+    case 8: t = TensorView{}; break;  // drop the tensor
+  }
+}
+
+void mutate_scalar(AttentionParams& p, std::mt19937_64& rng) {
+  auto r = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  switch (r(9)) {
+    case 0: p.window_left = r(14) - 3; break;
+    case 1: p.window_right = r(14) - 3; break;
+    case 2: p.chunk_size = r(7) - 1; break;
+    case 3: p.causal = !p.causal; break;
+    case 4: p.softcap = std::array<float, 5>{nan, -1.0f, 0.0f, 3.0f, inf}[r(5)]; break;
+    case 5: p.scale = std::array<float, 5>{0.0f, nan, inf, 0.1f, -0.2f}[r(5)]; break;
+    case 6: p.num_splits = std::array<int32_t, 6>{-1, 0, 1, 2, 1024, 1025}[r(6)]; break;
+    case 7: p.num_threads = static_cast<int32_t>(r(5) - 1); break;
+    case 8: (r(2) ? p.max_seqlen_q : p.max_seqlen_k) = std::array<int64_t, 4>{-1, 0, 1, 1000}[r(4)]; break;
+  }
+}
+
+void mutate_index_contents(Case& c, std::mt19937_64& rng) {
+  auto r = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  std::vector<std::pair<Tensor*, int64_t>> idx;  // tensor, natural upper bound
+  if (c.cu_seqlens_q.present()) idx.push_back({&c.cu_seqlens_q, c.q.shape[0]});
+  if (c.cu_seqlens_k.present()) idx.push_back({&c.cu_seqlens_k, c.k.shape[0]});
+  if (c.seqused_k.present()) idx.push_back({&c.seqused_k, c.cfg.sk});
+  if (c.cache_seqlens.present()) idx.push_back({&c.cache_seqlens, c.capacity});
+  if (c.cache_batch_idx.present()) idx.push_back({&c.cache_batch_idx, c.Bc});
+  if (c.page_table.present()) idx.push_back({&c.page_table, c.num_pages});
+  if (idx.empty()) return;
+  auto [t, hi] = idx[static_cast<size_t>(r(static_cast<int64_t>(idx.size())))];
+  const std::vector<int64_t> offs = t->offsets();
+  if (offs.empty()) return;
+  t->seti(offs[static_cast<size_t>(r(static_cast<int64_t>(offs.size())))], static_cast<int32_t>(r(hi + 4) - 2));
+}
+
+// Every element of two output buffers: written by both or by neither, and close.
+::testing::AssertionResult same_writes(const Tensor& a, const Tensor& b, double abs_tol, double rel_tol) {
+  if (a.mem.size() != b.mem.size()) return ::testing::AssertionFailure() << "buffer sizes differ";
+  for (int64_t o = 0; o < a.mem_elems(); ++o) {
+    const bool pa = a.is_poison(o), pb = b.is_poison(o);
+    if (pa != pb)
+      return ::testing::AssertionFailure() << "element " << o << " written by " << (pa ? "cpu" : "reference")
+                                           << " only (value " << (pa ? b.get(o) : a.get(o)) << ")";
+    if (pa) continue;
+    const double x = a.get(o), y = b.get(o);
+    if (std::isnan(x) || std::isnan(y)) {
+      if (std::isnan(x) != std::isnan(y)) return ::testing::AssertionFailure() << "element " << o << ": " << x << " vs " << y;
+      continue;
+    }
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) return ::testing::AssertionFailure() << "element " << o << ": " << x << " vs " << y;
+      continue;
+    }
+    if (std::fabs(x - y) > abs_tol + rel_tol * std::fabs(y))
+      return ::testing::AssertionFailure() << "element " << o << ": " << x << " vs " << y;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::string dump_indices(const Case& c) {
+  std::ostringstream s;
+  const std::pair<const Tensor*, const char*> ts[] = {{&c.cu_seqlens_q, "cu_seqlens_q"}, {&c.cu_seqlens_k, "cu_seqlens_k"},
+                                                     {&c.seqused_k, "seqused_k"}, {&c.cache_seqlens, "cache_seqlens"},
+                                                     {&c.cache_batch_idx, "cache_batch_idx"}, {&c.page_table, "page_table"}};
+  for (auto [t, n] : ts) {
+    if (!t->present()) continue;
+    s << n << "={";
+    int k = 0;
+    for (int64_t o : t->offsets()) {
+      if (k++ == 24) { s << "..."; break; }
+      s << t->geti(o) << ",";
+    }
+    s << "} ";
+  }
+  return s.str();
+}
+
+// What the mutations changed, for failure messages.
+std::string diff_params(const AttentionParams& x, const AttentionParams& y) {
+  static const char* names[] = {"q", "k", "v", "out", "lse", "sinks", "q_descale", "k_descale", "v_descale",
+                                "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "cache_seqlens", "cache_batch_idx",
+                                "page_table", "k_new", "v_new"};
+  std::ostringstream s;
+  int i = 0;
+  for (auto [vf, cf] : kFields) {
+    const TensorView &a = x.*vf, &b = y.*vf;
+    const char* n = names[i++];
+    if (a.ndim != b.ndim) s << n << ".ndim " << a.ndim << "->" << b.ndim << "; ";
+    if (a.dtype != b.dtype) s << n << ".dtype " << fa4::dtype_name(a.dtype) << "->" << fa4::dtype_name(b.dtype) << "; ";
+    if (a.device != b.device) s << n << ".device->cuda; ";
+    if ((a.data == nullptr) != (b.data == nullptr)) s << n << ".data->null; ";
+    for (int d = 0; d < fa4::kMaxDims; ++d) {
+      if (a.shape[d] != b.shape[d]) s << n << ".shape[" << d << "] " << a.shape[d] << "->" << b.shape[d] << "; ";
+      if (a.stride[d] != b.stride[d]) s << n << ".stride[" << d << "] " << a.stride[d] << "->" << b.stride[d] << "; ";
+    }
+  }
+  if (x.window_left != y.window_left) s << "window_left->" << y.window_left << "; ";
+  if (x.window_right != y.window_right) s << "window_right->" << y.window_right << "; ";
+  if (x.chunk_size != y.chunk_size) s << "chunk_size->" << y.chunk_size << "; ";
+  if (x.causal != y.causal) s << "causal->" << y.causal << "; ";
+  if (!(x.softcap == y.softcap)) s << "softcap->" << y.softcap << "; ";
+  if (!(x.scale == y.scale)) s << "scale->" << y.scale << "; ";
+  if (x.num_splits != y.num_splits) s << "num_splits->" << y.num_splits << "; ";
+  if (x.num_threads != y.num_threads) s << "num_threads->" << y.num_threads << "; ";
+  if (x.max_seqlen_q != y.max_seqlen_q) s << "max_seqlen_q->" << y.max_seqlen_q << "; ";
+  if (x.max_seqlen_k != y.max_seqlen_k) s << "max_seqlen_k->" << y.max_seqlen_k << "; ";
+  return s.str();
+}
+
+TEST(ValidationFuzz, BrokenParamsAreRejectedCleanlyOrComputedConsistently) {
+  int rejected = 0, accepted = 0;
+  for (int it = 0; it < 600; ++it) {
+    const uint64_t seed = derive_seed(20000 + it);
+    FA4_SEED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    CaseConfig cfg = random_config(rng);
+    cfg.sq = std::min<int64_t>(cfg.sq, 9);
+    cfg.sk = std::min<int64_t>(std::max(cfg.sk, cfg.snew), 40);
+    if (cfg.snew > cfg.sk) cfg.snew = 0;
+    SCOPED_TRACE(cfg.describe());
+    Case base = make_case(cfg, seed);
+    if (rng() % 2) mutate_index_contents(base, rng);
+    Case a = base, b = base;
+    AttentionParams pa = a.params(Backend::reference);
+    const int n = 1 + static_cast<int>(rng() % 3);
+    for (int m = 0; m < n; ++m) {
+      if (rng() % 3) mutate_view(pa, rng);
+      else mutate_scalar(pa, rng);
+    }
+    SCOPED_TRACE("mutations: " + diff_params(a.params(Backend::reference), pa) + "index contents: " + dump_indices(base));
+    // The same params on b's buffers.
+    AttentionParams pb = pa;
+    pb.backend = Backend::cpu;
+    for (auto [vf, cf] : kFields) {
+      if ((pa.*vf).data == nullptr) continue;
+      const auto delta = static_cast<const unsigned char*>((pa.*vf).data) - (a.*cf).mem.data();
+      ASSERT_EQ(delta, 0);
+      (pb.*vf).data = (b.*cf).mem.data();
+    }
+    const Status sa = fa4::attention_forward(pa);
+    const Status sb = fa4::attention_forward(pb);
+    ASSERT_EQ(sa.code, sb.code) << sa.message << " | " << sb.message;
+    ASSERT_EQ(sa.argument, sb.argument);
+    if (!sa.ok()) {
+      ++rejected;
+      EXPECT_EQ(sa.code, StatusCode::invalid_argument) << sa.message;
+      EXPECT_FALSE(sa.argument.empty()) << sa.message;
+      EXPECT_NE(sa.message.find(sa.argument), std::string::npos) << sa.message;
+      for (auto [vf, cf] : kFields) {
+        EXPECT_TRUE((a.*cf).mem == (base.*cf).mem) << "reference: a rejected call modified a tensor";
+        EXPECT_TRUE((b.*cf).mem == (base.*cf).mem) << "cpu: a rejected call modified a tensor";
+      }
+      continue;
+    }
+    ++accepted;
+    const DType odt = pa.out.dtype;
+    const double otol = odt == DType::float32 ? 1e-4 : odt == DType::float16 ? 1e-2 : 5e-2;
+    EXPECT_TRUE(same_writes(b.out, a.out, otol, otol));
+    EXPECT_TRUE(same_writes(b.lse, a.lse, 1e-3, 1e-5));
+    EXPECT_TRUE(a.k.mem == b.k.mem && a.v.mem == b.v.mem) << "caches differ after the call";
+  }
+  // The fuzzer must exercise both outcomes to mean anything.
+  EXPECT_GT(rejected, 100);
+  EXPECT_GT(accepted, 50);
+  std::printf("[fuzz] rejected %d, accepted %d\n", rejected, accepted);
+}
+
 }  // namespace
 }  // namespace fa4test
