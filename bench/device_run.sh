@@ -2,10 +2,10 @@
 # One device call: the cuda test suite, a compute-sanitizer pass (memcheck + racecheck) on a
 # reduced set, and the peer benchmark. Full logs go to $OUT; a short summary is printed last.
 #
-# Build here first (no GPU needed), then stage the binaries that travel:
+# Build here first (no GPU needed), then stage the binaries that travel (carry build-device-pack):
 #   cmake -S . -B build-cuda -DFA4_CUDA=ON -DCMAKE_BUILD_TYPE=Release && make -C build-cuda -j2 fa4 test_cuda
 #   bash bench/device_run.sh --stage        # copies them into build-device/ (small enough to carry)
-# On the GPU machine (the repo root, build-device/ carried):
+# On the GPU machine (the repo root, build-device-pack/ carried):
 #   OUT=/some/dir bash bench/device_run.sh [--quick] [--skip-tests] [--skip-bench] [--bench-args "..."]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,9 +17,13 @@ if [[ "${1:-}" == "--stage" ]]; then
   cp build-cuda/tests/cuda/test_cuda "$DIR/"
   cp -L "$(g++ -print-file-name=libgomp.so.1)" "$DIR/lib/"  # the device image may lack OpenMP's runtime
   git rev-parse --short HEAD > "$DIR/commit"
-  du -sh "$DIR"
+  strip --strip-unneeded "$DIR/lib/libfa4.so" "$DIR/test_cuda"
+  # The fatbins compress well; carry build-device-pack/ (well under the 64 MiB transfer limit).
+  rm -rf build-device-pack && mkdir -p build-device-pack && tar czf build-device-pack/bin.tgz "$DIR"
+  du -sh "$DIR" build-device-pack
   exit 0
 fi
+[[ -f build-device-pack/bin.tgz && ! -d "$DIR" ]] && tar xzf build-device-pack/bin.tgz
 
 QUICK=0 TESTS=1 BENCH=1 SAN=1 BENCH_ARGS=""
 while [[ $# -gt 0 ]]; do

@@ -158,7 +158,11 @@ struct RowMask32 {
   }
 };
 
-template <class T>
+// kGeneral = false compiles out the softcap and paged-KV paths: the runtime-feature code of the
+// general instance makes the unrolled main loop large enough to miss in the instruction cache
+// (ncu on H200, D = 128, S = 512: 35% of issue stalls were "no instruction"), so the common
+// case (no softcap, contiguous / varlen / cache KV) gets its own smaller instance.
+template <class T, bool kGeneral>
 __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant__ FwdArgs p) {
   using Elem = typename T::Elem;
   constexpr int kDqk = T::kDqk, kDv = T::kDv, kBlockM = T::kBlockM, kBlockN = T::kBlockN;
@@ -218,7 +222,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   KvAddr kaddr, vaddr;
   kaddr.init(p, si, p.k_s0, p.k_s1, p.k_sh, hk);
   vaddr.init(p, si, p.v_s0, p.v_s1, p.v_sh, hk);
-  const bool paged = kaddr.paged;
+  const bool paged = kGeneral && kaddr.paged;
 
   // ---- prologue: Q tile + the first kStages - 1 K/V tiles ----
   {
@@ -308,8 +312,12 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   // m_run is in raw score units when the scale is folded into the exponent (sc = scale*log2(e)),
   // in log2 units otherwise (softcap / non-positive scale: sc = 1).
   float m_run[2 * kMT], l_run[2 * kMT];
+  int row_lo[2 * kMT], row_hi[2 * kMT];  // visible keys of the row: [lo, hi) (mask, 32-bit)
 #pragma unroll
-  for (int rr = 0; rr < 2 * kMT; ++rr) m_run[rr] = -INFINITY, l_run[rr] = 0.f;
+  for (int rr = 0; rr < 2 * kMT; ++rr) {
+    m_run[rr] = -INFINITY, l_run[rr] = 0.f;
+    rmask.bounds(row_i(m0 + wm * T::kWarpRows + (rr >> 1) * 16 + g + (rr & 1) * 8), row_lo[rr], row_hi[rr]);
+  }
   float o[kMT][kOT][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -318,7 +326,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[mt][ot][e] = 0.f;
 
-  const bool softcap = p.softcap_log2 != 0.f;
+  const bool softcap = kGeneral && p.softcap_log2 != 0.f;
   const bool fold = !softcap && p.scale_log2 > 0.f;
   const float sc = fold ? p.scale_log2 : 1.f;
   const float softcap_in2 = p.softcap_in * 2.f * 1.4426950408889634f;  // exp2 argument of e^{2y}
@@ -328,6 +336,25 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   constexpr float kRescaleThreshold = 8.f;
   const int q_row0 = wm * T::kWarpRows;
   const int key0 = wn * T::kWarpKeys;
+
+  // ldmatrix lane addresses, precomputed. A lane's row has (row % 8) == lane % 8 in all three
+  // operands, so the swizzled chunk of logical chunk c = 2*kk + b (b: the lane's half) is
+  // 8*(kk/4) + ((2*(kk%4)) ^ (b ^ lane%8)): four bases per operand (one per kk % 4) plus
+  // compile-time offsets, instead of swizzle arithmetic per ldmatrix in the unrolled loop.
+  uint32_t q_addr[4], k_addr[4], v_addr[4];  // bytes; k / v relative to the stage base
+  {
+    const int r7 = lane & 7;
+    const int xq = (lane >> 4) ^ r7, xk = ((lane >> 3) & 1) ^ r7, xv = (lane >> 4) ^ r7;
+    const uint32_t q_row = ptx::smem_u32(sQ) + (q_row0 + (lane & 15)) * kDqk * 2;
+    const uint32_t k_row = (key0 + (lane & 7) + ((lane >> 4) << 3)) * kDqk * 2;
+    const uint32_t v_row = (key0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kDv * 2;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      q_addr[j] = q_row + (((2 * j) ^ xq) << 4);
+      k_addr[j] = k_row + (((2 * j) ^ xk) << 4);
+      v_addr[j] = v_row + (((2 * j) ^ xv) << 4);
+    }
+  }
 
   // ---- main loop over key tiles ----
   for (int t = 0; t < n_tiles; ++t) {
@@ -342,8 +369,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       ptx::cp_async_commit();
     }
     const int stage = t % kStages;
-    const Elem* tK = sK + stage * T::kKElems;
-    const Elem* tV = sV + stage * T::kVElems;
+    const uint32_t tK = ptx::smem_u32(sK) + stage * T::kKElems * 2;
+    const uint32_t tV = ptx::smem_u32(sV) + stage * T::kVElems * 2;
     const int n0 = (n_lo + t) * kBlockN;
 
     // S = Q K^T   [kMT*16 rows x kNT*8 keys] per warp
@@ -359,14 +386,12 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       uint32_t a[kMT][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
-        ptx::ldmatrix_x4(ptx::smem_u32(sQ + swz<kDqk>(q_row0 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4))), a[mt][0],
-                         a[mt][1], a[mt][2], a[mt][3]);
+        ptx::ldmatrix_x4(q_addr[kk & 3] + mt * 16 * kDqk * 2 + (kk >> 2) * 128, a[mt][0], a[mt][1], a[mt][2],
+                         a[mt][3]);
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np) {
         uint32_t b0, b1, b2, b3;
-        ptx::ldmatrix_x4(
-            ptx::smem_u32(tK + swz<kDqk>(key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1))),
-            b0, b1, b2, b3);
+        ptx::ldmatrix_x4(tK + k_addr[kk & 3] + np * 16 * kDqk * 2 + (kk >> 2) * 128, b0, b1, b2, b3);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           ptx::mma_16816<Elem>(s[mt][2 * np], a[mt], b0, b1);
@@ -402,8 +427,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          int lo, hi;
-          rmask.bounds(row_i(m0 + q_row0 + mt * 16 + g + 8 * half), lo, hi);
+          const int lo = row_lo[2 * mt + half], hi = row_hi[2 * mt + half];
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -481,9 +505,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
 #pragma unroll
       for (int dp = 0; dp < kDv / 16; ++dp) {
         uint32_t b0, b1, b2, b3;
-        ptx::ldmatrix_x4_trans(
-            ptx::smem_u32(tV + swz<kDv>(key0 + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4))),
-            b0, b1, b2, b3);
+        ptx::ldmatrix_x4_trans(tV + v_addr[dp & 3] + kk * 16 * kDv * 2 + (dp >> 2) * 128, b0, b1, b2, b3);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           ptx::mma_16816<Elem>(o[mt][2 * dp], a[mt], b0, b1);

@@ -7,7 +7,7 @@
 
 namespace fa4::cuda::sm80 {
 
-template <typename Elem, int Dqk, int Dv, bool Decode>
+template <typename Elem, int Dqk, int Dv, bool Decode, bool General>
 cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   constexpr TileCfg c = Decode ? decode_cfg(Dqk, Dv) : prefill_cfg(Dqk, Dv);
   using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages>;
@@ -22,20 +22,27 @@ cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
     err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (err != cudaSuccess) return err;
     if (optin < T::kSmemBytes) return cudaErrorInvalidConfiguration;
-    err = cudaFuncSetAttribute(fwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    err = cudaFuncSetAttribute(fwd_kernel<T, General>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
     if (err != cudaSuccess) return err;
     configured[dev] = true;
   }
-  fwd_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  fwd_kernel<T, General><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <typename Elem, int Dqk, int Dv, bool Decode>
+cudaError_t launch_features(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
+  const bool general = p.softcap_log2 != 0.f || p.kv_mode == kKvPaged;
+  return general ? launch_instance<Elem, Dqk, Dv, Decode, true>(p, grid, stream)
+                 : launch_instance<Elem, Dqk, Dv, Decode, false>(p, grid, stream);
 }
 
 template <int Dqk, int Dv>
 cudaError_t launch_dims(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream) {
-  if (bf16) return decode ? launch_instance<__nv_bfloat16, Dqk, Dv, true>(p, grid, stream)
-                          : launch_instance<__nv_bfloat16, Dqk, Dv, false>(p, grid, stream);
-  return decode ? launch_instance<__half, Dqk, Dv, true>(p, grid, stream)
-                : launch_instance<__half, Dqk, Dv, false>(p, grid, stream);
+  if (bf16) return decode ? launch_features<__nv_bfloat16, Dqk, Dv, true>(p, grid, stream)
+                          : launch_features<__nv_bfloat16, Dqk, Dv, false>(p, grid, stream);
+  return decode ? launch_features<__half, Dqk, Dv, true>(p, grid, stream)
+                : launch_features<__half, Dqk, Dv, false>(p, grid, stream);
 }
 
 }  // namespace fa4::cuda::sm80

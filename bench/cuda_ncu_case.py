@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Runs one prefill shape through fa4 (and the FA2 peer) a few times, for ncu to profile.
+
+  ncu --clock-control none -k regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+      python3 bench/cuda_ncu_case.py --d 128 --s 512 [--causal]
+"""
+import argparse
+import os
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lib", default="build-device/lib/libfa4.so")
+ap.add_argument("--d", type=int, default=128)
+ap.add_argument("--s", type=int, default=512)
+ap.add_argument("--causal", action="store_true")
+ap.add_argument("--reps", type=int, default=4)
+a = ap.parse_args()
+fa4 = peers.Fa4(os.path.abspath(a.lib))
+b, h = 16384 // a.s, 2048 // a.d
+q, k, v = (torch.randn(b, a.s, h, a.d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+out = torch.empty_like(q)
+p = fa4.params(q, k, v, out, causal=a.causal)
+for _ in range(a.reps):
+    fa4.call(p)
+for _ in range(a.reps):
+    peers.sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), a.causal, SDPBackend.FLASH_ATTENTION)
+torch.cuda.synchronize()
