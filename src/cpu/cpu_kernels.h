@@ -20,10 +20,14 @@
 
 namespace fa4::core::cpu {
 
+// Every kernel works on m query rows (a multiple of 8) starting at the pointers it is given,
+// inside tiles whose row stride is mp: partial tiles pass only the rows that can see any key of
+// the tile (the others would be fully masked, an exact no-op).
+
 // One online-softmax step over a tile of S^T.
 struct SoftmaxStep {
   float* st;       // [nk][mp] in: scores (log2 units unless softcap), out: P^T
-  int64_t nk, mp;
+  int64_t nk, mp, m;
   // Partial tiles: key n (0-based in the tile) is visible to row m iff lo[m] <= n < hi[m].
   // nullptr = every element visible (full tile).
   const int32_t* lo;
@@ -37,10 +41,10 @@ struct SoftmaxStep {
 
 struct Kernels {
   const char* name;
-  // st[n][m] = sum_d krows[n][d] * qt[d][m]   for n < nk, m < mp.
-  void (*qk)(const float* qt, int64_t mp, int64_t d, const float* const* krows, int64_t nk, float* st);
-  // ot[e][m] = alpha[m] * ot[e][m] + sum_n vrows[n][e] * pt[n][m]   for e < dv, m < mp.
-  void (*pv)(const float* pt, int64_t mp, int64_t nk, const float* const* vrows, int64_t dv,
+  // st[n][i] = sum_d krows[n][d] * qt[d][i]   for n < nk, i < m.
+  void (*qk)(const float* qt, int64_t mp, int64_t m, int64_t d, const float* const* krows, int64_t nk, float* st);
+  // ot[e][i] = alpha[i] * ot[e][i] + sum_n vrows[n][e] * pt[n][i]   for e < dv, i < m.
+  void (*pv)(const float* pt, int64_t mp, int64_t m, int64_t nk, const float* const* vrows, int64_t dv,
              const float* alpha, float* ot);
   void (*softmax)(const SoftmaxStep& s);
   // Row-major variants for tiles of at most 8 query rows (decode, small GQA groups), reading K

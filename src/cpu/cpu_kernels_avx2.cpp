@@ -82,9 +82,9 @@ inline void qk_tail(int nb, const float* qt, int64_t mp, int64_t d, const float*
 }
 
 template <int NB, int MV>
-void qk_avx2_t(const float* qt, int64_t mp, int64_t d, const float* const* krows, int64_t nk, float* st) {
+void qk_avx2_t(const float* qt, int64_t mp, int64_t m, int64_t d, const float* const* krows, int64_t nk, float* st) {
   // m-strips outside: the Q^T strip [d][8*MV] stays in L1 while all key rows stream past it.
-  for (int64_t m0 = 0; m0 < mp; m0 += 8 * MV) {
+  for (int64_t m0 = 0; m0 < m; m0 += 8 * MV) {
     int64_t n0 = 0;
     for (; n0 + NB <= nk; n0 += NB) qk_block<NB, MV>(qt + m0, mp, d, krows + n0, st + n0 * mp + m0);
     if (n0 < nk) qk_tail<MV, NB>(static_cast<int>(nk - n0), qt + m0, mp, d, krows + n0, st + n0 * mp + m0);
@@ -136,10 +136,10 @@ inline void pv_tail(int nb, const float* pt, int64_t mp, int64_t nk, const float
 }
 
 template <int NB, int MV>
-void pv_avx2_t(const float* pt, int64_t mp, int64_t nk, const float* const* vrows, int64_t dv,
+void pv_avx2_t(const float* pt, int64_t mp, int64_t m, int64_t nk, const float* const* vrows, int64_t dv,
                const float* alpha, float* ot) {
   // m-strips outside: the P^T strip [nk][8*MV] stays in L1 across all value dims.
-  for (int64_t m0 = 0; m0 < mp; m0 += 8 * MV) {
+  for (int64_t m0 = 0; m0 < m; m0 += 8 * MV) {
     int64_t e0 = 0;
     for (; e0 + NB <= dv; e0 += NB) pv_block<NB, MV>(pt + m0, mp, nk, vrows, e0, alpha + m0, ot + e0 * mp + m0);
     if (e0 < dv)
@@ -147,18 +147,18 @@ void pv_avx2_t(const float* pt, int64_t mp, int64_t nk, const float* const* vrow
   }
 }
 
-// The widest blocking that divides mp (mp is always a multiple of 8).
-void qk_avx2(const float* qt, int64_t mp, int64_t d, const float* const* krows, int64_t nk, float* st) {
-  if (mp % 24 == 0) return qk_avx2_t<4, 3>(qt, mp, d, krows, nk, st);
-  if (mp % 16 == 0) return qk_avx2_t<6, 2>(qt, mp, d, krows, nk, st);
-  return qk_avx2_t<8, 1>(qt, mp, d, krows, nk, st);
+// The widest blocking that divides m (m is always a multiple of 8).
+void qk_avx2(const float* qt, int64_t mp, int64_t m, int64_t d, const float* const* krows, int64_t nk, float* st) {
+  if (m % 24 == 0) return qk_avx2_t<4, 3>(qt, mp, m, d, krows, nk, st);
+  if (m % 16 == 0) return qk_avx2_t<6, 2>(qt, mp, m, d, krows, nk, st);
+  return qk_avx2_t<8, 1>(qt, mp, m, d, krows, nk, st);
 }
 
-void pv_avx2(const float* pt, int64_t mp, int64_t nk, const float* const* vrows, int64_t dv,
+void pv_avx2(const float* pt, int64_t mp, int64_t m, int64_t nk, const float* const* vrows, int64_t dv,
              const float* alpha, float* ot) {
-  if (mp % 24 == 0) return pv_avx2_t<4, 3>(pt, mp, nk, vrows, dv, alpha, ot);
-  if (mp % 16 == 0) return pv_avx2_t<6, 2>(pt, mp, nk, vrows, dv, alpha, ot);
-  return pv_avx2_t<8, 1>(pt, mp, nk, vrows, dv, alpha, ot);
+  if (m % 24 == 0) return pv_avx2_t<4, 3>(pt, mp, m, nk, vrows, dv, alpha, ot);
+  if (m % 16 == 0) return pv_avx2_t<6, 2>(pt, mp, m, nk, vrows, dv, alpha, ot);
+  return pv_avx2_t<8, 1>(pt, mp, m, nk, vrows, dv, alpha, ot);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ void softmax_avx2(const SoftmaxStep& s) {
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   const bool cap = s.softcap_in != 0.0f;
   const __m256 cap_in = _mm256_set1_ps(s.softcap_in), cap_out = _mm256_set1_ps(s.softcap_out);
-  for (int64_t m0 = 0; m0 < s.mp; m0 += 8) {
+  for (int64_t m0 = 0; m0 < s.m; m0 += 8) {
     float* col = s.st + m0;
     // Pass 1: softcap, mask, row max (8 query rows per vector; reduction over keys is vertical).
     __m256 mx = neg_inf;

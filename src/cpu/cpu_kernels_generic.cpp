@@ -12,35 +12,35 @@
 namespace fa4::core::cpu {
 namespace {
 
-void qk_generic(const float* qt, int64_t mp, int64_t d, const float* const* krows, int64_t nk, float* st) {
+void qk_generic(const float* qt, int64_t mp, int64_t mc, int64_t d, const float* const* krows, int64_t nk, float* st) {
   for (int64_t n = 0; n < nk; ++n) {
     float* srow = st + n * mp;
-    for (int64_t m = 0; m < mp; ++m) srow[m] = 0.0f;
+    for (int64_t m = 0; m < mc; ++m) srow[m] = 0.0f;
     const float* k = krows[n];
     for (int64_t dd = 0; dd < d; ++dd) {
       const float kv = k[dd];
       const float* q = qt + dd * mp;
-      for (int64_t m = 0; m < mp; ++m) srow[m] += kv * q[m];
+      for (int64_t m = 0; m < mc; ++m) srow[m] += kv * q[m];
     }
   }
 }
 
-void pv_generic(const float* pt, int64_t mp, int64_t nk, const float* const* vrows, int64_t dv,
+void pv_generic(const float* pt, int64_t mp, int64_t mc, int64_t nk, const float* const* vrows, int64_t dv,
                 const float* alpha, float* ot) {
   for (int64_t e = 0; e < dv; ++e) {
     float* o = ot + e * mp;
-    for (int64_t m = 0; m < mp; ++m) o[m] *= alpha[m];
+    for (int64_t m = 0; m < mc; ++m) o[m] *= alpha[m];
     for (int64_t n = 0; n < nk; ++n) {
       const float v = vrows[n][e];
       const float* p = pt + n * mp;
-      for (int64_t m = 0; m < mp; ++m) o[m] += v * p[m];
+      for (int64_t m = 0; m < mc; ++m) o[m] += v * p[m];
     }
   }
 }
 
 void softmax_generic(const SoftmaxStep& s) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int64_t m = 0; m < s.mp; ++m) {
+  for (int64_t m = 0; m < s.m; ++m) {
     float mx = kNegInf;
     for (int64_t n = 0; n < s.nk; ++n) {
       float& x = s.st[n * s.mp + m];
