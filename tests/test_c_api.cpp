@@ -339,5 +339,81 @@ TEST(CApi, StructsKeepTheirDocumentedShape) {
   EXPECT_EQ(static_cast<int>(FA4_OUT_OF_MEMORY), static_cast<int>(StatusCode::out_of_memory));
 }
 
+
+// ---------------------------------------------------------------- C++ API odds and ends
+TEST(Api, AutomaticBackendOnHostTensorsIsTheCpuBackend) {
+  CaseConfig cfg = small();
+  cfg.causal = true;
+  const uint64_t seed = derive_seed(82000);
+  FA4_SEED_TRACE(seed);
+  const Case orig = make_case(cfg, seed);
+  Case a = orig, b = orig;
+  ASSERT_TRUE(a.run(Backend::automatic).ok());
+  ASSERT_TRUE(b.run(Backend::cpu).ok());
+  EXPECT_TRUE(bitwise_equal(a, b));
+}
+
+#if !defined(FA4_HAVE_CUDA)
+TEST(Api, CudaBackendInACpuOnlyBuildIsUnavailableAndTouchesNothing) {
+  // Device tensors (fake, never dereferenced) that pass validation.
+  const uintptr_t base = 0x7f0000000000;
+  AttentionParams p;
+  p.q = TensorView::contiguous(reinterpret_cast<void*>(base), DType::float16, {1, 8, 2, 64}, DeviceType::cuda);
+  p.k = TensorView::contiguous(reinterpret_cast<void*>(base + 0x100000), DType::float16, {1, 8, 2, 64}, DeviceType::cuda);
+  p.v = TensorView::contiguous(reinterpret_cast<void*>(base + 0x200000), DType::float16, {1, 8, 2, 64}, DeviceType::cuda);
+  p.out = TensorView::contiguous(reinterpret_cast<void*>(base + 0x300000), DType::float16, {1, 8, 2, 64}, DeviceType::cuda);
+  for (Backend be : {Backend::automatic, Backend::cuda}) {
+    p.backend = be;
+    const Status st = fa4::attention_forward(p);
+    EXPECT_EQ(st.code, StatusCode::backend_unavailable) << st.message;
+    EXPECT_EQ(st.argument, "backend");
+    EXPECT_FALSE(st.message.empty());
+  }
+  EXPECT_FALSE(fa4::backend_available(Backend::cuda));
+  EXPECT_EQ(fa4::attention_workspace_size(p), 0u);
+  fa4::CombineParams c;
+  c.out_partials = TensorView::contiguous(reinterpret_cast<void*>(base), DType::float32, {2, 1, 8, 2, 64}, DeviceType::cuda);
+  c.lse_partials = TensorView::contiguous(reinterpret_cast<void*>(base + 0x100000), DType::float32, {2, 1, 2, 8}, DeviceType::cuda);
+  c.out = TensorView::contiguous(reinterpret_cast<void*>(base + 0x200000), DType::float32, {1, 8, 2, 64}, DeviceType::cuda);
+  const Status st = fa4::combine_partials(c);
+  EXPECT_EQ(st.code, StatusCode::backend_unavailable) << st.message;
+}
+#endif
+
+TEST(Api, NamesOfEnums) {
+  EXPECT_STREQ(fa4::dtype_name(DType::float32), "float32");
+  EXPECT_STREQ(fa4::dtype_name(DType::float16), "float16");
+  EXPECT_STREQ(fa4::dtype_name(DType::bfloat16), "bfloat16");
+  EXPECT_STREQ(fa4::dtype_name(DType::float8_e4m3), "float8_e4m3");
+  EXPECT_STREQ(fa4::dtype_name(DType::int32), "int32");
+  EXPECT_STREQ(fa4::backend_name(Backend::automatic), "auto");
+  EXPECT_STREQ(fa4::backend_name(Backend::reference), "reference");
+  EXPECT_STREQ(fa4::backend_name(Backend::cpu), "cpu");
+  EXPECT_STREQ(fa4::backend_name(Backend::cuda), "cuda");
+  EXPECT_STREQ(fa4::status_code_name(StatusCode::ok), "ok");
+  EXPECT_STREQ(fa4::status_code_name(StatusCode::invalid_argument), "invalid_argument");
+  EXPECT_STREQ(fa4::status_code_name(StatusCode::backend_unavailable), "backend_unavailable");
+  EXPECT_EQ(fa4::dtype_size(DType::float8_e4m3), 1u);
+  EXPECT_EQ(fa4::dtype_size(DType::bfloat16), 2u);
+  EXPECT_EQ(fa4::dtype_size(DType::int32), 4u);
+  const Status ok = Status::Ok();
+  EXPECT_TRUE(ok.ok());
+  EXPECT_TRUE(static_cast<bool>(ok));
+  EXPECT_FALSE(Status::Invalid("x", "x: bad").ok());
+}
+
+TEST(Api, ContiguousViewsAreRowMajor) {
+  float buf[1];
+  const TensorView t = TensorView::contiguous(buf, DType::float32, {2, 3, 4, 5});
+  EXPECT_EQ(t.ndim, 4);
+  EXPECT_EQ(t.stride[3], 1);
+  EXPECT_EQ(t.stride[2], 5);
+  EXPECT_EQ(t.stride[1], 20);
+  EXPECT_EQ(t.stride[0], 60);
+  EXPECT_EQ(t.numel(), 120);
+  EXPECT_TRUE(t.present());
+  EXPECT_FALSE(TensorView{}.present());
+}
+
 }  // namespace
 }  // namespace fa4test
