@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 // Deliberately no core/*.h helpers here: an inline function compiled in this -mavx2 file could
 // be the copy the linker keeps for the whole library, and then run on a CPU without AVX2.
@@ -276,49 +277,68 @@ inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m25
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// Each key's dot products are R chains of d/8 dependent FMAs (4-cycle latency each), so with few
+// rows the chains, not the FMA pipes, set the pace: KB keys are interleaved to have R * KB >= 8
+// independent chains in flight.
+template <int R, int KB, class T>
+inline void qk_rows_keys(const float* q, int64_t d, const void* const* krows, float* st) {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 a[KB][8];
+  for (int kb = 0; kb < KB; ++kb)
+    for (int r = 0; r < 8; ++r) a[kb][r] = zero;
+  const T* k[KB];
+  for (int kb = 0; kb < KB; ++kb) k[kb] = static_cast<const T*>(krows[kb]);
+  for (int64_t c = 0; c < d; c += 8) {
+    for (int kb = 0; kb < KB; ++kb) {
+      const __m256 kv = load8<T>(k[kb] + c);
+      for (int r = 0; r < R; ++r) a[kb][r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + r * d + c), a[kb][r]);
+    }
+  }
+  for (int kb = 0; kb < KB; ++kb)
+    _mm256_storeu_ps(st + kb * 8, hsum8(a[kb][0], a[kb][1], a[kb][2], a[kb][3], a[kb][4], a[kb][5], a[kb][6], a[kb][7]));
+}
+
 template <int R, class T>
 void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
-  const __m256 zero = _mm256_setzero_ps();
-  for (int64_t j = 0; j < nk; ++j) {
-    const T* k = static_cast<const T*>(krows[j]);
-    __m256 a0 = zero, a1 = zero, a2 = zero, a3 = zero, a4 = zero, a5 = zero, a6 = zero, a7 = zero;
-    for (int64_t c = 0; c < d; c += 8) {
-      const __m256 kv = load8<T>(k + c);
-      a0 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + c), a0);
-      if constexpr (R > 1) a1 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + d + c), a1);
-      if constexpr (R > 2) a2 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 2 * d + c), a2);
-      if constexpr (R > 3) a3 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 3 * d + c), a3);
-      if constexpr (R > 4) a4 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 4 * d + c), a4);
-      if constexpr (R > 5) a5 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 5 * d + c), a5);
-      if constexpr (R > 6) a6 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 6 * d + c), a6);
-      if constexpr (R > 7) a7 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + 7 * d + c), a7);
-    }
-    _mm256_storeu_ps(st + j * 8, hsum8(a0, a1, a2, a3, a4, a5, a6, a7));
-  }
+  constexpr int KB = R >= 8 ? 1 : R >= 4 ? 2 : 4;
+  int64_t j = 0;
+  for (; j + KB <= nk; j += KB) qk_rows_keys<R, KB, T>(q, d, krows + j, st + j * 8);
+  for (; j < nk; ++j) qk_rows_keys<R, 1, T>(q, d, krows + j, st + j * 8);
 }
 
 template <int R, class T>
 void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
   // P pre-broadcast once per block of keys, so the inner loop is one V load (+ convert) and R
-  // FMAs with a memory operand per 8 value dims.
+  // FMAs with a memory operand per 8 value dims; CB column blocks at once keep R * CB >= 8
+  // independent accumulator chains (see qk_rows_t).
+  constexpr int CB = R >= 8 ? 1 : R >= 4 ? 2 : 4;
   constexpr int64_t kBlock = 64;
   alignas(32) float pb[kBlock * R * 8];
   for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
     const int64_t n = nk - j0 < kBlock ? nk - j0 : kBlock;
     for (int64_t j = 0; j < n; ++j)
       for (int r = 0; r < R; ++r) _mm256_store_ps(pb + (j * R + r) * 8, _mm256_set1_ps(pt[(j0 + j) * 8 + r]));
-    for (int64_t c = 0; c < dv; c += 8) {
-      __m256 acc[R];
-      for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_loadu_ps(o + r * dv + c);
-        if (j0 == 0) acc[r] = _mm256_mul_ps(acc[r], _mm256_set1_ps(alpha[r]));
-      }
+    int64_t c = 0;
+    auto columns = [&](auto cb_const) {
+      constexpr int C = decltype(cb_const)::value;
+      __m256 acc[C][R];
+      for (int cb = 0; cb < C; ++cb)
+        for (int r = 0; r < R; ++r) {
+          acc[cb][r] = _mm256_loadu_ps(o + r * dv + c + 8 * cb);
+          if (j0 == 0) acc[cb][r] = _mm256_mul_ps(acc[cb][r], _mm256_set1_ps(alpha[r]));
+        }
       for (int64_t j = 0; j < n; ++j) {
-        const __m256 v = load8<T>(static_cast<const T*>(vrows[j0 + j]) + c);
-        for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_load_ps(pb + (j * R + r) * 8), v, acc[r]);
+        const T* vj = static_cast<const T*>(vrows[j0 + j]) + c;
+        for (int cb = 0; cb < C; ++cb) {
+          const __m256 v = load8<T>(vj + 8 * cb);
+          for (int r = 0; r < R; ++r) acc[cb][r] = _mm256_fmadd_ps(_mm256_load_ps(pb + (j * R + r) * 8), v, acc[cb][r]);
+        }
       }
-      for (int r = 0; r < R; ++r) _mm256_storeu_ps(o + r * dv + c, acc[r]);
-    }
+      for (int cb = 0; cb < C; ++cb)
+        for (int r = 0; r < R; ++r) _mm256_storeu_ps(o + r * dv + c + 8 * cb, acc[cb][r]);
+    };
+    for (; c + 8 * CB <= dv; c += 8 * CB) columns(std::integral_constant<int, CB>{});
+    for (; c < dv; c += 8) columns(std::integral_constant<int, 1>{});
   }
 }
 
