@@ -283,7 +283,7 @@ Status cuda_check(const Problem& pb) {
     return Status::Unsupported("q", "q: head dims (" + std::to_string(pb.dqk) + ", " + std::to_string(pb.dv) +
                                         ") need " + std::to_string(pl.smem) + " bytes of shared memory; device has " +
                                         std::to_string(dp.smem_optin));
-  if (pl.m_blocks > INT_MAX) return Status::Unsupported("q", "q: too many query rows for one launch");
+  if (pl.rows >= INT_MAX) return Status::Unsupported("q", "q: 2^31 or more query rows (x GQA group) per sequence are not supported by the cuda backend");
   if (pl.workspace > 0 && p.workspace != nullptr && p.workspace_bytes < pl.workspace)
     return Status::Invalid("workspace", "workspace: " + std::to_string(p.workspace_bytes) + " bytes given, " +
                                             std::to_string(pl.workspace) + " needed (attention_workspace_size)");

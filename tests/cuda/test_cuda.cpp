@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <memory>
@@ -138,6 +140,22 @@ Case make_gpu_case(const CaseConfig& cfg, uint64_t seed) {
   return c;
 }
 
+// DESIGN §4 tolerances, with the max-abs bound widened to one output ulp at the largest |O| of
+// the case: with outlier rows |O| reaches ~10, where one bf16 ulp is 0.0625 (> the 0.05 bound)
+// and any kernel that rounds its fp32 result to bf16 (cuDNN and FlashAttention too) can differ
+// from the rounded fp64 reference by that much. rel_l2 stays at the DESIGN bound.
+Tol gpu_tol(DType dt, const Case& ref) {
+  Tol t = tol_for(dt);
+  double max_ref = 0.0;
+  for (int64_t o : ref.out.offsets()) {
+    const double x = std::fabs(ref.out.get(o));
+    if (std::isfinite(x) && x > max_ref) max_ref = x;
+  }
+  const double ulp_rel = dt == DType::bfloat16 ? 1.0 / 128 : dt == DType::float16 ? 1.0 / 1024 : 0.0;
+  t.max_abs = std::max(t.max_abs, max_ref * ulp_rel);
+  return t;
+}
+
 void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
   SCOPED_TRACE(cfg.describe());
   FA4_SEED_TRACE(seed);
@@ -154,7 +172,7 @@ void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaGetLastError());
   dc.download();
-  EXPECT_TRUE(compare_runs(test, ref, tol_for(cfg.dtype)));
+  EXPECT_TRUE(compare_runs(test, ref, gpu_tol(cfg.dtype, ref)));
 
   if (determinism) {
     // Second run on the same device inputs (appends write the same rows again): bitwise equal.

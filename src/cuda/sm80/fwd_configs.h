@@ -37,8 +37,8 @@ constexpr TileCfg decode_cfg(int dqk, int dv) {
 }
 
 constexpr int smem_bytes(const TileCfg& c, int dqk, int dv) {
-  // Q + K/V stages (16-bit) + the paged-KV row ring (2 x n page ids and 2 x n rows, int32).
-  const int pipe = (c.m * dqk + c.stages * c.n * (dqk + dv)) * 2 + 4 * c.n * 4;
+  // Q + K/V stages (16-bit) + the paged-KV row-offset ring (2 x n int64 for k and for v).
+  const int pipe = (c.m * dqk + c.stages * c.n * (dqk + dv)) * 2 + 4 * c.n * 8;
   const int epi = c.warps_n * c.m * (dv + 8) * 4 + 2 * c.warps_n * c.m * 4;
   return pipe > epi ? pipe : epi;
 }

@@ -114,16 +114,16 @@ struct TileLoader {
       }
     }
   }
-  // Paged rows: key r of the tile lives at page sPage[r], row sRow[r] of that page (staged in
-  // shared memory by stage_pages one iteration ahead, so no copy waits on a page-table load).
-  __device__ __forceinline__ void load_paged(Elem* s, const Elem* g, const KvAddr& a, const int32_t* sPage,
-                                             const int32_t* sRow, int n0, int len) const {
+  // Paged rows: key r of the tile starts at element offset row_off[r] (page * s0 + row * s1,
+  // computed once per key by stage_pages one iteration ahead, so no copy waits on a page-table
+  // load and each copy costs one shared-memory read and an add).
+  __device__ __forceinline__ void load_paged(Elem* s, const Elem* g, int64_t base, const int64_t* row_off, int n0,
+                                             int len) const {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int r = row_of(k), ch = col_of(k);
       const uint32_t bytes = n0 + r < len ? col_bytes(ch) : 0u;
-      const Elem* src =
-          bytes ? g + a.base + static_cast<int64_t>(sPage[r]) * a.s0 + static_cast<int64_t>(sRow[r]) * a.s1 + ch * 8 : g;
+      const Elem* src = bytes ? g + base + row_off[r] + ch * 8 : g;
       ptx::cp_async_16(ptx::smem_u32(s + swz<kD>(r, ch)), src, bytes);
     }
   }
@@ -171,8 +171,9 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
   Elem* sK = sQ + T::kQElems;
   Elem* sV = sK + kStages * T::kKElems;
-  int32_t* sPage = reinterpret_cast<int32_t*>(sV + kStages * T::kVElems);  // [2][kBlockN] paged rows
-  int32_t* sRow = sPage + 2 * kBlockN;                                     // [2][kBlockN]
+  // Paged KV: element offsets of the tile's key rows in k and v, a 2-deep ring [2][kBlockN].
+  int64_t* sOffK = reinterpret_cast<int64_t*>(sV + kStages * T::kVElems);
+  int64_t* sOffV = sOffK + 2 * kBlockN;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;
@@ -186,19 +187,20 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   const int batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
   SeqInfo si;
   si.init(p, batch);
-  const int64_t rows_seq = p.pack_gqa ? si.sq * p.group : si.sq;
-  const int64_t m0 = static_cast<int64_t>(m_block) * kBlockM;
+  // Tile rows of this (batch, head): < 2^31 (cuda_check), so row arithmetic is 32-bit.
+  const int rows_seq = static_cast<int>(p.pack_gqa ? si.sq * p.group : si.sq);
+  const int m0 = m_block * kBlockM;
   if (m0 >= rows_seq) return;
   const int hk = p.pack_gqa ? head_idx : head_idx / p.group;
   const int sk = static_cast<int>(si.sk < INT_MAX ? si.sk : INT_MAX);
 
   // Tile row r -> (query row, query head).
-  auto row_i = [&](int64_t m) -> int64_t { return p.pack_gqa ? m / p.group : m; };
-  auto row_h = [&](int64_t m) -> int { return p.pack_gqa ? hk * p.group + static_cast<int>(m % p.group) : head_idx; };
+  auto row_i = [&](int m) -> int { return p.pack_gqa ? m / p.group : m; };
+  auto row_h = [&](int m) -> int { return p.pack_gqa ? hk * p.group + m % p.group : head_idx; };
 
   // Key range of the whole tile (mask), then this split's share of its kBlockN tiles.
   const core::SeqMask sm{p.mask, si.sq, si.sk};
-  const int64_t m_last = (m0 + kBlockM < rows_seq ? m0 + kBlockM : rows_seq) - 1;
+  const int m_last = (m0 + kBlockM < rows_seq ? m0 + kBlockM : rows_seq) - 1;
   const int64_t i_first = row_i(m0), i_last = row_i(m_last);
   int64_t klo, khi;
   sm.key_range(i_first, i_last + 1, &klo, &khi);
@@ -227,18 +229,20 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   // ---- prologue: Q tile + the first kStages - 1 K/V tiles ----
   {
     constexpr int kChunks = kDqk / 8;
-#pragma unroll
+    // Not unrolled: runs once per CTA, and unrolled copies of per-CTA code compete with the
+    // main loop for the instruction cache (short sequences are i-cache bound otherwise).
+#pragma unroll 1
     for (int k = 0; k < (kBlockM * kChunks + kThreads - 1) / kThreads; ++k) {
       const int c = tid + k * kThreads;
       if (c >= kBlockM * kChunks) break;
       const int r = c / kChunks, ch = c % kChunks;
-      const int64_t m = m0 + r;
+      const int m = m0 + r;
       const Elem* src = gq;
       uint32_t bytes = 0;
       if (m < rows_seq) {
         const int valid = p.dqk - ch * 8;
         bytes = valid >= 8 ? 16u : (valid > 0 ? 2u * valid : 0u);
-        if (bytes) src = gq + si.q_base + row_i(m) * si.q_step + static_cast<int64_t>(row_h(m)) * p.q_sh + ch * 8;
+        if (bytes) src = gq + si.q_base + static_cast<int64_t>(row_i(m)) * si.q_step + static_cast<int64_t>(row_h(m)) * p.q_sh + ch * 8;
       }
       ptx::cp_async_16(ptx::smem_u32(sQ + swz<kDqk>(r, ch)), src, bytes);
     }
@@ -271,8 +275,9 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   };
   auto store_page = [&]() {
     if (tid < kBlockN && pf_tile >= 0) {
-      sPage[(pf_tile & 1) * kBlockN + tid] = static_cast<int32_t>(clamp64(pf_page, 0, kaddr.num_pages - 1));
-      sRow[(pf_tile & 1) * kBlockN + tid] = pf_row;
+      const int64_t page = clamp64(pf_page, 0, kaddr.num_pages - 1);
+      sOffK[(pf_tile & 1) * kBlockN + tid] = page * kaddr.s0 + static_cast<int64_t>(pf_row) * kaddr.s1;
+      sOffV[(pf_tile & 1) * kBlockN + tid] = page * vaddr.s0 + static_cast<int64_t>(pf_row) * vaddr.s1;
     }
     pf_tile = -1;
   };
@@ -288,10 +293,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       lk.load_strided(dk, gk, kaddr.base, kaddr.step, n0, sk);
       lv.load_strided(dv, gv, vaddr.base, vaddr.step, n0, sk);
     } else {
-      const int32_t* pg = sPage + (tile & 1) * kBlockN;
-      const int32_t* rw = sRow + (tile & 1) * kBlockN;
-      lk.load_paged(dk, gk, kaddr, pg, rw, n0, sk);
-      lv.load_paged(dv, gv, vaddr, pg, rw, n0, sk);
+      lk.load_paged(dk, gk, kaddr.base, sOffK + (tile & 1) * kBlockN, n0, sk);
+      lv.load_paged(dv, gv, vaddr.base, sOffV + (tile & 1) * kBlockN, n0, sk);
     }
   };
 #pragma unroll
@@ -537,7 +540,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
           l += __shfl_xor_sync(0xffffffffu, l, 1);
           l += __shfl_xor_sync(0xffffffffu, l, 2);
           float mrow = m_run[rr] == -INFINITY ? -INFINITY : m_run[rr] * sc;  // log2 units
-          const int64_t m = m0 + row;
+          const int m = m0 + row;
           const bool valid_row = m < rows_seq;
           float f = 1.f;  // rescale of O for the sink
           if (add_sink && valid_row) {
@@ -563,14 +566,14 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         }
       __syncthreads();
       constexpr int kChunks = kDv / 8;
-#pragma unroll
+#pragma unroll 1
       for (int k = 0; k < kBlockM * kChunks / kThreads; ++k) {
         const int c = tid + k * kThreads;
         const int r = c / kChunks, ch = c % kChunks;
-        const int64_t m = m0 + r;
+        const int m = m0 + r;
         if (m >= rows_seq) continue;
         const uint4 v = *reinterpret_cast<const uint4*>(sOut + swz<kDv>(r, ch));
-        Elem* dst = static_cast<Elem*>(p.out) + si.o_base + row_i(m) * si.o_step + static_cast<int64_t>(row_h(m)) * p.o_sh +
+        Elem* dst = static_cast<Elem*>(p.out) + si.o_base + static_cast<int64_t>(row_i(m)) * si.o_step + static_cast<int64_t>(row_h(m)) * p.o_sh +
                     ch * 8;
         const int valid = p.dv - ch * 8;
         if (valid >= 8) {
@@ -612,9 +615,10 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   __syncthreads();
 
   constexpr int kChunks = kDv / 8;
+#pragma unroll 1
   for (int c = tid; c < kBlockM * kChunks; c += kThreads) {
     const int r = c / kChunks, ch = c % kChunks;
-    const int64_t m = m0 + r;
+    const int m = m0 + r;
     if (m >= rows_seq) continue;
     const int64_t i = row_i(m);
     const int h = row_h(m);
