@@ -316,7 +316,7 @@ TEST_P(Semantics, Fp8DescalesMultiplyScoresAndValues) {
 TEST_P(Semantics, EmptyProblemsSucceedAndWriteNothing) {
   const Backend be = GetParam();
   // B = 0, Sq = 0, Hq = Hkv = 0: no output elements; Sk = 0: covered above.
-  for (auto dims : {std::vector<int64_t>{0, 3, 4, 2, 2}, {2, 0, 4, 2, 2}, {2, 3, 5, 0, 0}, {0, 0, 0, 0, 0}}) {
+  for (auto dims : {std::vector<int64_t>{0, 3, 4, 2, 2}, {2, 0, 4, 2, 2}, {2, 3, 5, 0, 0}, {2, 3, 5, 0, 2}, {0, 0, 0, 0, 0}}) {
     Tiny t(dims[0], dims[1], dims[2], dims[3], dims[4], 8);
     const Status st = t.run(be);
     EXPECT_TRUE(st.ok()) << st.message;
