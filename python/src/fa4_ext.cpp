@@ -74,7 +74,7 @@ bool dtype_from_dlpack(nb::dlpack::dtype d, bool allow_raw, DType* out) {
   if (code == dtype_code::Float && d.bits == 32) { *out = DType::float32; return true; }
   if (code == dtype_code::Float && d.bits == 16) { *out = DType::float16; return true; }
   if (code == dtype_code::Bfloat && d.bits == 16) { *out = DType::bfloat16; return true; }
-  if (code == dtype_code::Float8_E4M3FN && d.bits == 8) { *out = DType::float8_e4m3; return true; }
+  if (d.code == 10 /* DLPack kDLFloat8_e4m3fn */ && d.bits == 8) { *out = DType::float8_e4m3; return true; }
   if (code == dtype_code::Int && d.bits == 32) { *out = DType::int32; return true; }
   // NumPy has no bfloat16 / float8: fa4/_api.py passes ml_dtypes arrays as uint16 / uint8 views
   // and sets allow_raw (only for the float tensors of the call, never for index tensors).
