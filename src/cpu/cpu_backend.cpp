@@ -280,14 +280,16 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     }
     // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
     // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
-    // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower.
+    // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
+    // path issues them one row at a time between the conversions of this tile's rows rather
+    // than in one burst of ~256 lines, which can fill the miss buffers the conversion waits on.
     const int64_t jn = j0 + n, nn = std::min(ws.nk, hi - jn);
-    for (int64_t t = 0; t < nn; ++t) {
+    auto prefetch_row = [&](int64_t t) {
       int64_t ko, vo;
       kv_rows.at(jn + t, &ko, &vo);
       prefetch_span(kbase + ko * esz, k_span);
       prefetch_span(vbase + vo * esz, v_span);
-    }
+    };
     // Mask bounds relative to the tile, and the rows [ra, rb) that can see any of its keys. Both
     // bounds are non-decreasing in the row, so those rows are one contiguous range; the others
     // would be fully masked (p = 0, alpha = 1: an exact no-op) and the transposed kernels skip
@@ -318,6 +320,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     step.alpha = ws.alpha + ra;
 
     if (rowwise) {
+      for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
       K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
       K.softmax(step);
       if (kind == TileKind::partial && !all_finite_rows(ws.vraw, pb.dtype, n, dv))
@@ -330,6 +333,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
     // costs.
     for (int64_t t = 0; t < n; ++t) {
+      if (t < nn) prefetch_row(t);
       K.convert(ws.kraw[t], pb.dtype, pb.ks.dim, dqk, ws.kc + t * dqk);
       K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
       ws.krows[t] = ws.kc + t * dqk;
