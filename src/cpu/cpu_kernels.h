@@ -8,10 +8,11 @@
 //   st [nk][mp]    S^T = K Q^T, then P^T in place after the softmax step
 //   ot [Dv][mp]    O^T, unnormalized accumulator
 //   m, l, alpha    [mp] running max (log2 units), running sum, last rescale factor
-// K and V stay in their natural row-major form ([key][dim], fp32) and are addressed through one
-// pointer per key row, so paged / strided / fp32-in-place rows cost nothing extra. With queries
-// on the vector axis, K and V elements are broadcast (one load-op each) and the softmax reduces
-// over keys with plain vertical vector ops — no horizontal sums, no transposes of K or V.
+// K and V keep their natural row-major form ([key][dim]; converted to contiguous fp32 per tile
+// for these kernels, read in place by the row-major ones) and are addressed through one pointer
+// per key row, so paged and strided layouts need no special case. With queries on the vector
+// axis, K and V elements are broadcast (one load-op each) and the softmax reduces over keys
+// with plain vertical vector ops — no horizontal sums, no transposes of K or V.
 #pragma once
 
 #include <cstdint>

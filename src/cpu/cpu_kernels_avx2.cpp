@@ -9,7 +9,6 @@
 // load ports, so the FMA pipes set the pace.
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
