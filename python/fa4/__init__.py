@@ -61,7 +61,13 @@ def _maybe_torch():
     import importlib.util
 
     if importlib.util.find_spec("torch") is not None:
-        register_torch_ops()
+        try:
+            register_torch_ops()
+        except Exception as e:  # a broken torch install must not break `import fa4`
+            import warnings
+
+            warnings.warn(f"fa4: torch is installed but could not be set up ({type(e).__name__}: {e}); "
+                          f"torch support is off", RuntimeWarning, stacklevel=2)
 
 
 _maybe_torch()
