@@ -456,5 +456,34 @@ TEST(CpuVsReference, ConcurrentCallsFromSeveralThreadsAreIndependent) {
   }
 }
 
+TEST(CpuVsReference, WrongMaxSeqlenHintsDoNotChangeTheResult) {
+  int n = 0;
+  for (int64_t hq : {1000, 1, 0})
+    for (KvMode kv : {KvMode::varlen, KvMode::paged}) {
+      CaseConfig cfg;
+      cfg.varlen_q = true;
+      cfg.kv = kv;
+      cfg.batch = 3;
+      cfg.hq = 4;
+      cfg.hkv = 2;
+      cfg.dqk = cfg.dv = 32;
+      cfg.sq = 40;
+      cfg.sk = 90;
+      cfg.causal = true;
+      cfg.num_splits = 0;
+      const uint64_t seed = derive_seed(15000 + n++);
+      FA4_SEED_TRACE(seed);
+      const Case orig = make_case(cfg, seed);
+      Case ref = orig, cpu = orig;
+      ASSERT_TRUE(ref.run(Backend::reference).ok());
+      AttentionParams p = cpu.params(Backend::cpu);
+      p.max_seqlen_q = hq;  // hints: too large, too small, unknown
+      p.max_seqlen_k = hq;
+      const Status st = fa4::attention_forward(p);
+      ASSERT_TRUE(st.ok()) << st.message;
+      EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype))) << "max_seqlen hints = " << hq;
+    }
+}
+
 }  // namespace
 }  // namespace fa4test

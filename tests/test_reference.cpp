@@ -495,6 +495,21 @@ TEST_P(Combine, RandomPartialsMatchTheFormulaInEveryOutputDtype) {
     }
 }
 
+TEST_P(Combine, ZeroPartialsGiveEmptyRows) {
+  std::vector<float> op(1), lp(1);
+  std::vector<float> out(6, std::nanf("")), lse(2, std::nanf(""));
+  fa4::CombineParams c;
+  c.out_partials = TensorView::contiguous(op.data(), DType::float32, {0, 1, 1, 2, 3});
+  c.lse_partials = TensorView::contiguous(lp.data(), DType::float32, {0, 1, 2, 1});
+  c.out = TensorView::contiguous(out.data(), DType::float32, {1, 1, 2, 3});
+  c.lse = TensorView::contiguous(lse.data(), DType::float32, {1, 2, 1});
+  c.backend = GetParam();
+  const Status st = fa4::combine_partials(c);
+  ASSERT_TRUE(st.ok()) << st.message;
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+  for (float x : lse) EXPECT_EQ(x, kNegInfF);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Combine, ::testing::Values(Backend::reference, Backend::cpu),
                          [](const auto& info) { return std::string(fa4::backend_name(info.param)); });
 
