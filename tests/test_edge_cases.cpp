@@ -153,6 +153,7 @@ TEST(EdgeCases, MinusInfinitySinkIsLikeNoSink) {
     Case a = c, b = with;
     ASSERT_TRUE(a.run(be).ok());
     ASSERT_TRUE(b.run(be).ok());
+    b.sinks = a.sinks;  // compare outputs only (the inputs differ by the sink tensor on purpose)
     EXPECT_TRUE(compare_runs(b, a, tol_for(cfg.dtype))) << fa4::backend_name(be);
   }
 }
