@@ -82,25 +82,30 @@ struct TileLoader {
   }
 
   // Contiguous rows (dense / varlen / cache): element offset of key j = base + j * step.
-  // With a fixed column and a row step that is a multiple of 8 (the swizzle period), every copy
-  // of this thread is one pointer add and a compile-time shared-memory offset away from the first;
-  // whole tiles (the common case) skip the row bound.
+  // With a fixed column, the swizzled column of row r0 + k * kRowStep repeats with period
+  // kPeriod = 8 / gcd(kRowStep, 8) in k, so every copy of this thread is one pointer add and a
+  // compile-time shared-memory offset away from one of kPeriod bases; whole tiles (the common
+  // case) skip the row bound.
+  static constexpr int kPeriod = kRowStep % 8 == 0 ? 1 : kRowStep % 4 == 0 ? 2 : kRowStep % 2 == 0 ? 4 : 8;
   __device__ __forceinline__ void load_strided(Elem* s, const Elem* g, int64_t base, int64_t step, int n0,
                                                int len) const {
-    if constexpr (kFixedCol && kRowStep % 8 == 0) {
+    if constexpr (kFixedCol) {
       const int r0 = row_of(0), ch = col_of(0);
       const uint32_t cb = col_bytes(ch);
       const Elem* src0 = g + base + static_cast<int64_t>(n0 + r0) * step + ch * 8;
       const int64_t rs = static_cast<int64_t>(kRowStep) * step;
-      const uint32_t dst0 = ptx::smem_u32(s + swz<kD>(r0, ch));
+      uint32_t dst[kPeriod];  // dst[k % kPeriod] + k * kRowStep rows = address of copy k
+#pragma unroll
+      for (int q = 0; q < kPeriod; ++q)
+        dst[q] = ptx::smem_u32(s + swz<kD>(r0 + q * kRowStep, ch)) - q * kRowStep * kD * 2;
       if (n0 + kRows <= len && cb == 16u) {
 #pragma unroll
-        for (int k = 0; k < kIters; ++k) ptx::cp_async_16(dst0 + k * kRowStep * kD * 2, src0 + k * rs, 16u);
+        for (int k = 0; k < kIters; ++k) ptx::cp_async_16(dst[k % kPeriod] + k * kRowStep * kD * 2, src0 + k * rs, 16u);
       } else {
 #pragma unroll
         for (int k = 0; k < kIters; ++k) {
           const uint32_t bytes = n0 + r0 + k * kRowStep < len ? cb : 0u;
-          ptx::cp_async_16(dst0 + k * kRowStep * kD * 2, bytes ? src0 + k * rs : g, bytes);
+          ptx::cp_async_16(dst[k % kPeriod] + k * kRowStep * kD * 2, bytes ? src0 + k * rs : g, bytes);
         }
       }
     } else {
