@@ -47,11 +47,14 @@ bool extent_fits(const TensorView& t) {
   return bytes < static_cast<__int128>(std::numeric_limits<int64_t>::max());
 }
 
-// Generic per-tensor checks: rank, dtype, device, strides, pointer, size overflow, and the GPU
-// layout rules when the tensor lives on a GPU. `output` tensors may not have zero strides over
-// dimensions of size > 1 (elements would alias and the result would depend on write order).
+// Generic per-tensor checks: rank, dtype, device, strides, pointer, size overflow. `output`
+// tensors may not have zero strides over dimensions of size > 1 (elements would alias and the
+// result would depend on write order). `gpu_rows` tensors (q, k, v, out, k_new, v_new) are moved
+// in 16-byte vectors by the GPU kernels, so on a GPU their rows must be contiguous and 16-byte
+// aligned; the small fp32/int32 tensors (lse, sinks, descales, indices) are accessed element by
+// element and take any strides.
 Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType dev, int dev_idx,
-                    bool output) {
+                    bool output, bool gpu_rows = false) {
   if (t.ndim != ndim) {
     std::ostringstream s;
     s << name << ": expected a " << ndim << "-d tensor, got " << t.ndim << "-d";
@@ -90,7 +93,7 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
     return Status::Invalid(name, s.str());
   }
   if (!empty && t.data == nullptr) return Status::Invalid(name, std::string(name) + ": data pointer is null");
-  if (dev == DeviceType::cuda && !empty && t.dtype != DType::int32) {
+  if (gpu_rows && dev == DeviceType::cuda && !empty) {
     const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
     if (t.stride[ndim - 1] != 1 && t.shape[ndim - 1] > 1)
       return Status::Invalid(name, std::string(name) + ": the last dimension must be contiguous (stride 1) on the GPU");
@@ -212,8 +215,8 @@ Status normalize(const AttentionParams& p, Problem* out) {
 
   // ---- q / out ----
   const int qrank = pb.varlen_q ? 3 : 4;
-  FA4_TRY(check_tensor(p.q, "q", qrank, dev, dev_idx, false));
-  FA4_TRY(check_tensor(p.out, "out", qrank, dev, dev_idx, true));
+  FA4_TRY(check_tensor(p.q, "q", qrank, dev, dev_idx, false, true));
+  FA4_TRY(check_tensor(p.out, "out", qrank, dev, dev_idx, true, true));
   if (pb.varlen_q) {
     FA4_TRY(check_tensor(p.cu_seqlens_q, "cu_seqlens_q", 1, dev, dev_idx, false));
     FA4_TRY(expect_dtype(p.cu_seqlens_q, "cu_seqlens_q", DType::int32, "index tensor"));
@@ -230,8 +233,8 @@ Status normalize(const AttentionParams& p, Problem* out) {
 
   // ---- k / v ----
   const int krank = pb.kv == KvLayout::varlen ? 3 : 4;
-  FA4_TRY(check_tensor(p.k, "k", krank, dev, dev_idx, append));
-  FA4_TRY(check_tensor(p.v, "v", krank, dev, dev_idx, append));
+  FA4_TRY(check_tensor(p.k, "k", krank, dev, dev_idx, append, true));
+  FA4_TRY(check_tensor(p.v, "v", krank, dev, dev_idx, append, true));
   pb.hkv = p.k.shape[krank - 2];
   if (p.k.shape[krank - 1] != pb.dqk) {
     std::ostringstream s;
@@ -312,8 +315,8 @@ Status normalize(const AttentionParams& p, Problem* out) {
       return Status::Invalid("cache_seqlens", "cache_seqlens: required with k_new/v_new (it says where to append)");
     if (pb.varlen_q)
       return Status::Invalid("k_new", "k_new: appending is not supported together with varlen q (cu_seqlens_q)");
-    FA4_TRY(check_tensor(p.k_new, "k_new", 4, dev, dev_idx, false));
-    FA4_TRY(check_tensor(p.v_new, "v_new", 4, dev, dev_idx, false));
+    FA4_TRY(check_tensor(p.k_new, "k_new", 4, dev, dev_idx, false, true));
+    FA4_TRY(check_tensor(p.v_new, "v_new", 4, dev, dev_idx, false, true));
     FA4_TRY(expect_dtype(p.k_new, "k_new", pb.dtype, "same as k"));
     FA4_TRY(expect_dtype(p.v_new, "v_new", pb.dtype, "same as v"));
     pb.snew = p.k_new.shape[1];
