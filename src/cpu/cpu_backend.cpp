@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -91,19 +92,22 @@ void split_range(int64_t klo, int64_t khi, int64_t nsplit, int64_t s, int64_t* l
 struct Workspace {
   int64_t mp_max, nk, dqk, dv;
   AlignedBuffer buf;
-  float *qt, *st, *ot, *kc, *vc, *m_run, *l_run, *alpha, *row;
-  int32_t *row_lo_rel, *row_hi_rel;
-  int64_t *row_lo, *row_hi;
-  const float **krows, **vrows;
-  const void **kraw, **vraw;  // storage addresses of the tile's K / V rows
+  float *qt = nullptr, *st = nullptr, *ot = nullptr, *kc = nullptr, *vc = nullptr, *m_run = nullptr,
+        *l_run = nullptr, *alpha = nullptr, *row = nullptr;
+  int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
+  int64_t *row_lo = nullptr, *row_hi = nullptr;
+  const float **krows = nullptr, **vrows = nullptr;
+  const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
 
   static size_t bytes(int64_t mp, int64_t nk, int64_t dqk, int64_t dv) {
     const int64_t floats = dqk * mp + nk * mp + dv * mp + nk * dqk + nk * dv + 3 * mp + std::max(dqk, dv);
     return static_cast<size_t>(round_up(floats * 4, 64) + round_up(2 * mp * 4, 64) + round_up(2 * mp * 8, 64) +
                                round_up(4 * nk * 8, 64) + 18 * 64);
   }
+  bool ok() const { return buf.p != nullptr; }
   Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_)
       : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), buf(bytes(mp, nk_, dqk_, dv_)) {
+    if (!buf.p) return;  // out of memory: ok() says so
     char* c = static_cast<char*>(buf.p);
     auto take = [&c](int64_t n, int64_t elem) {
       void* r = c;
@@ -395,7 +399,20 @@ int resolve_threads(int32_t requested) { return requested > 0 ? requested : omp_
 }  // namespace
 }  // namespace cpu
 
+namespace {
+Status forward(const Problem& pb);
+}  // namespace
+
 Status cpu_forward(const Problem& pb) {
+  try {
+    return forward(pb);
+  } catch (const std::bad_alloc&) {  // the unit list (host memory only)
+    return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for the work plan");
+  }
+}
+
+namespace {
+Status forward(const Problem& pb) {
   using namespace cpu;
   if (pb.batch == 0 || pb.hq == 0 || pb.max_sq == 0) return Status::Ok();
   const int nt = resolve_threads(pb.p->num_threads);
@@ -432,22 +449,33 @@ Status cpu_forward(const Problem& pb) {
   }
   std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.cost > b.cost; });
 
-  std::vector<float> part_o, part_lse;
+  // Split partials: every (tile, split) unit writes all of its rows, so no initialization.
+  std::unique_ptr<float[]> part_o, part_lse;
   if (plan.nsplit > 1) {
-    part_o.resize(static_cast<size_t>(plan.nsplit * plan.total_rows * pb.dv));
-    part_lse.resize(static_cast<size_t>(plan.nsplit * plan.total_rows));
-    plan.part_o = part_o.data();
-    plan.part_lse = part_lse.data();
+    part_o.reset(new (std::nothrow) float[static_cast<size_t>(plan.nsplit * plan.total_rows * std::max<int64_t>(pb.dv, 1))]);
+    part_lse.reset(new (std::nothrow) float[static_cast<size_t>(plan.nsplit * plan.total_rows)]);
+    if (!part_o || !part_lse)
+      return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for split-KV partials (num_splits " +
+                                                          std::to_string(plan.nsplit) + ")");
+    plan.part_o = part_o.get();
+    plan.part_lse = part_lse.get();
   }
 
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
+  bool oom = false;
 #pragma omp parallel num_threads(workers)
   {
     Workspace ws(plan.tile_rows, kTileKeys, pb.dqk, pb.dv);
+    if (!ws.ok()) {
+#pragma omp atomic write
+      oom = true;
+    }
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < nunits; ++u) run_unit(plan, units[u], ws);
+    for (int64_t u = 0; u < nunits; ++u)
+      if (ws.ok()) run_unit(plan, units[u], ws);
   }
+  if (oom) return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for per-thread tiles");
 
   if (plan.nsplit > 1) {
     const AttentionParams& p = *pb.p;
@@ -472,6 +500,7 @@ Status cpu_forward(const Problem& pb) {
   }
   return Status::Ok();
 }
+}  // namespace
 
 Status cpu_combine(const CombineParams& c) {
   using namespace cpu;
