@@ -424,7 +424,7 @@ Status forward(const Problem& pb) {
   plan.tile_rows = std::min(kTileRows, round_up(g * pb.max_sq, 8));
   plan.nsplit = num_splits(pb, nt, plan.tile_rows);
   plan.rows_kernels = plan.kern->qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
-                      (pb.dtype == DType::float32 || pb.dtype == DType::float16 || pb.dtype == DType::bfloat16);
+                      pb.dtype != DType::int32;
 
   // Units, and the global packed-row numbering used by the split partials.
   std::vector<Unit> units;

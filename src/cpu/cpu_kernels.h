@@ -49,7 +49,7 @@ struct Kernels {
              const float* alpha, float* ot);
   void (*softmax)(const SoftmaxStep& s);
   // Row-major variants for tiles of at most 8 query rows (decode, small GQA groups), reading K
-  // and V straight from their storage (fp32, fp16 or bf16 rows with unit stride, dims multiple
+  // and V straight from their storage (any floating dtype, rows with unit stride, dims multiple
   // of 8): each K/V element is loaded once and feeds all `rows` queries from registers, where
   // the transposed kernels above would spend one broadcast per element on 8 mostly padded rows.
   // nullptr in tables that do not have them.

@@ -267,6 +267,27 @@ struct Half {  // fp16 tag
 template <>
 inline __m256 load8<Half>(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
+// OCP e4m3 ("fn": no infinities, S.1111.111 is NaN) -> fp32 without a table: the 7 magnitude
+// bits shifted left by 20 land exponent and mantissa in fp32's fields with a bias of 127
+// instead of 7, so one multiply by 2^120 rebiases normals and subnormals alike (an fp32
+// subnormal m * 2^-129 becomes m * 2^-9, e4m3's subnormal value).
+struct E4m3 {  // fp8 tag
+  uint8_t bits;
+};
+inline __m256 e4m3x8_to_f32(__m128i bytes8) {
+  const __m256i b = _mm256_cvtepu8_epi32(bytes8);
+  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
+  __m256 f = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), _mm256_set1_ps(0x1p120f));
+  const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f)));
+  f = _mm256_blendv_ps(f, _mm256_set1_ps(__builtin_nanf("")), nan);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_or_ps(f, _mm256_castsi256_ps(sign));
+}
+template <>
+inline __m256 load8<E4m3>(const E4m3* p) {
+  return e4m3x8_to_f32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
 // [sum(a0), sum(a1), ..., sum(a7)]
 inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6, __m256 a7) {
   const __m256 t0 = _mm256_hadd_ps(a0, a1), t1 = _mm256_hadd_ps(a2, a3);
@@ -372,6 +393,7 @@ void pv_rows_dispatch(const float* pt, int64_t rows, int64_t nk, const void* con
 
 void qk_rows_avx2(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk, float* st) {
   if (t == DType::float32) return qk_rows_dispatch<float>(q, rows, d, krows, nk, st);
+  if (t == DType::float8_e4m3) return qk_rows_dispatch<E4m3>(q, rows, d, krows, nk, st);
   if (t == DType::float16) return qk_rows_dispatch<Half>(q, rows, d, krows, nk, st);
   return qk_rows_dispatch<uint16_t>(q, rows, d, krows, nk, st);
 }
@@ -379,6 +401,7 @@ void qk_rows_avx2(const float* q, int64_t rows, int64_t d, const void* const* kr
 void pv_rows_avx2(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
                   const float* alpha, float* o) {
   if (t == DType::float32) return pv_rows_dispatch<float>(pt, rows, nk, vrows, dv, alpha, o);
+  if (t == DType::float8_e4m3) return pv_rows_dispatch<E4m3>(pt, rows, nk, vrows, dv, alpha, o);
   if (t == DType::float16) return pv_rows_dispatch<Half>(pt, rows, nk, vrows, dv, alpha, o);
   return pv_rows_dispatch<uint16_t>(pt, rows, nk, vrows, dv, alpha, o);
 }
@@ -401,6 +424,9 @@ void convert_avx2(const void* src, DType t, int64_t stride, int64_t n, float* ds
       const auto* s = static_cast<const uint16_t*>(src);
       for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    } else if (t == DType::float8_e4m3) {
+      const auto* s = static_cast<const E4m3*>(src);
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<E4m3>(s + i));
     }
   }
   switch (t) {
