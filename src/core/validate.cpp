@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
-#include <sstream>
+#include <type_traits>
 #include <string>
 
 #include "core/problem.h"
@@ -12,11 +12,28 @@
 namespace fa4::core {
 namespace {
 
+// Error-message builder. Deliberately not std::ostringstream: formatting an integer through
+// iostreams crashed (SIGSEGV in basic_ostream::_M_insert<long>, under normalize) inside the
+// Python extension on the GPU machine, where the host process (torch 2.11, Python 3.12) had
+// loaded its own C++ runtime state first. Plain string appends touch no locale.
+struct Msg {
+  std::string s;
+  Msg& operator<<(const char* x) { s += x; return *this; }
+  Msg& operator<<(const std::string& x) { s += x; return *this; }
+  template <typename I>
+    requires std::is_integral_v<I>
+  Msg& operator<<(I x) {
+    s += std::to_string(x);
+    return *this;
+  }
+  const std::string& str() const { return s; }
+};
+
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int32_t kMaxSplits = 1024;
 
 std::string shape_str(const TensorView& t) {
-  std::ostringstream s;
+  Msg s;
   s << "[";
   for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
   s << "]";
@@ -25,7 +42,7 @@ std::string shape_str(const TensorView& t) {
 
 // Expected dims; dims past the given ones are not constrained and print as "*".
 std::string dims_str(std::initializer_list<int64_t> d, int ndim) {
-  std::ostringstream s;
+  Msg s;
   s << "[";
   int i = 0;
   for (int64_t x : d) s << (i++ ? ", " : "") << x;
@@ -56,12 +73,12 @@ bool extent_fits(const TensorView& t) {
 Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType dev, int dev_idx,
                     bool output, bool gpu_rows = false) {
   if (t.ndim != ndim) {
-    std::ostringstream s;
+    Msg s;
     s << name << ": expected a " << ndim << "-d tensor, got " << t.ndim << "-d";
     return Status::Invalid(name, s.str());
   }
   if (t.device != dev || (dev == DeviceType::cuda && t.device_index != dev_idx)) {
-    std::ostringstream s;
+    Msg s;
     s << name << ": is on " << device_str(t.device) << ":" << t.device_index << " but q is on "
       << device_str(dev) << ":" << dev_idx << " (all tensors must be on one device)";
     return Status::Invalid(name, s.str());
@@ -72,23 +89,23 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
   for (int i = 0; i < t.ndim; ++i) empty = empty || t.shape[i] == 0;
   for (int i = 0; i < t.ndim; ++i) {
     if (t.shape[i] < 0) {
-      std::ostringstream s;
+      Msg s;
       s << name << ": negative size in dim " << i << " (shape " << shape_str(t) << ")";
       return Status::Invalid(name, s.str());
     }
     if (t.stride[i] < 0) {
-      std::ostringstream s;
+      Msg s;
       s << name << ": negative stride in dim " << i << " (" << t.stride[i] << ")";
       return Status::Invalid(name, s.str());
     }
     if (output && !empty && t.stride[i] == 0 && t.shape[i] > 1) {
-      std::ostringstream s;
+      Msg s;
       s << name << ": zero stride in dim " << i << " of an output (elements would alias)";
       return Status::Invalid(name, s.str());
     }
   }
   if (!extent_fits(t)) {
-    std::ostringstream s;
+    Msg s;
     s << name << ": shape " << shape_str(t) << " with its strides overflows 64-bit byte offsets";
     return Status::Invalid(name, s.str());
   }
@@ -101,7 +118,7 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
       return Status::Invalid(name, std::string(name) + ": data pointer must be 16-byte aligned on the GPU");
     for (int i = 0; i < ndim - 1; ++i)
       if ((t.stride[i] * es) % 16 != 0 && t.shape[i] > 1) {
-        std::ostringstream s;
+        Msg s;
         s << name << ": stride of dim " << i << " (" << t.stride[i] << " elements) must be a multiple of 16 bytes on the GPU";
         return Status::Invalid(name, s.str());
       }
@@ -111,7 +128,7 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
 
 Status expect_dtype(const TensorView& t, const char* name, DType want, const char* why) {
   if (t.dtype == want) return Status::Ok();
-  std::ostringstream s;
+  Msg s;
   s << name << ": expected dtype " << dtype_name(want) << " (" << why << "), got " << dtype_name(t.dtype);
   return Status::Invalid(name, s.str());
 }
@@ -121,7 +138,7 @@ Status expect_shape(const TensorView& t, const char* name, const char* pattern,
   int i = 0;
   for (int64_t w : want) {
     if (t.shape[i] != w) {
-      std::ostringstream s;
+      Msg s;
       s << name << ": expected shape " << pattern << " = " << dims_str(want, t.ndim) << ", got " << shape_str(t);
       return Status::Invalid(name, s.str());
     }
@@ -142,14 +159,14 @@ Status check_cu_seqlens(const TensorView& t, const char* name, int64_t total, co
   if (Problem::idx1(t, 0) != 0) return Status::Invalid(name, std::string(name) + ": first entry must be 0, got " + std::to_string(Problem::idx1(t, 0)));
   for (int64_t i = 1; i < n; ++i) {
     if (Problem::idx1(t, i) < Problem::idx1(t, i - 1)) {
-      std::ostringstream s;
+      Msg s;
       s << name << ": must be non-decreasing, but entry " << i << " (" << Problem::idx1(t, i)
         << ") < entry " << i - 1 << " (" << Problem::idx1(t, i - 1) << ")";
       return Status::Invalid(name, s.str());
     }
   }
   if (Problem::idx1(t, n - 1) > total) {
-    std::ostringstream s;
+    Msg s;
     s << name << ": last entry " << Problem::idx1(t, n - 1) << " exceeds " << total_what << " (" << total << ")";
     return Status::Invalid(name, s.str());
   }
@@ -237,14 +254,14 @@ Status normalize(const AttentionParams& p, Problem* out) {
   FA4_TRY(check_tensor(p.v, "v", krank, dev, dev_idx, append, true));
   pb.hkv = p.k.shape[krank - 2];
   if (p.k.shape[krank - 1] != pb.dqk) {
-    std::ostringstream s;
+    Msg s;
     s << "k: head dim " << p.k.shape[krank - 1] << " differs from q's " << pb.dqk;
     return Status::Invalid("k", s.str());
   }
   pb.dv = p.v.shape[krank - 1];
   for (int d = 0; d < krank - 1; ++d)
     if (p.v.shape[d] != p.k.shape[d]) {
-      std::ostringstream s;
+      Msg s;
       s << "v: shape " << shape_str(p.v) << " must match k " << shape_str(p.k) << " in every dim but the last";
       return Status::Invalid("v", s.str());
     }
@@ -253,7 +270,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
   if (pb.dv < 1 || pb.dv > kMaxHeadDim)
     return Status::Invalid("v", "v: head dim must be in [1, 256], got " + std::to_string(pb.dv));
   if (pb.hkv == 0 ? pb.hq != 0 : pb.hq % pb.hkv != 0) {
-    std::ostringstream s;
+    Msg s;
     s << "k: number of kv heads (" << pb.hkv << ") must divide the number of q heads (" << pb.hq << ")";
     return Status::Invalid("k", s.str());
   }
@@ -279,7 +296,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
         FA4_TRY(expect_dtype(p.cache_batch_idx, "cache_batch_idx", DType::int32, "index tensor"));
         FA4_TRY(expect_shape(p.cache_batch_idx, "cache_batch_idx", "[B]", {B}));
       } else if (p.k.shape[0] < B) {
-        std::ostringstream s;
+        Msg s;
         s << "k: cache has " << p.k.shape[0] << " sequences but the batch is " << B << " (pass cache_batch_idx to map them)";
         return Status::Invalid("k", s.str());
       }
@@ -397,7 +414,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
       if (p.seqused_k.present()) {
         len = Problem::idx1(p.seqused_k, b);
         if (len < 0 || len > slot) {
-          std::ostringstream s;
+          Msg s;
           s << "seqused_k: entry " << b << " is " << len << ", outside [0, " << slot << "] (keys of that sequence)";
           return Status::Invalid("seqused_k", s.str());
         }
@@ -405,7 +422,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
       if (p.cache_seqlens.present()) {
         len = Problem::idx1(p.cache_seqlens, b);
         if (len < 0 || len + pb.snew > slot) {
-          std::ostringstream s;
+          Msg s;
           s << "cache_seqlens: entry " << b << " is " << len;
           if (pb.snew) s << " and " << pb.snew << " rows are appended";
           s << ", but the cache holds " << slot << " keys per sequence";
@@ -417,7 +434,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
       if (pb.kv == KvLayout::cache && p.cache_batch_idx.present()) {
         const int32_t c = Problem::idx1(p.cache_batch_idx, b);
         if (c < 0 || c >= p.k.shape[0]) {
-          std::ostringstream s;
+          Msg s;
           s << "cache_batch_idx: entry " << b << " is " << c << ", outside [0, " << p.k.shape[0] << ")";
           return Status::Invalid("cache_batch_idx", s.str());
         }
@@ -427,7 +444,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
         for (int64_t i = 0; i < used; ++i) {
           const int32_t pg = pb.page(b, i);
           if (pg < 0 || pg >= p.k.shape[0]) {
-            std::ostringstream s;
+            Msg s;
             s << "page_table: entry [" << b << ", " << i << "] is " << pg << ", outside [0, " << p.k.shape[0] << ") pages";
             return Status::Invalid("page_table", s.str());
           }
