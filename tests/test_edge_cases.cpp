@@ -233,6 +233,46 @@ TEST(EdgeCases, NanInAMaskedOutKeyDoesNotReachTheRowsThatCannotSeeIt) {
     }
 }
 
+// The same for decode-sized tiles (<= 8 packed query rows: one or two query tokens of a GQA group),
+// which backends often run through a separate code path.
+TEST(EdgeCases, NanInAMaskedOutKeyDoesNotReachDecodeRows) {
+  int n = 0;
+  for (bool value : {false, true})
+    for (DType dt : {DType::float32, DType::bfloat16})
+      for (int variant = 0; variant < 2; ++variant) {
+        CaseConfig cfg;
+        cfg.dtype = dt;
+        cfg.batch = 2;
+        cfg.hq = 8;
+        cfg.hkv = 2;  // group 4
+        cfg.dqk = cfg.dv = 64;
+        cfg.sk = 100;
+        int64_t J;
+        if (variant == 0) {  // one token, sliding window: key 86 is outside [89, 99]
+          cfg.sq = 1;
+          cfg.window_left = 10;
+          J = 86;
+        } else {  // two tokens, causal: the last key is hidden from the first token
+          cfg.sq = 2;
+          cfg.causal = true;
+          J = 99;
+        }
+        const uint64_t seed = derive_seed(66500 + n++);
+        FA4_SEED_TRACE(seed);
+        Case c = make_case(cfg, seed);
+        for (int64_t d = 0; d < (value ? cfg.dv : cfg.dqk); ++d) {
+          int64_t o;
+          Tensor& t = const_cast<Tensor&>(c.key_src(1, J, 1, d, value, &o));
+          t.set(o, kNaN);
+        }
+        auto [ref, cpu] = run_both(c);
+        const Case& cc = cpu;
+        auto bad = [&](int64_t b, int64_t i, int64_t h) { return b == 1 && h / 4 == 1 && cc.visible(b, i, J); };
+        expect_nonfinite_rows_exactly(ref, bad, "reference");
+        expect_nonfinite_rows_exactly(cpu, bad, "cpu");
+      }
+}
+
 TEST(EdgeCases, InfinityInOneQueryRowStaysInThatRow) {
   CaseConfig cfg = small_cfg();
   const uint64_t seed = derive_seed(67000);
