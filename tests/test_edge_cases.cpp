@@ -512,10 +512,44 @@ TEST(EdgeCases, ShapesWhoseByteExtentOverflowsInt64AreRejected) {
   st = fa4::core::normalize(p, &pb);
   EXPECT_EQ(st.code, StatusCode::invalid_argument);
   EXPECT_EQ(st.argument, "out") << st.message;
+  // With byte extents that fit, the length itself must still fit int32 (lengths are int32 in
+  // every index tensor).
   p.out.stride[1] = 8;
   st = fa4::core::normalize(p, &pb);
+  EXPECT_EQ(st.code, StatusCode::invalid_argument);
+  EXPECT_EQ(st.argument, "q") << st.message;
+  // The longest allowed sequence with a 2^20-element row stride: offsets near 2^51.
+  const int64_t len = std::numeric_limits<int32_t>::max();
+  p.q.shape[1] = p.out.shape[1] = len;
+  p.q.stride[1] = p.out.stride[1] = int64_t{1} << 20;
+  st = fa4::core::normalize(p, &pb);
   EXPECT_TRUE(st.ok()) << st.message;
-  EXPECT_EQ(pb.out_offset(0, (int64_t{1} << 57) - 1, 0), ((int64_t{1} << 57) - 1) * 8);
+  EXPECT_EQ(pb.out_offset(0, len - 1, 0), (len - 1) * (int64_t{1} << 20));
+}
+
+TEST(EdgeCases, KeyLengthsBeyondInt32AreRejected) {
+  AttentionParams p;
+  p.q = TensorView::contiguous(fake(0x1000), DType::float32, {1, 1, 1, 8});
+  p.k = TensorView::contiguous(fake(0x2000), DType::float32, {1, 4, 1, 8});
+  p.k.shape[1] = int64_t{1} << 31;
+  p.k.stride[1] = 0;  // a broadcast view: no memory behind it, still not a valid length
+  p.v = p.k;
+  p.out = p.q;
+  p.out.data = fake(0x3000);
+  fa4::core::Problem pb;
+  Status st = fa4::core::normalize(p, &pb);
+  EXPECT_EQ(st.code, StatusCode::invalid_argument);
+  EXPECT_EQ(st.argument, "k") << st.message;
+  // Paged: the capacity max_pages * page_size bounds the walk over page-table entries.
+  p.k = TensorView::contiguous(fake(0x2000), DType::float32, {4, 16, 1, 8});
+  p.v = p.k;
+  int32_t pt = 0;
+  p.page_table = TensorView::contiguous(&pt, DType::int32, {1, 1});
+  p.page_table.shape[1] = int64_t{1} << 40;
+  p.page_table.stride[1] = 0;
+  st = fa4::core::normalize(p, &pb);
+  EXPECT_EQ(st.code, StatusCode::invalid_argument);
+  EXPECT_EQ(st.argument, "page_table") << st.message;
 }
 
 }  // namespace

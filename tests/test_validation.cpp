@@ -1324,3 +1324,34 @@ TEST(ValidationFuzz, BrokenParamsAreRejectedCleanlyOrComputedConsistently) {
 
 }  // namespace
 }  // namespace fa4test
+
+namespace fa4test {
+namespace {
+
+// Device-resident cu_seqlens cannot be read at validation time: the row bounds the cuda backend
+// launches over must come from the tensor sizes, never from the max_seqlen hints (a hint that is
+// too small would leave rows uncomputed).
+TEST(ValidationGpu, VarlenBoundsIgnoreMaxSeqlenHints) {
+  constexpr uintptr_t base = 0x7f0000000000;
+  auto mk = [](uintptr_t addr, DType dt, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(reinterpret_cast<void*>(addr), dt, shape, DeviceType::cuda, 0);
+  };
+  AttentionParams p;
+  p.q = mk(base, DType::bfloat16, {100, 4, 64});
+  p.out = mk(base + (1 << 24), DType::bfloat16, {100, 4, 64});
+  p.k = mk(base + (2 << 24), DType::bfloat16, {300, 2, 64});
+  p.v = mk(base + (3 << 24), DType::bfloat16, {300, 2, 64});
+  p.cu_seqlens_q = mk(base + (4 << 24), DType::int32, {3});
+  p.cu_seqlens_k = mk(base + (5 << 24), DType::int32, {3});
+  p.max_seqlen_q = 7;  // too small on purpose
+  p.max_seqlen_k = 9;
+  fa4::core::Problem pb;
+  const Status st = fa4::core::normalize(p, &pb);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_FALSE(pb.host_indices);
+  EXPECT_EQ(pb.max_sq, 100);
+  EXPECT_EQ(pb.max_sk, 300);
+}
+
+}  // namespace
+}  // namespace fa4test

@@ -313,6 +313,14 @@ Status normalize(const AttentionParams& p, Problem* out) {
       pb.kv_slot = pb.page_size * pb.max_pages;
       break;
   }
+  // Sequence lengths are int32 everywhere else (cu_seqlens, cache_seqlens, seqused_k), so the
+  // lengths implied by tensor shapes must fit too; this also bounds validation's page walk.
+  constexpr int64_t kMaxLen = std::numeric_limits<int32_t>::max();
+  if (pb.sq_dense > kMaxLen) return Status::Invalid("q", "q: sequence length " + std::to_string(pb.sq_dense) + " exceeds the int32 range");
+  if (pb.kv_slot > kMaxLen)
+    return Status::Invalid(pb.kv == KvLayout::paged ? "page_table" : "k",
+                           std::string(pb.kv == KvLayout::paged ? "page_table: max_pages * page_size" : "k: sequence length") + " (" +
+                               std::to_string(pb.kv_slot) + ") exceeds the int32 range");
   if (p.cache_seqlens.present()) {
     FA4_TRY(check_tensor(p.cache_seqlens, "cache_seqlens", 1, dev, dev_idx, false));
     FA4_TRY(expect_dtype(p.cache_seqlens, "cache_seqlens", DType::int32, "index tensor"));
@@ -469,8 +477,11 @@ Status normalize(const AttentionParams& p, Problem* out) {
       }
     }
   } else {
-    pb.max_sq = pb.varlen_q ? (p.max_seqlen_q > 0 ? p.max_seqlen_q : p.q.shape[0]) : pb.sq_dense;
-    pb.max_sk = pb.kv == KvLayout::varlen ? (p.max_seqlen_k > 0 ? p.max_seqlen_k : p.k.shape[0]) : pb.kv_slot;
+    // Device-resident lengths cannot be read here. The bounds must hold whatever the contents
+    // are, so they come from the tensor sizes, not from max_seqlen_q/k: a hint that is too small
+    // would otherwise leave rows uncomputed (DESIGN §1: hints are never needed for correctness).
+    pb.max_sq = pb.varlen_q ? p.q.shape[0] : pb.sq_dense;
+    pb.max_sk = pb.kv == KvLayout::varlen ? p.k.shape[0] : pb.kv_slot;
   }
   *out = std::move(pb);
   out->p = &p;
