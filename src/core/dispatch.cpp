@@ -46,6 +46,12 @@ const char* status_code_name(StatusCode c) {
 
 const char* version() { return FA4_VERSION_STRING; }
 
+namespace {
+Status cuda_unavailable() {
+  return Status{StatusCode::backend_unavailable, "backend", "backend: cuda is not available (" + core::cuda_info() + ")"};
+}
+}  // namespace
+
 Status attention_forward(const AttentionParams& params) {
   core::Problem pb;
   Status st = core::normalize(params, &pb);
@@ -58,8 +64,7 @@ Status attention_forward(const AttentionParams& params) {
       core::append_kv_host(pb);
       return core::cpu_forward(pb);
     case Backend::cuda:
-      if (!core::cuda_available())
-        return Status{StatusCode::backend_unavailable, "backend", "backend: cuda is not available (" + core::cuda_info() + ")"};
+      if (!core::cuda_available()) return cuda_unavailable();
       st = core::cuda_check(pb);
       if (!st) return st;
       return core::cuda_forward(pb);
@@ -76,8 +81,7 @@ Status combine_partials(const CombineParams& params) {
     case Backend::reference: return core::reference_combine(params);
     case Backend::cpu: return core::cpu_combine(params);
     case Backend::cuda:
-      if (!core::cuda_available())
-        return Status{StatusCode::backend_unavailable, "backend", "backend: cuda is not available (" + core::cuda_info() + ")"};
+      if (!core::cuda_available()) return cuda_unavailable();
       return core::cuda_combine(params);
     default: break;
   }
