@@ -222,6 +222,17 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   const int n_tiles = n_hi - n_lo;
   RowMask32 rmask;
   rmask.init(p.mask, si.sq, sk);
+  // A key tile [n0, n0 + kBlockN) needs no mask iff every row of the tile sees all of it. Row
+  // bounds lo(i), hi(i) never decrease with i (causal, window, chunk), so that is
+  // n0 >= lo(i_last) and n0 + kBlockN <= hi(i_first): two compares per tile.
+  int full_lo, full_hi;
+  {
+    int lo, hi;
+    rmask.bounds(i_last, lo, hi);
+    full_lo = lo;
+    rmask.bounds(i_first, lo, hi);
+    full_hi = hi;
+  }
 
   const Elem* gq = static_cast<const Elem*>(p.q);
   const Elem* gk = static_cast<const Elem*>(p.k);
@@ -232,10 +243,16 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   const bool paged = kGeneral && kaddr.paged;
 
   // ---- prologue: Q tile + the first kStages - 1 K/V tiles ----
-  {
+  if (!p.pack_gqa) {
+    // Rows of one head are evenly strided: the same unrolled copy as a K tile (a per-chunk
+    // division loop here was ~10% of all executed instructions at S = 512, ncu 2026-11-29).
+    TileLoader<Elem, kBlockM, kDqk, kThreads> lq;
+    lq.init(tid, p.dqk);
+    lq.load_strided(sQ, gq, si.q_base + static_cast<int64_t>(head_idx) * p.q_sh, si.q_step, m0, rows_seq);
+  } else {
     constexpr int kChunks = kDqk / 8;
-    // Not unrolled: runs once per CTA, and unrolled copies of per-CTA code compete with the
-    // main loop for the instruction cache (short sequences are i-cache bound otherwise).
+    // PackGQA (decode-sized tiles): row m is (query m / group, head m % group). Not unrolled: it
+    // runs once per CTA and unrolled per-CTA code competes with the main loop for the i-cache.
 #pragma unroll 1
     for (int k = 0; k < (kBlockM * kChunks + kThreads - 1) / kThreads; ++k) {
       const int c = tid + k * kThreads;
@@ -389,23 +406,33 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kDqk / 16; ++kk) {
-      uint32_t a[kMT][4];
+    // Fragments of step kk + 1 are loaded before the MMAs of step kk (register double buffer):
+    // with two warps per scheduler the ldmatrix latency is otherwise exposed at every k step
+    // (ncu, D = 256: short-scoreboard stalls on the first MMA of each step were the largest
+    // stall of the Q K^T loop).
+    constexpr int kKSteps = kDqk / 16;
+    uint32_t fa[2][kMT][4], fb[2][kNT / 2][4];
+    auto load_qk_frags = [&](int buf, int kk) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
-        ptx::ldmatrix_x4(q_addr[kk & 3] + mt * 16 * kDqk * 2 + (kk >> 2) * 128, a[mt][0], a[mt][1], a[mt][2],
-                         a[mt][3]);
+        ptx::ldmatrix_x4(q_addr[kk & 3] + mt * 16 * kDqk * 2 + (kk >> 2) * 128, fa[buf][mt][0], fa[buf][mt][1],
+                         fa[buf][mt][2], fa[buf][mt][3]);
 #pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {
-        uint32_t b0, b1, b2, b3;
-        ptx::ldmatrix_x4(tK + k_addr[kk & 3] + np * 16 * kDqk * 2 + (kk >> 2) * 128, b0, b1, b2, b3);
+      for (int np = 0; np < kNT / 2; ++np)
+        ptx::ldmatrix_x4(tK + k_addr[kk & 3] + np * 16 * kDqk * 2 + (kk >> 2) * 128, fb[buf][np][0], fb[buf][np][1],
+                         fb[buf][np][2], fb[buf][np][3]);
+    };
+    load_qk_frags(0, 0);
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      if (kk + 1 < kKSteps) load_qk_frags((kk + 1) & 1, kk + 1);
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np)
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          ptx::mma_16816<Elem>(s[mt][2 * np], a[mt], b0, b1);
-          ptx::mma_16816<Elem>(s[mt][2 * np + 1], a[mt], b2, b3);
+          ptx::mma_16816<Elem>(s[mt][2 * np], fa[kk & 1][mt], fb[kk & 1][np][0], fb[kk & 1][np][1]);
+          ptx::mma_16816<Elem>(s[mt][2 * np + 1], fa[kk & 1][mt], fb[kk & 1][np][2], fb[kk & 1][np][3]);
         }
-      }
     }
 
     // Softcap / unfolded scale (uniform branches, outside the element loops), then the mask on
@@ -430,7 +457,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
     }
-    if (sm.classify(i_first, i_last + 1, n0, static_cast<int64_t>(n0) + kBlockN) != core::TileKind::full) {
+    if (n0 < full_lo || n0 + kBlockN > full_hi) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -570,17 +597,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
           }
         }
       __syncthreads();
-      constexpr int kChunks = kDv / 8;
-#pragma unroll 1
-      for (int k = 0; k < kBlockM * kChunks / kThreads; ++k) {
-        const int c = tid + k * kThreads;
-        const int r = c / kChunks, ch = c % kChunks;
-        const int m = m0 + r;
-        if (m >= rows_seq) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(sOut + swz<kDv>(r, ch));
-        Elem* dst = static_cast<Elem*>(p.out) + si.o_base + static_cast<int64_t>(row_i(m)) * si.o_step + static_cast<int64_t>(row_h(m)) * p.o_sh +
-                    ch * 8;
-        const int valid = p.dv - ch * 8;
+      // One 16-byte chunk of a row out (a partial chunk at the end of an unpadded head dim).
+      auto store_chunk = [&](Elem* dst, const uint4& v, int valid) {
         if (valid >= 8) {
           *reinterpret_cast<uint4*>(dst) = v;
         } else {
@@ -589,6 +607,36 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
           for (int x = 0; x < 8; ++x)
             if (x < valid) dst[x] = e[x];
         }
+      };
+      constexpr int kChunks = kDv / 8;
+      if constexpr (kThreads % kChunks == 0) {
+        if (!p.pack_gqa) {
+          // Rows of one head are evenly strided: each thread keeps one column chunk, one pointer
+          // add per row (the generic loop below costs a division per chunk).
+          constexpr int kRowStep = kThreads / kChunks;
+          const int r0 = tid / kChunks, ch = tid % kChunks;
+          const int valid = p.dv - ch * 8;
+          Elem* dst0 = static_cast<Elem*>(p.out) + si.o_base + static_cast<int64_t>(m0 + r0) * si.o_step +
+                       static_cast<int64_t>(head_idx) * p.o_sh + ch * 8;
+          const int64_t rs = static_cast<int64_t>(kRowStep) * si.o_step;
+#pragma unroll
+          for (int k = 0; k < kBlockM / kRowStep; ++k) {
+            const int r = r0 + k * kRowStep;
+            if (m0 + r >= rows_seq) break;  // rows ascend with k
+            store_chunk(dst0 + k * rs, *reinterpret_cast<const uint4*>(sOut + swz<kDv>(r, ch)), valid);
+          }
+          return;
+        }
+      }
+#pragma unroll 1
+      for (int k = 0; k < kBlockM * kChunks / kThreads; ++k) {
+        const int c = tid + k * kThreads;
+        const int r = c / kChunks, ch = c % kChunks;
+        const int m = m0 + r;
+        if (m >= rows_seq) continue;
+        Elem* dst = static_cast<Elem*>(p.out) + si.o_base + static_cast<int64_t>(row_i(m)) * si.o_step +
+                    static_cast<int64_t>(row_h(m)) * p.o_sh + ch * 8;
+        store_chunk(dst, *reinterpret_cast<const uint4*>(sOut + swz<kDv>(r, ch)), p.dv - ch * 8);
       }
       return;
     }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Profiles fa4's sm80 prefill kernel and the FlashAttention-2 peer (PyTorch SDPA flash) on the
+# same shapes with ncu and prints one compact line of key metrics per kernel: where the time
+# goes when fa4 trails FA2. Needs the staged binaries (bench/device_run.sh --stage).
+#   OUT=/dir bash bench/ncu_compare.sh "128 512 0" "256 1024 1" ...     (D S causal)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DIR=build-device
+[[ -f build-device-pack/bin.tgz && ! -d "$DIR" ]] && tar xzf build-device-pack/bin.tgz
+OUT=${OUT:-/tmp/fa4-ncu}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$DIR/lib:${LD_LIBRARY_PATH:-}"
+STALLS="barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle no_instruction wait not_selected dispatch_stall lg_throttle branch_resolving"
+METRICS="gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__average_warp_latency_per_inst_issued.ratio"
+for s in $STALLS; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
+for c in "$@"; do
+  set -- $c
+  tag="d$1_s$2_c$3"
+  cz=$([[ $3 == 1 ]] && echo --causal)
+  ncu --clock-control none -k regex:"fwd_kernel" --launch-skip 1 --launch-count 3 --csv --metrics "$METRICS" \
+    python3 bench/cuda_ncu_case.py --lib "$DIR/lib/libfa4.so" --d $1 --s $2 $cz --reps 2 > "$OUT/ncu_$tag.csv" 2> "$OUT/ncu_$tag.err"
+  python3 - "$OUT/ncu_$tag.csv" "$tag" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; data = rows[1:]
+ik, im, iv = hdr.index("Kernel Name"), hdr.index("Metric Name"), hdr.index("Metric Value")
+iid = hdr.index("ID"); iu = hdr.index("Metric Unit")
+per = collections.OrderedDict()
+for r in data:
+    per.setdefault((r[iid], r[ik]), {})[r[im]] = r[iv] + (r[iu] if r[im] == "gpu__time_duration.sum" else "")
+short = {"gpu__time_duration.sum": "time", "launch__registers_per_thread": "regs", "sm__warps_active.avg.pct_of_peak_sustained_active": "occ%",
+         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tc%", "smsp__inst_executed.sum": "inst",
+         "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "bankc", "smsp__average_warp_latency_per_inst_issued.ratio": "cpi"}
+for (i, k), m in per.items():
+    name = "fa4" if k.startswith("void fa4") or "fa4::" in k else "fa2"
+    out = [sys.argv[2], name]
+    for key, lab in short.items():
+        v = m.get(key, "?").replace(",", "")
+        out.append(f"{lab}={v}")
+    st = sorted(((float(v.replace(',', '')), key.split("stalled_")[1].split("_per")[0]) for key, v in m.items() if "stalled_" in key), reverse=True)[:5]
+    out.append("stalls: " + " ".join(f"{n}={x:.2f}" for x, n in st))
+    print("  ".join(out))
+PY
+done
