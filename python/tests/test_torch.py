@@ -290,7 +290,7 @@ def test_cuda_unavailable_is_a_clear_error(rng):
 
 
 @cuda
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cuda_dense(rng, dtype):
     if not _cuda_ready():
         pytest.skip("fa4 built without the cuda backend")

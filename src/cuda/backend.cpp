@@ -17,6 +17,7 @@
 #include "cuda/combine/combine.h"
 #include "cuda/common/fwd_args.h"
 #include "cuda/common/kv_append.h"
+#include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
 
 namespace fa4::core {
@@ -90,7 +91,8 @@ Status device_error(const char* what, cudaError_t e) {
 
 // Everything the launch needs that depends only on shapes (not on device data).
 struct Plan {
-  sm80::DimPair dims{};
+  sm80::DimPair dims{};  // the kernel's head dims (fp32: the actual ones; dims.dv = dv_pad)
+  bool f32 = false;      // float32 inputs: the SIMT kernel (src/cuda/simt)
   bool decode = false;
   bool pack_gqa = false;
   int m = 0, n = 0;  // tile
@@ -129,7 +131,43 @@ int choose_splits(int64_t units, int64_t slots, int64_t n_blocks) {
   return 1;
 }
 
+// float32: the SIMT kernel. One warp per tile row, kF32Rows rows per CTA, kF32Keys-key tiles;
+// partials use the actual Dv as their row stride.
+Plan make_plan_f32(const Problem& pb) {
+  namespace simt = cuda::simt;
+  Plan pl;
+  const DeviceProps& dp = device_props(pb.p->q.device_index);
+  pl.f32 = true;
+  pl.dims = {static_cast<int>(pb.dqk), static_cast<int>(pb.dv)};
+  pl.pack_gqa = pb.group > 1 && pb.max_sq < simt::kF32Rows;
+  pl.rows = pl.pack_gqa ? pb.max_sq * pb.group : pb.max_sq;
+  pl.m = simt::kF32Rows;
+  pl.n = simt::kF32Keys;
+  pl.smem = simt::fwd_f32_smem_bytes(pl.dims.dqk, pl.dims.dv);
+  pl.m_blocks = (pl.rows + pl.m - 1) / pl.m;
+  pl.grid_heads = static_cast<int>(pl.pack_gqa ? pb.hkv : pb.hq);
+  pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
+
+  const int64_t units = pb.batch * pl.grid_heads * pl.m_blocks;
+  if (pb.p->num_splits > 0) {
+    pl.splits = pb.p->num_splits;
+  } else if (dp.valid && units > 0) {
+    // Resident CTAs per SM: 2048 threads, registers (<= 64 per thread at 256 threads), shared
+    // memory. The heuristic shares out 128-key blocks (so a split keeps >= 256 keys); the
+    // kernel then divides its 32-key tiles among the chosen splits.
+    const int by_smem = dp.smem_per_sm / (pl.smem + 1024);
+    const int per_sm = std::max(1, std::min({2048 / simt::kF32Threads, 65536 / (simt::kF32Threads * 64), by_smem}));
+    pl.splits = choose_splits(units, static_cast<int64_t>(dp.sms) * per_sm, (pb.max_sk + 127) / 128);
+  }
+  // grid.z = batch * splits must stay within 65535.
+  if (pb.batch > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / pb.batch)));
+  if (pl.splits > 1)
+    pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
+  return pl;
+}
+
 Plan make_plan(const Problem& pb) {
+  if (pb.dtype == DType::float32) return make_plan_f32(pb);
   Plan pl;
   const DeviceProps& dp = device_props(pb.p->q.device_index);
   pl.dims = sm80::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv));
@@ -249,6 +287,7 @@ void* cached_workspace(int dev, size_t bytes, Status* st) {
 }
 
 bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
+bool is_supported(DType t) { return is_16bit(t) || t == DType::float32; }
 
 }  // namespace
 
@@ -258,14 +297,14 @@ std::string cuda_info() {
   if (device_count() == 0) return "no CUDA device or driver";
   const DeviceProps& dp = device_props(0);
   return dp.name + ", sm_" + std::to_string(dp.major) + std::to_string(dp.minor) + ", " + std::to_string(dp.sms) +
-         " SMs, kernels: sm80 (mma.sync)";
+         " SMs, kernels: sm80 (mma.sync), simt (fp32)";
 }
 
 Status cuda_check(const Problem& pb) {
   const AttentionParams& p = *pb.p;
-  if (!is_16bit(pb.dtype))
-    return Status::Unsupported("q", std::string("q: the cuda backend supports float16 and bfloat16 inputs, got ") +
-                                        dtype_name(pb.dtype) + " (use backend=cpu for float32 / float8)");
+  if (!is_supported(pb.dtype))
+    return Status::Unsupported("q", std::string("q: the cuda backend supports float16, bfloat16 and float32 inputs, got ") +
+                                        dtype_name(pb.dtype) + " (use backend=cpu for float8)");
   const int dev = p.q.device_index;
   if (dev < 0 || dev >= device_count())
     return Status::Invalid("q", "q: device index " + std::to_string(dev) + " is not a visible CUDA device");
@@ -293,7 +332,7 @@ Status cuda_check(const Problem& pb) {
 }
 
 size_t cuda_workspace_size(const Problem& pb) {
-  if (!is_16bit(pb.dtype)) return 0;
+  if (!is_supported(pb.dtype)) return 0;
   return make_plan(pb).workspace;
 }
 
@@ -327,7 +366,8 @@ Status cuda_forward(const Problem& pb) {
   }
   const dim3 grid(static_cast<unsigned>(pl.m_blocks), static_cast<unsigned>(pl.grid_heads),
                   static_cast<unsigned>(pb.batch * pl.splits));
-  cudaError_t e = sm80::launch_fwd(a, pl.dims, pb.dtype == DType::bfloat16, pl.decode, grid, stream);
+  cudaError_t e = pl.f32 ? cuda::simt::launch_fwd_f32(a, pb.max_sq, stream)
+                         : sm80::launch_fwd(a, pl.dims, pb.dtype == DType::bfloat16, pl.decode, grid, stream);
   if (e != cudaSuccess) return device_error("attention kernel launch", e);
 
   if (pl.splits > 1) {

@@ -286,10 +286,10 @@ TEST(CudaBackend, GraphCapture) {
   cudaStreamDestroy(s);
 }
 
-// Unsupported inputs are rejected before anything is written.
-TEST(CudaBackend, RejectsFloat32Untouched) {
+// Unsupported inputs (float8 on the cuda backend) are rejected before anything is written.
+TEST(CudaBackend, RejectsFloat8Untouched) {
   CaseConfig c;
-  c.dtype = DType::float32, c.dqk = 64, c.dv = 64, c.sq = 4, c.sk = 8;
+  c.dtype = DType::float8_e4m3, c.dqk = 64, c.dv = 64, c.sq = 4, c.sk = 8;
   Case t = make_case(c, 1);
   t.poison_outputs();
   DeviceCase dc(t);
@@ -298,6 +298,277 @@ TEST(CudaBackend, RejectsFloat32Untouched) {
   EXPECT_EQ(st.argument, "q");
   dc.download();
   for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
+}
+
+// ---------------------------------------------------------------- float32 (src/cuda/simt)
+// fp32 inputs run the SIMT kernel, to the fp32 tolerances of DESIGN §4 (rel L2 1e-5, max abs
+// 1e-4; lse 1e-3). Head dims only need 16-byte rows here: multiples of 4, any of them.
+
+// A random config of the whole feature space in float32 (head dims rounded up to a multiple of 4,
+// layouts with 16-byte aligned strides).
+CaseConfig gpu_config_f32(std::mt19937_64& rng) {
+  CaseConfig c = random_config(rng);
+  c.dtype = DType::float32;
+  c.descale = false;
+  auto r4 = [](int64_t d) { return (d + 3) / 4 * 4; };
+  c.dqk = r4(c.dqk);
+  c.dv = r4(c.dv);
+  if (c.layout == Layout::padded || c.layout == Layout::strided_last) c.layout = Layout::contiguous;
+  return c;
+}
+
+TEST(CudaF32, RandomVsReference) {
+  const int n = env_int("FA4_CUDA_CASES", 300);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t seed = derive_seed(20000 + i);
+    std::mt19937_64 rng(seed);
+    const CaseConfig cfg = gpu_config_f32(rng);
+    check_case(cfg, seed, i % 4 == 0);
+    if (::testing::Test::HasFailure() && i > 8) break;  // enough to debug from
+  }
+}
+
+// Longer sequences (many key tiles, many rescales with outliers): head dims incl. odd ones and
+// Dqk != Dv, every mask kind, softcap, sinks, GQA, splits.
+TEST(CudaF32, PrefillShapes) {
+  const int64_t dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}, {40, 72}, {72, 40}, {36, 100}};
+  int k = 0;
+  for (auto& d : dims)
+    for (int mask = 0; mask < 4; ++mask) {
+      const uint64_t seed = derive_seed(25000 + k++);
+      CaseConfig c;
+      c.dtype = DType::float32;
+      c.batch = 2, c.hkv = 2, c.hq = 4, c.dqk = d[0], c.dv = d[1];
+      c.sq = 300, c.sk = 517;
+      c.causal = mask == 1;
+      if (mask == 2) c.window_left = 100, c.window_right = 20;
+      if (mask == 3) c.chunk = 64, c.window_left = 40;
+      c.lse = true;
+      c.dist = (k % 3 == 0) ? Dist::outliers : (k % 3 == 1) ? Dist::normal : Dist::uniform;
+      c.num_splits = (k % 4 == 0) ? 3 : (k % 4 == 2) ? 0 : 1;
+      c.sinks = k % 5 == 1;
+      if (k % 7 == 3) c.softcap = 5.0f + k;
+      check_case(c, seed, k % 6 == 0);
+    }
+}
+
+// Decode: one query token (and a few), GQA (PackGQA), long caches, contiguous cache with a batch
+// index, paged at many page sizes, append, sinks, split heuristic and forced splits.
+TEST(CudaF32, DecodeShapes) {
+  const int64_t pages[] = {1, 3, 16, 64};
+  int k = 0;
+  for (int64_t ps : pages)
+    for (int kv = 0; kv < 2; ++kv)
+      for (int64_t sq : {1, 4}) {
+        const uint64_t seed = derive_seed(27000 + k++);
+        CaseConfig c;
+        c.dtype = DType::float32;
+        c.batch = 3, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128;
+        c.sq = sq, c.sk = 1500;
+        c.kv = kv ? KvMode::paged : KvMode::cache;
+        c.page_size = ps;
+        c.cache_seqlens = true;
+        c.cache_batch_idx = !kv && k % 2 == 0;
+        c.snew = (k % 3 == 0) ? sq : 0;
+        if (c.snew) c.sk += c.snew;
+        c.sinks = k % 2 == 0;
+        c.num_splits = (k % 4 == 1) ? 5 : 0;
+        c.lse = true;
+        c.causal = sq > 1 && k % 2 == 1;
+        check_case(c, seed, k % 4 == 3);
+      }
+}
+
+// Paged KV at page sizes 1 / 3 / 16 with short prefill chunks: page boundaries inside key tiles,
+// appends that cross pages, varlen-like cache lengths, splits.
+TEST(CudaF32, PagedPageSizes) {
+  int k = 0;
+  for (int64_t ps : {1, 3, 16})
+    for (int64_t snew : {0, 2})
+      for (int32_t splits : {1, 4}) {
+        const uint64_t seed = derive_seed(28000 + k++);
+        CaseConfig c;
+        c.dtype = DType::float32;
+        c.batch = 5, c.hkv = 1, c.hq = 3, c.dqk = 40, c.dv = 72;
+        c.sq = 9, c.sk = 150;
+        c.kv = KvMode::paged;
+        c.page_size = ps;
+        c.cache_seqlens = true;
+        c.lens_k = {0, 30, 3, 1, 117};
+        c.snew = snew;
+        c.sk += snew;
+        c.causal = k % 2 == 0;
+        c.num_splits = splits;
+        c.lse = true;
+        c.sinks = k % 3 == 0;
+        check_case(c, seed, k % 3 == 1);
+      }
+}
+
+// Odd head dims (multiples of 4 that are not multiples of 8 / 32 / 64), Dqk != Dv both ways.
+TEST(CudaF32, OddHeadDims) {
+  const int64_t dims[][2] = {{4, 4}, {12, 12}, {36, 36}, {40, 72}, {72, 40}, {100, 100}, {4, 256}, {256, 4}, {252, 196}};
+  int k = 0;
+  for (auto& d : dims)
+    for (int mask = 0; mask < 2; ++mask) {
+      const uint64_t seed = derive_seed(29000 + k++);
+      CaseConfig c;
+      c.dtype = DType::float32;
+      c.batch = 2, c.hkv = 1, c.hq = 2, c.dqk = d[0], c.dv = d[1];
+      c.sq = 37, c.sk = 101;
+      c.causal = mask == 1;
+      c.kv = k % 3 == 0 ? KvMode::varlen : KvMode::dense;
+      c.varlen_q = k % 2 == 0;
+      c.layout = k % 4 == 1 ? Layout::bhsd : Layout::contiguous;
+      c.num_splits = k % 5 == 2 ? 2 : 1;
+      c.softcap = k % 4 == 3 ? 3.0f : 0.0f;
+      c.lse = true;
+      check_case(c, seed, false);
+    }
+}
+
+// Empty rows (no visible key, no sink: O exactly 0, lse -inf) and sink-only rows, with and without
+// splits: zero-length key sequences (varlen, seqused_k, cache_seqlens), causal with Sk < Sq
+// (the first Sq - Sk rows see nothing), zero-length query sequences, windows that see nothing.
+TEST(CudaF32, EmptyRows) {
+  int k = 0;
+  for (int variant = 0; variant < 5; ++variant)
+    for (bool sinks : {false, true})
+      for (int32_t splits : {1, 3}) {
+        const uint64_t seed = derive_seed(30000 + k++);
+        CaseConfig c;
+        c.dtype = DType::float32;
+        c.batch = 3, c.hkv = 2, c.hq = 4, c.dqk = 64, c.dv = 64;
+        c.sq = 40, c.sk = 70;
+        c.sinks = sinks;
+        c.num_splits = splits;
+        c.lse = true;
+        switch (variant) {
+          case 0:  // causal, Sk < Sq: rows 0 .. 29 see no key
+            c.sk = 10, c.causal = true;
+            break;
+          case 1:  // varlen q and k with empty sequences on both sides
+            c.varlen_q = true, c.kv = KvMode::varlen;
+            c.lens_q = {7, 0, 40};
+            c.lens_k = {0, 5, 70};
+            break;
+          case 2:  // dense k with seqused_k = 0 for one sequence
+            c.seqused_k = true;
+            c.lens_k = {0, 70, 33};
+            c.causal = true;
+            break;
+          case 3:  // cache with an empty cache (and a full one), GQA decode rows
+            c.kv = KvMode::cache;
+            c.sq = 2;
+            c.cache_seqlens = true;
+            c.lens_k = {0, 70, 1};
+            break;
+          case 4:  // a window that ends before the first key for the early rows
+            c.window_left = 0, c.window_right = 0;
+            c.sk = 20;
+            break;
+        }
+        check_case(c, seed, k % 4 == 0);
+      }
+}
+
+// Every split count on one case (more splits than key tiles included: empty splits write
+// O = 0, lse = -inf partials), with the caller's workspace and with fa4's cached one.
+TEST(CudaF32, SplitCounts) {
+  int k = 0;
+  for (int32_t splits : {0, 1, 2, 3, 7, 16, 40}) {
+    const uint64_t seed = derive_seed(31000 + k++);
+    CaseConfig c;
+    c.dtype = DType::float32;
+    c.batch = 2, c.hkv = 2, c.hq = 4, c.dqk = 96, c.dv = 96;
+    c.sq = 3, c.sk = 600;
+    c.kv = KvMode::varlen, c.seqused_k = true;
+    c.window_left = 300;
+    c.sinks = k % 2 == 1;
+    c.num_splits = splits;
+    c.lse = true;
+    c.dist = Dist::outliers;
+    check_case(c, seed, k % 3 == 0);
+  }
+  // Caller-provided workspace (attention_workspace_size bytes).
+  const uint64_t seed = derive_seed(31100);
+  FA4_SEED_TRACE(seed);
+  CaseConfig c;
+  c.dtype = DType::float32;
+  c.batch = 2, c.hkv = 1, c.hq = 4, c.dqk = 64, c.dv = 72, c.sq = 5, c.sk = 900, c.num_splits = 6, c.lse = true;
+  Case ref = make_gpu_case(c, seed);
+  ref.poison_outputs();
+  ASSERT_TRUE(ref.run(Backend::reference).ok());
+  Case test = make_gpu_case(c, seed);
+  test.poison_outputs();
+  DeviceCase dc(test);
+  fa4::AttentionParams p = dc.params();
+  const size_t ws = fa4::attention_workspace_size(p);
+  ASSERT_GT(ws, 0u);
+  void* d_ws = nullptr;
+  CUDA_OK(cudaMalloc(&d_ws, ws));
+  p.workspace = d_ws;
+  p.workspace_bytes = ws;
+  const Status st = fa4::attention_forward(p);
+  ASSERT_TRUE(st.ok()) << st.message;
+  CUDA_OK(cudaDeviceSynchronize());
+  dc.download();
+  EXPECT_TRUE(compare_runs(test, ref, gpu_tol(c.dtype, ref)));
+  cudaFree(d_ws);
+}
+
+// Softcap across small and large caps (tanh near 0 and saturated) and scales.
+TEST(CudaF32, Softcap) {
+  int k = 0;
+  for (float cap : {0.5f, 2.0f, 10.0f, 50.0f})
+    for (float scale_mul : {0.5f, 2.0f}) {
+      const uint64_t seed = derive_seed(32000 + k++);
+      CaseConfig c;
+      c.dtype = DType::float32;
+      c.batch = 1, c.hkv = 2, c.hq = 2, c.dqk = 128, c.dv = 64;
+      c.sq = 50, c.sk = 200;
+      c.softcap = cap;
+      c.scale = scale_mul / std::sqrt(static_cast<float>(c.dqk));
+      c.causal = k % 2 == 0;
+      c.dist = k % 3 == 0 ? Dist::outliers : Dist::normal;
+      c.lse = true;
+      check_case(c, seed, false);
+    }
+}
+
+// One fp32 call with splits captured into a CUDA graph and replayed: same bits as a direct call.
+TEST(CudaF32, GraphCapture) {
+  const uint64_t seed = derive_seed(33000);
+  CaseConfig c;
+  c.dtype = DType::float32;
+  c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 256, c.dv = 256, c.sq = 1, c.sk = 1000;
+  c.kv = KvMode::paged, c.page_size = 16, c.num_splits = 4, c.lse = true;
+  FA4_SEED_TRACE(seed);
+  Case direct = make_gpu_case(c, seed);
+  direct.poison_outputs();
+  DeviceCase dd(direct);
+  ASSERT_TRUE(dd.run().ok());  // also sizes the cached split workspace
+  dd.download();
+
+  Case graph = make_gpu_case(c, seed);
+  graph.poison_outputs();
+  DeviceCase dg(graph);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  const Status st = dg.run(s);
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  ASSERT_TRUE(st.ok()) << st.message;
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  CUDA_OK(cudaGraphLaunch(ge, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  dg.download();
+  EXPECT_TRUE(bitwise_equal(graph, direct));
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
 }
 
 // The public combine_partials on device tensors against the reference combine.

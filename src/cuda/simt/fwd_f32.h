@@ -1,0 +1,31 @@
+// Host interface of the fp32 forward kernel (src/cuda/simt/fwd_f32.cu): a plain SIMT
+// (CUDA-core, no tensor cores) kernel for float32 q / k / v / out with fp32-level accuracy, every
+// feature of the sm80 kernel (masks, softcap, sinks, GQA / PackGQA, varlen, seqused_k, KV cache +
+// batch index, paged KV of any page size, split-KV partials, lse, any Dqk, Dv <= 256).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/fwd_args.h"
+
+namespace fa4::cuda::simt {
+
+constexpr int kF32Rows = 8;   // tile rows (query rows, or (row, head) pairs with PackGQA) per CTA: one warp each
+constexpr int kF32Keys = 32;  // keys per shared-memory K/V tile: one per lane in the score phase
+constexpr int kF32Threads = 32 * kF32Rows;
+constexpr int kF32MaxDim = 256;
+
+// Dynamic shared memory of one CTA for head dims (dqk, dv).
+int fwd_f32_smem_bytes(int dqk, int dv);
+
+// Launches the fp32 kernel on `stream`. grid = (ceil(rows / kF32Rows), heads, batch * num_splits)
+// with rows = max_sq (x group with PackGQA) and heads = hkv (PackGQA) or hq. `max_sq` bounds the
+// query rows of every sequence (rows of a sequence beyond it would not be computed). With
+// p.num_splits > 1 the kernel writes fp32 partials to p.o_part / p.lse_part (row stride
+// p.dv_pad) exactly like the sm80 kernel; src/cuda/combine merges them.
+// Returns cudaErrorInvalidConfiguration when the device's shared memory cannot hold the tile.
+cudaError_t launch_fwd_f32(const FwdArgs& p, int64_t max_sq, cudaStream_t stream);
+
+}  // namespace fa4::cuda::simt
