@@ -263,6 +263,8 @@ def main():
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--skip-prefill", action="store_true")
+    ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated)")
+    ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -283,8 +285,9 @@ def main():
         prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, [64, 128, 256], [False, True], [2048], check)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384], [16, 256], check)
     else:
-        prefill = [] if args.skip_prefill else bench_prefill(
-            fa4, timer, [64, 128, 256], [False, True], [512, 1024, 2048, 4096, 8192, 16384], check)
+        dims = [int(x) for x in args.dims.split(",")]
+        seqs = [int(x) for x in args.seqs.split(",")]
+        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, dims, [False, True], seqs, check)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peers.json"), "w") as f:

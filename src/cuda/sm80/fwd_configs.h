@@ -21,17 +21,22 @@ struct TileCfg {
 constexpr TileCfg prefill_cfg(int dqk, int dv) {
   // Registers per thread (fp32 accumulators): S = (m / warps_m / 16) * (n / 8) * 4,
   // O = (m / warps_m / 16) * (dv / 8) * 4. D = 64: 128 + 64; D = 128: 64 + 128; D >= 192 uses
-  // 8 warps of 16 rows so O (dv / 2 regs) stays below the 255-register limit without spills.
-  // Shared memory = (m * dqk + stages * n * (dqk + dv)) * 2 bytes: 80 / 96 / 144 / 192 KB.
+  // warps of 16 rows so O (dv / 2 regs) stays below the 255-register limit without spills.
+  // Shared memory = (m * dqk + stages * n * (dqk + dv)) * 2 bytes: 80 / 96 / 144 / 96 KB.
   //
-  // D = 256 stays at 128 x 64 (192 KB, one CTA per SM): a 64 x 32 tile with 4 warps (97 KB, two
-  // CTAs per SM) measured 0.76-0.99x FlashAttention-2 on H200 against 0.74-1.10x for this one
-  // (2026-11-29, same sweep): the doubled K/V traffic per FLOP costs more than the overlap gains.
+  // D = 256: 64 x 64 tiles, 4 warps, single K and V buffers (kStages = 1, FlashAttention-2's
+  // load schedule): 98 KB, so two CTAs share an SM and one's prologue / epilogue hides behind the
+  // other's math. Measured on H200 (2026-11-29, same sweep, same run) against 128 x 64 x 8 warps
+  // with a 2-stage ring (192 KB, one CTA per SM): 0.87-1.07x FA2 vs 0.85-1.02x non-causal,
+  // 0.94-1.14x vs 0.86-1.13x causal. A 64 x 32 2-stage tile (97 KB) measured 0.75-0.98x: its
+  // barriers per FLOP double. The same 2-barrier schedule with a 2-stage ring at 1 CTA / SM
+  // (D = 64 / 128 / 256) lost 4-13% at S = 2k: the mid-iteration barrier only pays when
+  // another CTA fills the gap.
   return dqk <= 64    ? TileCfg{128, 128, 4, 1, 2}
          : dqk <= 128 ? TileCfg{128, 64, 4, 1, 2}
          : dv <= 128  ? TileCfg{128, 64, 8, 1, 2}   // (192, 128)
          : dqk <= 192 ? TileCfg{128, 64, 8, 1, 2}
-                      : TileCfg{128, 64, 8, 1, 2};
+                      : TileCfg{64, 64, 4, 1, 1};
 }
 
 constexpr TileCfg decode_cfg(int dqk, int dv) {

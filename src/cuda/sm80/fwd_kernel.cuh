@@ -46,7 +46,7 @@ struct FwdTraits {
   static constexpr int kSmemBytes = smem_bytes(TileCfg{kBlockM, kBlockN, kWarpsM, kWarpsN, kStages}, kDqk, kDv);
   static_assert(kWarpRows % 16 == 0 && kWarpKeys % 16 == 0, "warp tile must be whole m16 x k16 steps");
   static_assert(kDqk % 64 == 0 && kDv % 64 == 0, "swizzle needs rows of a multiple of 8 chunks");
-  static_assert(kStages >= 2, "the pipeline issues the next tile before computing the current one");
+  static_assert(kStages >= 1, "at least one K/V buffer");
 };
 
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][D] tile.
@@ -307,30 +307,45 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     fetch_page(tile);
     store_page();
   };
-  auto issue_tile = [&](int stage, int tile) {
+  auto issue_k = [&](int stage, int tile) {
     const int n0 = (n_lo + tile) * kBlockN;
     Elem* dk = sK + stage * T::kKElems;
-    Elem* dv = sV + stage * T::kVElems;
-    if (!paged) {
-      lk.load_strided(dk, gk, kaddr.base, kaddr.step, n0, sk);
-      lv.load_strided(dv, gv, vaddr.base, vaddr.step, n0, sk);
-    } else {
-      lk.load_paged(dk, gk, kaddr.base, sOffK + (tile & 1) * kBlockN, n0, sk);
-      lv.load_paged(dv, gv, vaddr.base, sOffV + (tile & 1) * kBlockN, n0, sk);
-    }
+    if (!paged) lk.load_strided(dk, gk, kaddr.base, kaddr.step, n0, sk);
+    else lk.load_paged(dk, gk, kaddr.base, sOffK + (tile & 1) * kBlockN, n0, sk);
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) {
+  auto issue_v = [&](int stage, int tile) {
+    const int n0 = (n_lo + tile) * kBlockN;
+    Elem* dv = sV + stage * T::kVElems;
+    if (!paged) lv.load_strided(dv, gv, vaddr.base, vaddr.step, n0, sk);
+    else lv.load_paged(dv, gv, vaddr.base, sOffV + (tile & 1) * kBlockN, n0, sk);
+  };
+  if constexpr (kStages == 1) {
+    // Single K and V buffers (FlashAttention-2's schedule, for tiles whose smem must stay small
+    // enough for two CTAs per SM): V_t loads during Q K_t, K_{t+1} during softmax + P V_t; the
+    // first wait covers Q + K0 only. Groups: [Q + K0], then per iteration [V_t], [K_{t+1}].
+    if (n_tiles > 0) {
       if (paged) {
-        stage_pages(s);
+        stage_pages(0);
         __syncthreads();
       }
-      issue_tile(s, s);
+      issue_k(0, 0);
     }
     ptx::cp_async_commit();
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < n_tiles) {
+        if (paged) {
+          stage_pages(s);
+          __syncthreads();
+        }
+        issue_k(s, s);
+        issue_v(s, s);
+      }
+      ptx::cp_async_commit();
+    }
+    if (paged && kStages - 1 < n_tiles) stage_pages(kStages - 1);
   }
-  if (paged && kStages - 1 < n_tiles) stage_pages(kStages - 1);
 
   // ---- per-thread row state ----
   // This thread's accumulator rows: rr = 2 * mt + half -> tile row wm*kWarpRows + mt*16 + g + 8*half.
@@ -383,12 +398,21 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
 
   // ---- main loop over key tiles ----
   for (int t = 0; t < n_tiles; ++t) {
-    ptx::cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile t landed for every thread; every warp is done with tile t - 1's stage
-    {
+    if constexpr (kStages == 1) {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // K_t landed; every warp is done with P V_{t-1} (the V buffer is free)
+      // Page offsets of tile t + 1 (ring slot (t + 1) & 1, last read before this barrier); its K
+      // is issued after the next barrier, which orders these writes before those reads.
+      if (paged && t + 1 < n_tiles) stage_pages(t + 1);
+      issue_v(0, t);
+      ptx::cp_async_commit();
+    } else {
+      ptx::cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile t landed for every thread; every warp is done with tile t - 1's stage
       const int tn = t + kStages - 1;
       if (tn < n_tiles) {
-        issue_tile(tn % kStages, tn);
+        issue_k(tn % kStages, tn);
+        issue_v(tn % kStages, tn);
         if (paged && tn + 1 < n_tiles) fetch_page(tn + 1);
       }
       ptx::cp_async_commit();
@@ -526,6 +550,13 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         l_run[rr] += sum;
       }
 
+    if constexpr (kStages == 1) {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // V_t landed; every warp is done with Q K_t (the K buffer is free)
+      if (t + 1 < n_tiles) issue_k(0, t + 1);
+      ptx::cp_async_commit();
+    }
+
     // O += P V   (P: the S accumulators, repacked as 16-bit A fragments)
 #pragma unroll
     for (int kk = 0; kk < T::kWarpKeys / 16; ++kk) {
@@ -548,7 +579,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         }
       }
     }
-    if (paged) store_page();  // ordered before its use by the next iteration's barrier
+    if (kStages > 1 && paged) store_page();  // ordered before its use by the next iteration's barrier
   }
 
   // ---- epilogue ----
