@@ -54,7 +54,7 @@ if [[ $TESTS == 1 ]]; then
 fi
 
 if [[ $SAN == 1 ]]; then
-  FILTER='CudaBackend.RandomVsReference:CudaBackend.GraphCapture:CudaBackend.CombinePartials'
+  FILTER='CudaBackend.RandomVsReference:CudaBackend.GraphCapture:CudaBackend.CombinePartials:CudaBackend.WorkspaceAllocatorHook:CudaF32.RandomVsReference'
   for tool in memcheck racecheck; do
     start=$(date +%s)
     FA4_CUDA_CASES=6 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$DIR/test_cuda" \

@@ -48,7 +48,8 @@ class Fa4Params(ctypes.Structure):
                 ("cache_seqlens", Fa4Tensor), ("cache_batch_idx", Fa4Tensor), ("page_table", Fa4Tensor),
                 ("k_new", Fa4Tensor), ("v_new", Fa4Tensor),
                 ("num_splits", ctypes.c_int32), ("backend", ctypes.c_int32), ("num_threads", ctypes.c_int32),
-                ("stream", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+                ("stream", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+                ("workspace_alloc", ctypes.c_void_p), ("workspace_free", ctypes.c_void_p), ("workspace_ctx", ctypes.c_void_p)]
 
 
 DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 4}

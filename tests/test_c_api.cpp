@@ -89,6 +89,9 @@ TEST(CApi, ParamsInitSetsTheDocumentedDefaults) {
   EXPECT_EQ(p.stream, nullptr);
   EXPECT_EQ(p.workspace, nullptr);
   EXPECT_EQ(p.workspace_bytes, 0u);
+  EXPECT_EQ(p.workspace_alloc, nullptr);
+  EXPECT_EQ(p.workspace_free, nullptr);
+  EXPECT_EQ(p.workspace_ctx, nullptr);
   for (const fa4_tensor* t : {&p.q, &p.k, &p.v, &p.out, &p.lse, &p.sinks, &p.q_descale, &p.k_descale, &p.v_descale,
                               &p.cu_seqlens_q, &p.cu_seqlens_k, &p.seqused_k, &p.cache_seqlens, &p.cache_batch_idx,
                               &p.page_table, &p.k_new, &p.v_new}) {
@@ -182,6 +185,26 @@ TEST(CApi, ErrorsReportCodeMessageAndArgumentAndClearOnSuccess) {
   EXPECT_EQ(fa4_attention_forward(&p), FA4_OK);
   EXPECT_STREQ(fa4_last_error(), "");
   EXPECT_STREQ(fa4_last_error_argument(), "");
+}
+
+void* c_never_alloc(size_t, void*, void*) { return nullptr; }
+void c_never_free(void*, size_t, void*, void*) {}
+
+// The workspace hook fields reach the C++ parameters: half a pair is rejected by name.
+TEST(CApi, WorkspaceHookFieldsPassThrough) {
+  Case c = make_case(small(), 1);
+  fa4_params p = to_c(c.params(Backend::cpu));
+  p.workspace_alloc = c_never_alloc;
+  const auto out_before = c.out.mem;
+  EXPECT_EQ(fa4_attention_forward(&p), FA4_INVALID_ARGUMENT);
+  EXPECT_STREQ(fa4_last_error_argument(), "workspace_free");
+  EXPECT_TRUE(c.out.mem == out_before);
+  p.workspace_alloc = nullptr;
+  p.workspace_free = c_never_free;
+  EXPECT_EQ(fa4_attention_forward(&p), FA4_INVALID_ARGUMENT);
+  EXPECT_STREQ(fa4_last_error_argument(), "workspace_alloc");
+  p.workspace_alloc = c_never_alloc;
+  EXPECT_EQ(fa4_attention_forward(&p), FA4_OK) << fa4_last_error();
 }
 
 TEST(CApi, NullParamsAreRejected) {

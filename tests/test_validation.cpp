@@ -783,6 +783,23 @@ TEST(Validation, NumSplitsMustBeIn0To1024) {
   EXPECT_ACCEPTED(c, p);
 }
 
+void* never_alloc(size_t, void*, void*) { return nullptr; }
+void never_free(void*, size_t, void*, void*) {}
+
+TEST(Validation, WorkspaceHooksComeInPairs) {
+  Case c = dense_case();
+  AttentionParams p = c.params(Backend::automatic);
+  p.workspace_alloc = never_alloc;
+  EXPECT_INVALID(c, p, "workspace_free");
+  p = c.params(Backend::automatic);
+  p.workspace_free = never_free;
+  EXPECT_INVALID(c, p, "workspace_alloc");
+  p = c.params(Backend::automatic);
+  p.workspace_alloc = never_alloc;
+  p.workspace_free = never_free;
+  EXPECT_ACCEPTED(c, p);  // the cpu backend needs no device scratch: the hook is never called
+}
+
 TEST(Validation, NumThreadsMustBeNonNegative) {
   Case c = dense_case();
   AttentionParams p = c.params(Backend::automatic);

@@ -73,6 +73,9 @@ typedef struct {
   void* stream;
   void* workspace;
   size_t workspace_bytes;
+  void* (*workspace_alloc)(size_t bytes, void* stream, void* ctx);
+  void (*workspace_free)(void* ptr, size_t bytes, void* stream, void* ctx);
+  void* workspace_ctx;
 } fa4_params;
 
 typedef struct {

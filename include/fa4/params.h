@@ -79,6 +79,16 @@ struct AttentionParams {
   // it; see attention_workspace_size().
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // cuda backend: an allocator hook for that scratch when `workspace` is null (e.g. a framework's
+  // caching allocator, so no cudaMalloc happens inside fa4). fa4 calls
+  // workspace_alloc(bytes, stream, ctx) before it enqueues anything (the result must be
+  // 16-byte aligned; nullptr = out of memory, nothing is written) and
+  // workspace_free(ptr, bytes, stream, ctx) once the kernels using it are enqueued on `stream`,
+  // so the allocator must be stream-ordered (cudaMallocAsync / cudaFreeAsync, PyTorch's caching
+  // allocator). Called only when the launch splits the keys. Set both or neither.
+  void* (*workspace_alloc)(size_t bytes, void* stream, void* ctx) = nullptr;
+  void (*workspace_free)(void* ptr, size_t bytes, void* stream, void* ctx) = nullptr;
+  void* workspace_ctx = nullptr;
 };
 
 }  // namespace fa4

@@ -82,6 +82,9 @@ bool convert_params(const fa4_params* c, fa4::AttentionParams* p, fa4::Status* e
   p->stream = c->stream;
   p->workspace = c->workspace;
   p->workspace_bytes = c->workspace_bytes;
+  p->workspace_alloc = c->workspace_alloc;
+  p->workspace_free = c->workspace_free;
+  p->workspace_ctx = c->workspace_ctx;
   return convert_backend(c->backend, &p->backend, err);
 }
 

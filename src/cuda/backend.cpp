@@ -3,8 +3,8 @@
 //
 // Launch-path rules: everything runs on the caller's stream; nothing here synchronizes with the
 // device or reads device memory, so a call can be captured into a CUDA graph; the only device
-// allocation is the split-KV workspace when the caller passes none (one cached buffer per
-// device that only grows, so steady-state calls allocate nothing).
+// allocation is the split-KV workspace when the caller passes neither a buffer nor an allocator
+// hook (one cached buffer per device that only grows, so steady-state calls allocate nothing).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -342,6 +342,38 @@ Status cuda_forward(const Problem& pb) {
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const Plan pl = make_plan(pb);
   FwdArgs a = make_args(pb, pl);
+  const bool attend = !(pb.batch == 0 || pb.hq == 0 || pl.m_blocks == 0 || pl.rows_total == 0);
+
+  // Split-KV scratch first: if it cannot be had, fail before anything is enqueued (the KV append
+  // would otherwise already have modified the cache). Sources, in order: the caller's buffer,
+  // the caller's allocator hook (released when this scope ends, after every launch that uses it
+  // is enqueued), fa4's cached per-device buffer.
+  struct HookRelease {
+    const AttentionParams* p = nullptr;
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    ~HookRelease() {
+      if (ptr != nullptr) p->workspace_free(ptr, bytes, p->stream, p->workspace_ctx);
+    }
+  } hook_ws;
+  if (attend && pl.splits > 1) {
+    void* ws = p.workspace;
+    if (ws == nullptr && p.workspace_alloc != nullptr) {
+      ws = p.workspace_alloc(pl.workspace, p.stream, p.workspace_ctx);
+      if (ws == nullptr)
+        return Status::Error(StatusCode::out_of_memory, "workspace_alloc: returned null for " +
+                                                            std::to_string(pl.workspace) + " bytes of split-KV workspace");
+      hook_ws = {&p, ws, pl.workspace};
+      if (reinterpret_cast<uintptr_t>(ws) % 16 != 0)
+        return Status::Invalid("workspace_alloc", "workspace_alloc: returned a pointer that is not 16-byte aligned");
+    } else if (ws == nullptr) {
+      Status st;
+      ws = cached_workspace(p.q.device_index, pl.workspace, &st);
+      if (ws == nullptr) return st;
+    }
+    a.o_part = static_cast<float*>(ws);
+    a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dims.dv;
+  }
 
   if (pb.snew > 0 && pb.batch > 0 && pb.hkv > 0) {
     cuda::AppendArgs ka, va;
@@ -352,18 +384,8 @@ Status cuda_forward(const Problem& pb) {
     cudaError_t e = cuda::launch_kv_append(a, ka, va, static_cast<int>(dtype_size(pb.dtype)), stream);
     if (e != cudaSuccess) return device_error("kv append launch", e);
   }
-  if (pb.batch == 0 || pb.hq == 0 || pl.m_blocks == 0 || pl.rows_total == 0) return Status::Ok();
+  if (!attend) return Status::Ok();
 
-  if (pl.splits > 1) {
-    Status st;
-    void* ws = p.workspace;
-    if (ws == nullptr) {
-      ws = cached_workspace(p.q.device_index, pl.workspace, &st);
-      if (ws == nullptr) return st;
-    }
-    a.o_part = static_cast<float*>(ws);
-    a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dims.dv;
-  }
   const dim3 grid(static_cast<unsigned>(pl.m_blocks), static_cast<unsigned>(pl.grid_heads),
                   static_cast<unsigned>(pb.batch * pl.splits));
   cudaError_t e = pl.f32 ? cuda::simt::launch_fwd_f32(a, pb.max_sq, stream)

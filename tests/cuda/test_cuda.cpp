@@ -252,6 +252,100 @@ TEST(CudaBackend, DecodeShapes) {
 }
 
 // One call captured into a CUDA graph and replayed: same bits as a direct call.
+// The split-KV workspace allocator hook: called once per split launch with
+// attention_workspace_size bytes on the caller's stream and released once; never called without
+// splits; a null result fails the call before anything is enqueued (outputs and the KV cache
+// untouched, even with an append).
+struct HookLog {
+  int allocs = 0, frees = 0;
+  size_t bytes = 0;
+  void* ptr = nullptr;
+  void* stream = nullptr;
+  bool fail = false;
+};
+void* hook_alloc(size_t bytes, void* stream, void* ctx) {
+  HookLog* log = static_cast<HookLog*>(ctx);
+  ++log->allocs;
+  log->bytes = bytes;
+  log->stream = stream;
+  if (log->fail) return nullptr;
+  void* ptr = nullptr;
+  if (cudaMallocAsync(&ptr, bytes, static_cast<cudaStream_t>(stream)) != cudaSuccess) return nullptr;
+  log->ptr = ptr;
+  return ptr;
+}
+void hook_free(void* ptr, size_t bytes, void* stream, void* ctx) {
+  HookLog* log = static_cast<HookLog*>(ctx);
+  ++log->frees;
+  EXPECT_EQ(ptr, log->ptr);
+  EXPECT_EQ(bytes, log->bytes);
+  cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream));
+}
+
+TEST(CudaBackend, WorkspaceAllocatorHook) {
+  for (DType dt : {DType::bfloat16, DType::float32})
+    for (int32_t splits : {1, 5}) {
+      const uint64_t seed = derive_seed(34000 + splits + (dt == DType::float32 ? 10 : 0));
+      FA4_SEED_TRACE(seed);
+      CaseConfig c;
+      c.dtype = dt;
+      c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 3, c.sk = 700;
+      c.kv = KvMode::cache, c.snew = 2, c.num_splits = splits, c.lse = true;
+      Case ref = make_gpu_case(c, seed);
+      ref.poison_outputs();
+      ASSERT_TRUE(ref.run(Backend::reference).ok());
+      Case test = make_gpu_case(c, seed);
+      test.poison_outputs();
+      DeviceCase dc(test);
+      cudaStream_t s;
+      CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      HookLog log;
+      fa4::AttentionParams p = dc.params();
+      p.stream = s;
+      p.workspace_alloc = hook_alloc;
+      p.workspace_free = hook_free;
+      p.workspace_ctx = &log;
+      const size_t want = fa4::attention_workspace_size(p);
+      const Status st = fa4::attention_forward(p);
+      ASSERT_TRUE(st.ok()) << st.message;
+      CUDA_OK(cudaStreamSynchronize(s));
+      EXPECT_EQ(log.allocs, splits > 1 ? 1 : 0);
+      EXPECT_EQ(log.frees, log.allocs);
+      if (splits > 1) {
+        EXPECT_EQ(log.bytes, want);
+        EXPECT_GT(want, 0u);
+        EXPECT_EQ(log.stream, static_cast<void*>(s));
+      }
+      dc.download();
+      EXPECT_TRUE(compare_runs(test, ref, gpu_tol(c.dtype, ref)));
+
+      if (splits > 1) {  // the allocator fails: error, nothing written, the cache not appended
+        Case fresh = make_gpu_case(c, seed);
+        fresh.poison_outputs();
+        const Case before = fresh;
+        DeviceCase df(fresh);
+        HookLog failing;
+        failing.fail = true;
+        fa4::AttentionParams pf = df.params();
+        pf.stream = s;
+        pf.workspace_alloc = hook_alloc;
+        pf.workspace_free = hook_free;
+        pf.workspace_ctx = &failing;
+        const Status sf = fa4::attention_forward(pf);
+        EXPECT_EQ(sf.code, fa4::StatusCode::out_of_memory);
+        EXPECT_NE(sf.message.find("workspace_alloc"), std::string::npos) << sf.message;
+        EXPECT_EQ(failing.allocs, 1);
+        EXPECT_EQ(failing.frees, 0);
+        CUDA_OK(cudaStreamSynchronize(s));
+        df.download();
+        EXPECT_TRUE(fresh.out.mem == before.out.mem) << "out written after a failed workspace_alloc";
+        EXPECT_TRUE(fresh.lse.mem == before.lse.mem) << "lse written after a failed workspace_alloc";
+        EXPECT_TRUE(fresh.k.mem == before.k.mem && fresh.v.mem == before.v.mem) << "cache appended after a failed workspace_alloc";
+      }
+      CUDA_OK(cudaStreamDestroy(s));
+    }
+}
+
 TEST(CudaBackend, GraphCapture) {
   const uint64_t seed = derive_seed(9000);
   CaseConfig c;
