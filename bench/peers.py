@@ -11,8 +11,9 @@ Sweeps:
   decode   1 query token, B = 32, Hq = 32, Hkv = 8, D = 128, kv length {4k, 16k, 64k},
            contiguous and paged (page 16, 64, 256); GB/s of K+V bytes read
 
-Timing: CUDA events around each call, median of >= 100 reps after warm-up; the L2 (60 MB) is
-flushed before every rep by writing a 256 MB buffer, outside the timed region.
+Timing: CUDA events around each call, median of >= 100 reps after warm-up, taken in 5 interleaved
+rounds (fa4, flash, cudnn, fa4, ...) so drift hits every implementation alike; the L2 (60 MB) is
+flushed before every prefill rep by writing a 256 MB buffer, outside the timed region.
 
 Usage: python3 bench/peers.py --lib build-cuda/libfa4.so --out DIR [--quick] [--reps N]
 """
@@ -102,35 +103,50 @@ class Timer:
         self.reps = reps
         self.flush_buf = torch.empty(flush_mb * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
 
-    def median_ms(self, fn, flush=True, warmup=5):
+    def samples_ms(self, fn, reps, flush=True, warmup=5):
         for _ in range(warmup):
             fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        for i in range(self.reps):
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
             if flush:
                 self.flush_buf.zero_()
             starts[i].record()
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        t = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def median_ms(self, fn, flush=True, warmup=5):
+        t = sorted(self.samples_ms(fn, self.reps, flush, warmup))
         return t[len(t) // 2]
+
+    def compare_ms(self, fns, flush=True, rounds=5):
+        """Median ms of each implementation (None where it fails), timed in interleaved rounds
+        (A B C A B C ...) so clock or thermal drift during the run hits every one alike; short
+        kernels (~50 us) otherwise moved +-5% between blocks of the same run."""
+        live = {}
+        for name, fn in fns.items():
+            try:
+                fn()
+                torch.cuda.synchronize()
+                live[name] = []
+            except Exception as e:  # a peer backend that does not support the shape
+                print(f"    ({name} failed: {type(e).__name__}: {str(e)[:120]})", flush=True)
+        per_round = max(1, self.reps // rounds)
+        for _ in range(rounds):
+            for name in live:
+                live[name] += self.samples_ms(fns[name], per_round, flush, warmup=2)
+        out = {}
+        for name in fns:
+            t = sorted(live[name]) if name in live else None
+            out[name] = t[len(t) // 2] if t else None
+        return out
 
 
 def sdpa(q, k, v, causal, backend, gqa=False):
     with sdpa_kernel(backend):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
-
-
-def try_time(timer, fn, **kw):
-    try:
-        fn()
-        torch.cuda.synchronize()
-        return timer.median_ms(fn, **kw)
-    except Exception as e:  # a peer backend that does not support the shape
-        print(f"    (peer failed: {type(e).__name__}: {str(e)[:120]})", flush=True)
-        return None
 
 
 def bench_gemm(timer):
@@ -153,9 +169,10 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check):
                 p = fa4.params(q, k, v, out, causal=causal)
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BHSD views
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                t_fa4 = timer.median_ms(lambda: fa4.call(p))
-                t_flash = try_time(timer, lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION))
-                t_cudnn = try_time(timer, lambda: sdpa(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION))
+                t = timer.compare_ms({"fa4": lambda: fa4.call(p),
+                                      "flash": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
+                                      "cudnn": lambda: sdpa(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)})
+                t_fa4, t_flash, t_cudnn = t["fa4"], t["flash"], t["cudnn"]
                 err = None
                 if check:
                     fa4.call(p)
@@ -184,10 +201,11 @@ def bench_decode(fa4, timer, lens, pages, check):
         res = dict(kv_len=L)
         p = fa4.params(q, k, v, out, cache_seqlens=seqlens)
         gbs = lambda t: None if t is None else kbytes / t / 1e6
-        res["fa4_contiguous"] = gbs(timer.median_ms(lambda: fa4.call(p), flush=False))
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        res["flash_gqa"] = gbs(try_time(timer, lambda: sdpa(qt, kt, vt, False, SDPBackend.FLASH_ATTENTION, True), flush=False))
-        res["cudnn_gqa"] = gbs(try_time(timer, lambda: sdpa(qt, kt, vt, False, SDPBackend.CUDNN_ATTENTION, True), flush=False))
+        t = timer.compare_ms({"fa4": lambda: fa4.call(p),
+                              "flash": lambda: sdpa(qt, kt, vt, False, SDPBackend.FLASH_ATTENTION, True),
+                              "cudnn": lambda: sdpa(qt, kt, vt, False, SDPBackend.CUDNN_ATTENTION, True)}, flush=False)
+        res["fa4_contiguous"], res["flash_gqa"], res["cudnn_gqa"] = gbs(t["fa4"]), gbs(t["flash"]), gbs(t["cudnn"])
         if check:
             fa4.call(p)
             ref = sdpa(qt, kt, vt, False, SDPBackend.FLASH_ATTENTION, True).transpose(1, 2)
@@ -234,7 +252,8 @@ def markdown(meta, gemm, prefill, decode):
     L = [f"# fa4 vs peers: {meta['gpu']}, {meta['date']}", "",
          f"- commit: `{meta['commit']}`", f"- command: `{meta['command']}`",
          f"- torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}",
-         f"- timing: CUDA events, median of {meta['reps']} reps after warm-up; prefill: L2 flushed before each rep;"
+         f"- timing: CUDA events, median of {meta['reps']} reps after warm-up, in 5 interleaved rounds of all"
+         " implementations; prefill: L2 flushed before each rep;"
          " decode: inputs are far larger than the L2", "",
          f"cuBLAS bf16 GEMM 8192^3: **{gemm:.0f} TFLOP/s**", "",
          "## Prefill, bf16, TFLOP/s (B*S = 16384, H*D = 2048)", "",
@@ -271,10 +290,14 @@ def main():
     torch.manual_seed(0)
     fa4 = Fa4(os.path.abspath(args.lib))
     timer = Timer(args.reps)
-    try:
-        commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except Exception:
-        commit = os.environ.get("FA4_COMMIT", "unknown")
+    # The staged binaries' commit (bench/device_run.sh sets it) wins over the checkout's HEAD:
+    # the device machine's copy of the tree may not carry an up-to-date .git.
+    commit = os.environ.get("FA4_COMMIT", "")
+    if not commit:
+        try:
+            commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+        except Exception:
+            commit = "unknown"
     meta = dict(date=datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), commit=commit,
                 gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version(), reps=args.reps, command="python3 " + " ".join(sys.argv))
