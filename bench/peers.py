@@ -76,10 +76,14 @@ class Fa4:
         self.lib.fa4_last_error.restype = ctypes.c_char_p
         self.lib.fa4_params_init.argtypes = [ctypes.POINTER(Fa4Params)]
 
-    def params(self, q, k, v, out, causal=False, lse=None, cache_seqlens=None, page_table=None, num_splits=0):
+    def params(self, q, k, v, out, causal=False, lse=None, cache_seqlens=None, page_table=None, num_splits=0,
+               cu_seqlens=None):
         p = Fa4Params()
         self.lib.fa4_params_init(ctypes.byref(p))
         p.q, p.k, p.v, p.out = fa4_tensor(q), fa4_tensor(k), fa4_tensor(v), fa4_tensor(out)
+        if cu_seqlens is not None:  # packed [tokens, H, D] q and k/v, one cu_seqlens for both
+            p.cu_seqlens_q = fa4_tensor(cu_seqlens)
+            p.cu_seqlens_k = fa4_tensor(cu_seqlens)
         if lse is not None:
             p.lse = fa4_tensor(lse)
         if cache_seqlens is not None:
@@ -188,6 +192,36 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check):
     return rows
 
 
+def bench_varlen(fa4, timer, dims, seqs, check):
+    """Packed variable-length layout ([tokens, H, D] + cu_seqlens) with equal lengths, so the same
+    problem runs dense in the peers: what the varlen path costs over dense (B*S = 16384)."""
+    rows = []
+    for d in dims:
+        for causal in (False, True):
+            for s in seqs:
+                b, h = 16384 // s, 2048 // d
+                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                out, out_v = torch.empty_like(q), torch.empty_like(q)
+                cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
+                pd = fa4.params(q, k, v, out, causal=causal)
+                pv = fa4.params(q.view(b * s, h, d), k.view(b * s, h, d), v.view(b * s, h, d), out_v.view(b * s, h, d),
+                                causal=causal, cu_seqlens=cu)
+                qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                t = timer.compare_ms({"fa4_varlen": lambda: fa4.call(pv), "fa4_dense": lambda: fa4.call(pd),
+                                      "flash_dense": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION)})
+                r = dict(d=d, causal=int(causal), s=s, b=b, h=h, **{n: flops / x / 1e9 if x else None for n, x in t.items()})
+                if check:
+                    fa4.call(pv)
+                    fa4.call(pd)
+                    r["max_abs_diff_varlen_vs_dense"] = (out_v.float() - out.float()).abs().max().item()
+                rows.append(r)
+                print(f"  varlen d={d} causal={int(causal)} s={s}: fa4 varlen {fmt(r['fa4_varlen'])}  dense "
+                      f"{fmt(r['fa4_dense'])}  flash {fmt(r['flash_dense'])} TFLOP/s", flush=True)
+                del q, k, v, out, out_v, qt, kt, vt
+    return rows
+
+
 def bench_decode(fa4, timer, lens, pages, check):
     rows = []
     B, HQ, HKV, D = 32, 32, 8, 128
@@ -248,7 +282,7 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
-def markdown(meta, gemm, prefill, decode):
+def markdown(meta, gemm, prefill, decode, varlen=()):
     L = [f"# fa4 vs peers: {meta['gpu']}, {meta['date']}", "",
          f"- commit: `{meta['commit']}`", f"- command: `{meta['command']}`",
          f"- torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}",
@@ -262,6 +296,14 @@ def markdown(meta, gemm, prefill, decode):
     for r in prefill:
         L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {fmt(r['fa4'])} | {fmt(r['flash'])} | "
                  f"{fmt(r['cudnn'])} | {fmt(ratio(r['fa4'], r['flash']), 2)} | {fmt(ratio(r['fa4'], r['cudnn']), 2)} |")
+    if varlen:
+        L += ["", "## Varlen prefill, bf16, TFLOP/s (packed tokens + cu_seqlens, B equal lengths, B*S = 16384)", "",
+              "| D | causal | S | B | fa4 varlen | fa4 dense | flash dense | varlen/dense | varlen/flash |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for r in varlen:
+            L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {fmt(r['fa4_varlen'])} | {fmt(r['fa4_dense'])} | "
+                     f"{fmt(r['flash_dense'])} | {fmt(ratio(r['fa4_varlen'], r['fa4_dense']), 2)} | "
+                     f"{fmt(ratio(r['fa4_varlen'], r['flash_dense']), 2)} |")
     if decode:
         keys = [k for k in decode[0] if k.startswith("fa4_") or k.endswith("_gqa")]
         L += ["", "## Decode, bf16, GB/s of K+V read (B = 32, Hq = 32, Hkv = 8, D = 128, 1 query token)", "",
@@ -283,6 +325,7 @@ def main():
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--skip-prefill", action="store_true")
+    ap.add_argument("--skip-varlen", action="store_true")
     ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated)")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
     args = ap.parse_args()
@@ -308,15 +351,17 @@ def main():
     if args.quick:
         prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, [64, 128, 256], [False, True], [2048], check)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384], [16, 256], check)
+        varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [2048], check)
     else:
         dims = [int(x) for x in args.dims.split(",")]
         seqs = [int(x) for x in args.seqs.split(",")]
         prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, dims, [False, True], seqs, check)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
+        varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [256, 1024, 4096], check)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peers.json"), "w") as f:
-        json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode), f, indent=1)
-    md = markdown(meta, gemm, prefill, decode)
+        json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode, varlen=varlen), f, indent=1)
+    md = markdown(meta, gemm, prefill, decode, varlen)
     with open(os.path.join(args.out, "peers.md"), "w") as f:
         f.write(md)
     print(md)

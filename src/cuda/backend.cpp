@@ -97,7 +97,8 @@ struct Plan {
   bool pack_gqa = false;
   int m = 0, n = 0;  // tile
   int64_t rows = 0;  // tile rows per (batch, grid head): max_sq or max_sq * group
-  int64_t m_blocks = 0;
+  int64_t m_blocks = 0;  // grid.x: tiles per sequence, or (varlen_tiles) an upper bound on all sequences' tiles
+  bool varlen_tiles = false;
   int grid_heads = 0;
   int splits = 1;
   int64_t rows_total = 0;  // token rows of q
@@ -188,17 +189,26 @@ Plan make_plan(const Problem& pb) {
   pl.m_blocks = (pl.rows + c.m - 1) / c.m;
   pl.grid_heads = static_cast<int>(pl.pack_gqa ? pb.hkv : pb.hq);
   pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
+  // Varlen q: the kernel walks the tiles of all sequences back to back (find_varlen_tile), so the
+  // grid needs sum_b ceil(rows_b / m) <= ceil(total rows / m) + batch CTAs in x -- not
+  // batch x ceil(total / m), which for 64 sequences was 64x the CTAs, nearly all exiting at once.
+  pl.varlen_tiles = pb.varlen_q;
+  if (pl.varlen_tiles) {
+    const int64_t rows_all = pl.pack_gqa ? pl.rows_total * pb.group : pl.rows_total;
+    pl.m_blocks = rows_all > 0 ? (rows_all + c.m - 1) / c.m + pb.batch : 0;
+  }
 
   const int64_t n_blocks = (pb.max_sk + c.n - 1) / c.n;
-  const int64_t units = pb.batch * pl.grid_heads * pl.m_blocks;
+  const int64_t units = (pl.varlen_tiles ? 1 : pb.batch) * pl.grid_heads * pl.m_blocks;
   if (pb.p->num_splits > 0) {
     pl.splits = pb.p->num_splits;
   } else if (dp.valid && units > 0) {
     const int64_t slots = static_cast<int64_t>(dp.sms) * ctas_per_sm(dp, c, pl.smem, pl.decode);
     pl.splits = choose_splits(units, slots, n_blocks);
   }
-  // grid.z = batch * splits must stay within 65535.
-  if (pb.batch > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / pb.batch)));
+  // grid.z = batch * splits (splits alone with varlen tiles) must stay within 65535.
+  const int64_t z_per_split = pl.varlen_tiles ? 1 : pb.batch;
+  if (z_per_split > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / z_per_split)));
   if (pl.splits > 1)
     pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
   return pl;
@@ -252,6 +262,7 @@ FwdArgs make_args(const Problem& pb, const Plan& pl) {
     a.sinks_st = p.sinks.stride[0];
   }
   a.pack_gqa = pl.pack_gqa;
+  a.varlen_tiles = pl.varlen_tiles;
   a.num_splits = pl.splits;
   a.rows_total = pl.rows_total;
   a.dv_pad = pl.dims.dv;
@@ -387,7 +398,7 @@ Status cuda_forward(const Problem& pb) {
   if (!attend) return Status::Ok();
 
   const dim3 grid(static_cast<unsigned>(pl.m_blocks), static_cast<unsigned>(pl.grid_heads),
-                  static_cast<unsigned>(pb.batch * pl.splits));
+                  static_cast<unsigned>((pl.varlen_tiles ? 1 : pb.batch) * pl.splits));
   cudaError_t e = pl.f32 ? cuda::simt::launch_fwd_f32(a, pb.max_sq, stream)
                          : sm80::launch_fwd(a, pl.dims, pb.dtype == DType::bfloat16, pl.decode, grid, stream);
   if (e != cudaSuccess) return device_error("attention kernel launch", e);

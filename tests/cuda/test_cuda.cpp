@@ -251,6 +251,34 @@ TEST(CudaBackend, DecodeShapes) {
     }
 }
 
+// Varlen q over many sequences: the kernel finds its sequence from a linear tile index with a
+// warp scan of cu_seqlens_q, 32 sequences per step, so batches past 32 / 64 and empty
+// sequences (no tiles) exercise the scan's carry; very short sequences with a GQA group take
+// the PackGQA rows (length x group per sequence).
+TEST(CudaBackend, VarlenManySequences) {
+  int k = 0;
+  for (int64_t batch : {33, 70})
+    for (int64_t max_len : {3, 300})
+      for (bool causal : {false, true}) {
+        const uint64_t seed = derive_seed(35000 + k++);
+        std::mt19937_64 rng(seed);
+        CaseConfig c;
+        c.dtype = (k & 1) ? DType::bfloat16 : DType::float16;
+        c.batch = batch, c.hkv = 2, c.hq = 8, c.dqk = 64, c.dv = 64;
+        c.varlen_q = true;
+        c.kv = KvMode::varlen;
+        c.sq = max_len, c.sk = max_len + 40;
+        for (int64_t b = 0; b < batch; ++b) {
+          c.lens_q.push_back(b % 7 == 3 ? 0 : static_cast<int64_t>(rng() % (max_len + 1)));
+          c.lens_k.push_back(c.lens_q.back() + static_cast<int64_t>(rng() % 41));
+        }
+        c.causal = causal;
+        c.num_splits = k % 3 == 0 ? 3 : 0;
+        c.lse = true;
+        check_case(c, seed, false);
+      }
+}
+
 // One call captured into a CUDA graph and replayed: same bits as a direct call.
 // The split-KV workspace allocator hook: called once per split launch with
 // attention_workspace_size bytes on the caller's stream and released once; never called without

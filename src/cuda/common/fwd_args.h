@@ -59,6 +59,9 @@ struct FwdArgs {
 
   // ---- work decomposition ----
   int32_t pack_gqa = 0;    // tile rows are (query row, head in group) pairs of one kv head
+  // Varlen q: blockIdx.x enumerates the query tiles of all sequences back to back (find_varlen_tile)
+  // and blockIdx.z is the split alone; otherwise blockIdx.x = tile, blockIdx.z = batch x split.
+  int32_t varlen_tiles = 0;
   int32_t num_splits = 1;  // > 1: write fp32 partials, src/cuda/combine merges them
   float* o_part = nullptr; // [splits, rows_total, hq, dv_pad]
   float* lse_part = nullptr;  // [splits, rows_total, hq]

@@ -62,6 +62,45 @@ struct SeqInfo {
   }
 };
 
+// Varlen q with p.varlen_tiles: linear tile index `idx` -> (sequence b, its tile `local`, its tile
+// count). Sequence b has ceil(rows_b / rows_per_tile) tiles, rows_b = its query rows (x the GQA
+// group with PackGQA), laid out in batch order. Each warp scans cu_seqlens_q 32 sequences at a
+// time (warp prefix sum), so a CTA costs O(batch / 32) steps and the grid needs no more than
+// sum_b tiles_b + batch CTAs instead of batch x ceil(total / rows_per_tile). Warp-uniform result;
+// false when idx is past the last tile.
+__device__ __forceinline__ bool find_varlen_tile(const FwdArgs& p, int rows_per_tile, int idx, int* b_out, int* local_out,
+                                                 int* tiles_out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t rows_mul = p.pack_gqa ? p.group : 1;
+  int acc = 0;  // tiles of the sequences before this chunk of 32
+  for (int b0 = 0; b0 < p.batch; b0 += 32) {
+    const int b = b0 + lane;
+    int tiles = 0;
+    if (b < p.batch) {
+      const int64_t s = clamp64(p.cu_q[b * p.cu_q_st], 0, p.total_q);
+      const int64_t e = clamp64(p.cu_q[(b + 1) * p.cu_q_st], s, p.total_q);
+      tiles = static_cast<int>(((e - s) * rows_mul + rows_per_tile - 1) / rows_per_tile);
+    }
+    int incl = tiles;  // inclusive prefix sum over the lanes
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    const int excl = incl - tiles;
+    const unsigned hit = __ballot_sync(0xffffffffu, tiles > 0 && idx >= acc + excl && idx < acc + incl);
+    if (hit != 0u) {
+      const int src = __ffs(hit) - 1;
+      *b_out = b0 + src;
+      *local_out = idx - acc - __shfl_sync(0xffffffffu, excl, src);
+      *tiles_out = __shfl_sync(0xffffffffu, tiles, src);
+      return true;
+    }
+    acc += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  return false;
+}
+
 // Element offsets of key row j of one sequence in k (or v, with its strides): dense / cache rows
 // advance along dim 1, varlen rows along dim 0, paged rows go through the page table.
 struct KvAddr {

@@ -163,10 +163,11 @@ struct RowMask32 {
   }
 };
 
-// kGeneral = false compiles out the softcap and paged-KV paths: the runtime-feature code of the
-// general instance makes the unrolled main loop large enough to miss in the instruction cache
-// (ncu on H200, D = 128, S = 512: 35% of issue stalls were "no instruction"), so the common
-// case (no softcap, contiguous / varlen / cache KV) gets its own smaller instance.
+// kGeneral = false compiles out the softcap, paged-KV and varlen-q tile-scheduling paths: the
+// runtime-feature code of the general instance makes the unrolled main loop large enough to miss
+// in the instruction cache (ncu on H200, D = 128, S = 512: 35% of issue stalls were "no
+// instruction"), so the common case (dense q; no softcap; contiguous / varlen / cache KV) gets
+// its own smaller instance.
 template <class T, bool kGeneral>
 __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant__ FwdArgs p) {
   using Elem = typename T::Elem;
@@ -186,10 +187,21 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
 
   // With a causal / windowed mask later query tiles see more keys: launch them first so the
   // long CTAs do not form the tail of the grid.
-  const int m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
-                                        : static_cast<int>(blockIdx.x);
   const int head_idx = blockIdx.y;  // kv head (PackGQA) or query head
-  const int batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
+  int m_block, batch, split;
+  // Varlen tile scheduling lives in the general instance only: in the common instance the tile,
+  // batch and split stay functions of blockIdx (uniform registers); merging them with the
+  // scanned values cost D = 256 prefill ~10% (H200, 2026-11-29).
+  if (kGeneral && p.varlen_tiles) {
+    int local, tiles;
+    if (!find_varlen_tile(p, kBlockM, static_cast<int>(blockIdx.x), &batch, &local, &tiles)) return;
+    m_block = p.mask.right >= 0 ? tiles - 1 - local : local;
+    split = blockIdx.z;
+  } else {
+    m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
+                                : static_cast<int>(blockIdx.x);
+    batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
+  }
   SeqInfo si;
   si.init(p, batch);
   // Tile rows of this (batch, head): < 2^31 (cuda_check), so row arithmetic is 32-bit.

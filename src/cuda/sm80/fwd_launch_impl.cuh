@@ -32,7 +32,9 @@ cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
 
 template <typename Elem, int Dqk, int Dv, bool Decode>
 cudaError_t launch_features(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
-  const bool general = p.softcap_log2 != 0.f || p.kv_mode == kKvPaged;
+  // The common instance has no softcap, paged-KV or varlen-tile code (smaller, uniform-register
+  // addressing); everything else takes the general one.
+  const bool general = p.softcap_log2 != 0.f || p.kv_mode == kKvPaged || p.varlen_tiles;
   return general ? launch_instance<Elem, Dqk, Dv, Decode, true>(p, grid, stream)
                  : launch_instance<Elem, Dqk, Dv, Decode, false>(p, grid, stream);
 }
