@@ -1,8 +1,11 @@
 // The oracle itself: backend=reference against an independent, deliberately naive fp64
 // implementation written in the tests (test_util.cpp: own addressing of every layout, own mask
 // formula), and hand-computed tiny cases of the exact semantics (run on the cpu backend too).
+#include <algorithm>
 #include <bitset>
 #include <cmath>
+#include <limits>
+#include <sstream>
 
 #include "test_util.h"
 #include "tiny.h"
@@ -11,26 +14,86 @@ namespace fa4test {
 namespace {
 
 // Only the rounding of the output dtype separates the reference (fp64) from the naive oracle.
+// The reference evaluates in fp64, rounds once to fp32 and then (store) to the output dtype, so
+// each output element may differ from the oracle by half an fp32 ulp plus half an output ulp *at
+// that element's magnitude*: a relative bound, checked per element by within_output_rounding().
+// A fixed absolute max error cannot express it: bf16 outputs reach |O| >= 16 (outlier inputs, few
+// keys, a dominant weight on a large v), where half a bf16 ulp is 0.0625 (fp16: 0.0078): the old
+// absolute bounds (bf16 0.032, fp16 0.004) failed correctly rounded outputs in about 1 run in 80
+// (e.g. oracle 16.4348, bf16 16.375), while being far looser than the rounding near |O| ~ 1.
+// The aggregate rel_l2 / cosine bounds below are implied by the per-element one for normal
+// values (relative half ulp: fp32 2^-24, fp16 2^-11, bf16 2^-8) and stay as a second opinion.
 Tol rounding_tol(DType in) {
+  constexpr double kNoAbs = std::numeric_limits<double>::infinity();  // per element instead
   switch (in) {
-    case DType::float32: return {1e-6, 2e-5, 0.0, 1e-4};
-    case DType::float16: return {1e-3, 4e-3, 0.0, 1e-4};
-    case DType::bfloat16: return {8e-3, 3.2e-2, 0.0, 1e-4};
-    default: return {8e-3, 1e30, 0.99999, 1e-4};  // fp8 inputs: bf16 outputs of larger magnitude
+    case DType::float32: return {1e-6, kNoAbs, 0.0, 1e-4};
+    case DType::float16: return {1e-3, kNoAbs, 0.0, 1e-4};
+    case DType::bfloat16: return {8e-3, kNoAbs, 0.0, 1e-4};
+    default: return {8e-3, kNoAbs, 0.99999, 1e-4};  // fp8 inputs: bf16 outputs
   }
+}
+
+// Spacing of `dt` values in the binade of |x| (the subnormal spacing below the normal range).
+double ulp_at(DType dt, double x) {
+  int mant = 23, emin = -126;  // float32
+  if (dt == DType::float16) mant = 10, emin = -14;
+  if (dt == DType::bfloat16) mant = 7, emin = -126;
+  int e = emin + 1;
+  if (x != 0.0) std::frexp(x, &e);  // |x| = f * 2^e, f in [0.5, 1): binade exponent e - 1
+  return std::ldexp(1.0, std::max(e - 1, emin) - mant);
+}
+
+// Every finite output element within the reference's two roundings of the oracle's value r:
+//   |out - r| <= ulp_f32(r) / 2 + ulp_out(r) / 2 + slack.
+// (Round-to-nearest moves a value by at most half the spacing of its own binade; if the fp32
+// step lands on the next power of two, the second rounding is exact.) `slack` covers fp64
+// evaluation-order differences (descale placement, summation order): about
+// (n_keys + Dqk) * 2^-53 * |scores| * max|v| < 1e-11 at these sizes, so 1e-9 is far below any
+// rounding bound that matters yet keeps near-zero outputs (cancellation) from flaking.
+// Non-finite, unwritten and empty-row elements are judged by compare_expected.
+::testing::AssertionResult within_output_rounding(const Case& c, const Expected& e) {
+  constexpr double kSlack = 1e-9;
+  const DType odt = c.out.dtype;
+  const int64_t hq = c.cfg.hq, dv = c.cfg.dv;
+  int64_t bad = 0;
+  std::ostringstream first;
+  first.precision(9);
+  for (size_t t = 0; t < e.row_b.size(); ++t)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t d = 0; d < dv; ++d) {
+        const int64_t o = c.out_off(e.row_b[t], e.row_i[t], h, d);
+        const double r = e.out[(t * hq + h) * dv + d], x = c.out.get(o);
+        if (c.out.is_poison(o) || !std::isfinite(r) || !std::isfinite(x)) continue;
+        const double bound =
+            0.5 * ulp_at(DType::float32, r) + (odt == DType::float32 ? 0.0 : 0.5 * ulp_at(odt, r)) + kSlack;
+        if (std::fabs(x - r) > bound && bad++ < 5)
+          first << "\n    out(b=" << e.row_b[t] << ", i=" << e.row_i[t] << ", h=" << h << ", d=" << d
+                << ") = " << x << ", oracle " << r << ": |err| " << std::fabs(x - r) << " > bound " << bound;
+      }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "[" << c.cfg.describe() << "] " << bad << " " << dtype_str(odt)
+                                       << " output element(s) beyond the output rounding of the fp64 oracle"
+                                       << first.str();
+}
+
+// compare_expected (structure, empty rows, non-finite patterns, lse, aggregate error) plus the
+// per-element rounding bound.
+void expect_matches_oracle(const Case& c, const Expected& e) {
+  EXPECT_TRUE(compare_expected(c, e, rounding_tol(c.cfg.dtype)));
+  EXPECT_TRUE(within_output_rounding(c, e));
 }
 
 TEST(ReferenceVsNaive, RandomConfigurationsOfEveryLayout) {
   for (int i = 0; i < 250; ++i) {
     const uint64_t seed = derive_seed(50000 + i);
+    FA4_SEED_TRACE(seed);  // base seed (FA4_TEST_SEED) and case seed on every failure
     std::mt19937_64 rng(seed);
     const CaseConfig cfg = random_config(rng);
-    FA4_SEED_TRACE(seed);
     SCOPED_TRACE(cfg.describe());
     Case c = make_case(cfg, seed);
     const Status st = c.run(Backend::reference);
     ASSERT_TRUE(st.ok()) << st.message;
-    EXPECT_TRUE(compare_expected(c, naive_attention(c), rounding_tol(cfg.dtype)));
+    expect_matches_oracle(c, naive_attention(c));
   }
 }
 
@@ -70,7 +133,7 @@ TEST(ReferenceVsNaive, AppendWritesTheNewRowsAtCacheSeqlensAndNothingElse) {
       EXPECT_TRUE(c.k.mem == ek.mem) << "k cache after append";
       EXPECT_TRUE(c.v.mem == ev.mem) << "v cache after append";
       EXPECT_TRUE(c.k_new.mem == before.k_new.mem && c.v_new.mem == before.v_new.mem) << "k_new/v_new modified";
-      EXPECT_TRUE(compare_expected(c, naive_attention(before), rounding_tol(cfg.dtype)));
+      expect_matches_oracle(c, naive_attention(before));
     }
 }
 
