@@ -644,8 +644,28 @@ std::string loc(int64_t b, int64_t i, int64_t h, int64_t d) {
   return s.str();
 }
 
-// One output element: test value t vs expected r.
-void accumulate(Acc& a, double t, double r, bool poisoned, bool empty, const std::string& where) {
+// One unit in the last place of the output type `dt` at magnitude |x| (fp16 bottoms out at its
+// subnormal spacing); 0 for types the comparison does not quantize.
+double ulp_of(DType dt, double x) {
+  int mant = 0, min_exp = 0;
+  switch (dt) {
+    case DType::bfloat16: mant = 7, min_exp = -126; break;
+    case DType::float16: mant = 10, min_exp = -14; break;
+    case DType::float32: mant = 23, min_exp = -126; break;
+    default: return 0.0;
+  }
+  const double ax = std::fabs(x);
+  int e = ax > 0.0 ? std::ilogb(ax) : min_exp;
+  if (e < min_exp) e = min_exp;
+  return std::ldexp(1.0, e - mant);
+}
+
+// One output element: test value t vs expected r. `quantum` is the part of |t - r| that output
+// rounding alone can cause: two correct results rounded to bf16 can differ by one ulp, which is
+// 0.0625 at |O| in [8, 16) and 0.125 in [16, 32) -- above the 5e-2 max-abs limit of DESIGN.md
+// section 4 (the `outliers` inputs reach such outputs). max_abs therefore counts the error in
+// excess of that quantum; rel_l2 and cosine still see the whole difference.
+void accumulate(Acc& a, double t, double r, bool poisoned, bool empty, const std::string& where, double quantum) {
   if (poisoned) {
     ++a.unwritten;
     a.note("out" + where + " never written");
@@ -672,8 +692,9 @@ void accumulate(Acc& a, double t, double r, bool poisoned, bool empty, const std
   a.st += t * t;
   a.dot += t * r;
   ++a.n;
-  if (std::fabs(e) > a.max_abs) {
-    a.max_abs = std::fabs(e);
+  const double excess = std::fabs(e) - quantum;
+  if (excess > a.max_abs) {
+    a.max_abs = excess;
   }
 }
 
@@ -719,7 +740,7 @@ int64_t untouched_violations(const Tensor& t, const std::vector<int64_t>& logica
                   a.lse_unwritten == 0 && rel <= tol.rel_l2 && a.max_abs <= tol.max_abs &&
                   (tol.cos_min <= 0 || cosine >= tol.cos_min) && out_outside == 0 && lse_outside == 0 && !caches_differ;
   std::ostringstream s;
-  s << "[" << test.cfg.describe() << "] rel_l2=" << rel << " (tol " << tol.rel_l2 << ") max_abs=" << a.max_abs
+  s << "[" << test.cfg.describe() << "] rel_l2=" << rel << " (tol " << tol.rel_l2 << ") max_abs_beyond_rounding=" << a.max_abs
     << " (tol " << tol.max_abs << ") cosine=" << cosine << " lse_max_err=" << a.lse_max << " compared=" << a.n
     << " unwritten=" << a.unwritten << " empty_row_nonzero=" << a.empty_bad << " nonfinite_mismatch=" << a.nonfinite_mismatch
     << " lse_bad=" << a.lse_bad << " lse_unwritten=" << a.lse_unwritten << " out_bytes_outside_written=" << out_outside
@@ -754,7 +775,9 @@ std::vector<int64_t> logical_lse(const Case& c) {
       for (int64_t h = 0; h < test.cfg.hq; ++h) {
         for (int64_t d = 0; d < test.cfg.dv; ++d) {
           const int64_t o = test.out_off(b, i, h, d);
-          accumulate(a, test.out.get(o), ref.out.get(o), test.out.is_poison(o), empty, loc(b, i, h, d));
+          // Both sides rounded to the output type: up to half an ulp each.
+          const double r = ref.out.get(o);
+          accumulate(a, test.out.get(o), r, test.out.is_poison(o), empty, loc(b, i, h, d), ulp_of(test.out.dtype, r));
         }
         if (test.lse.present()) {
           const int64_t o = test.lse_off(b, h, i);
@@ -786,7 +809,9 @@ std::vector<int64_t> logical_lse(const Case& c) {
     for (int64_t h = 0; h < hq; ++h) {
       for (int64_t d = 0; d < dv; ++d) {
         const int64_t o = test.out_off(b, i, h, d);
-        accumulate(a, test.out.get(o), e.out[(t * hq + h) * dv + d], test.out.is_poison(o), empty, loc(b, i, h, d));
+        // Exact expectation vs a result rounded to the output type: up to half an ulp.
+        const double r = e.out[(t * hq + h) * dv + d];
+        accumulate(a, test.out.get(o), r, test.out.is_poison(o), empty, loc(b, i, h, d), 0.5 * ulp_of(test.out.dtype, r));
       }
       if (test.lse.present())
         accumulate_lse(a, test.lse, test.lse_off(b, h, i), e.lse[t * hq + h], empty, tol.lse_abs, loc(b, i, h, -1));
