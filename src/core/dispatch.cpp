@@ -5,7 +5,7 @@
 #include "fa4/fa4.h"
 
 #ifndef FA4_VERSION_STRING
-#define FA4_VERSION_STRING "0.1.0"
+#define FA4_VERSION_STRING "0.2.0"
 #endif
 
 namespace fa4 {

@@ -279,7 +279,6 @@ TEST(CudaBackend, VarlenManySequences) {
       }
 }
 
-// One call captured into a CUDA graph and replayed: same bits as a direct call.
 // The split-KV workspace allocator hook: called once per split launch with
 // attention_workspace_size bytes on the caller's stream and released once; never called without
 // splits; a null result fails the call before anything is enqueued (outputs and the KV cache
@@ -374,6 +373,7 @@ TEST(CudaBackend, WorkspaceAllocatorHook) {
     }
 }
 
+// One call captured into a CUDA graph and replayed: same bits as a direct call.
 TEST(CudaBackend, GraphCapture) {
   const uint64_t seed = derive_seed(9000);
   CaseConfig c;

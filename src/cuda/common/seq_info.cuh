@@ -2,8 +2,10 @@
 //
 // The index tensors live in device memory and were not validated on the host (reading them there
 // would need a synchronization), so every value read here is clamped into range: a bad
-// cu_seqlens / cache_seqlens / page_table entry gives a wrong answer for that sequence but never
-// an out-of-bounds access.
+// cu_seqlens / cache_seqlens / page_table entry gives wrong (or, for a cu_seqlens_q that
+// decreases, unwritten) output rows but never an out-of-bounds access. (The varlen tile grid is
+// sized for a non-decreasing cu_seqlens_q, as the API requires; overlapping sequences need more
+// tiles than it holds.)
 #pragma once
 
 #include <cstdint>
@@ -72,28 +74,30 @@ __device__ __forceinline__ bool find_varlen_tile(const FwdArgs& p, int rows_per_
                                                  int* tiles_out) {
   const int lane = threadIdx.x & 31;
   const int64_t rows_mul = p.pack_gqa ? p.group : 1;
-  int acc = 0;  // tiles of the sequences before this chunk of 32
+  // 64-bit sums: valid input stays far below 2^31 tiles, but a corrupt (overlapping)
+  // cu_seqlens_q could add up past it.
+  long long acc = 0;  // tiles of the sequences before this chunk of 32
   for (int b0 = 0; b0 < p.batch; b0 += 32) {
     const int b = b0 + lane;
-    int tiles = 0;
+    long long tiles = 0;
     if (b < p.batch) {
       const int64_t s = clamp64(p.cu_q[b * p.cu_q_st], 0, p.total_q);
       const int64_t e = clamp64(p.cu_q[(b + 1) * p.cu_q_st], s, p.total_q);
-      tiles = static_cast<int>(((e - s) * rows_mul + rows_per_tile - 1) / rows_per_tile);
+      tiles = ((e - s) * rows_mul + rows_per_tile - 1) / rows_per_tile;
     }
-    int incl = tiles;  // inclusive prefix sum over the lanes
+    long long incl = tiles;  // inclusive prefix sum over the lanes
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      const long long y = __shfl_up_sync(0xffffffffu, incl, o);
       if (lane >= o) incl += y;
     }
-    const int excl = incl - tiles;
+    const long long excl = incl - tiles;
     const unsigned hit = __ballot_sync(0xffffffffu, tiles > 0 && idx >= acc + excl && idx < acc + incl);
     if (hit != 0u) {
       const int src = __ffs(hit) - 1;
       *b_out = b0 + src;
-      *local_out = idx - acc - __shfl_sync(0xffffffffu, excl, src);
-      *tiles_out = __shfl_sync(0xffffffffu, tiles, src);
+      *local_out = static_cast<int>(idx - acc - __shfl_sync(0xffffffffu, excl, src));  // < its tile count
+      *tiles_out = static_cast<int>(__shfl_sync(0xffffffffu, tiles, src));  // one sequence: < 2^31 rows
       return true;
     }
     acc += __shfl_sync(0xffffffffu, incl, 31);

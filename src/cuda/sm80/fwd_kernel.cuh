@@ -332,9 +332,9 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     else lv.load_paged(dv, gv, vaddr.base, sOffV + (tile & 1) * kBlockN, n0, sk);
   };
   if constexpr (kStages == 1) {
-    // Single K and V buffers (FlashAttention-2's schedule, for tiles whose smem must stay small
-    // enough for two CTAs per SM): V_t loads during Q K_t, K_{t+1} during softmax + P V_t; the
-    // first wait covers Q + K0 only. Groups: [Q + K0], then per iteration [V_t], [K_{t+1}].
+    // Single K and V buffers (FlashAttention-2's loads, for tiles whose smem must stay small
+    // enough for two CTAs per SM): V_t loads during Q K_t and the softmax, K_{t+1} during P V_t;
+    // the first wait covers Q + K0 only. Groups: [Q + K0], then per iteration [V_t], [K_{t+1}].
     if (n_tiles > 0) {
       if (paged) {
         stage_pages(0);
