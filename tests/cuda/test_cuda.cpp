@@ -373,6 +373,42 @@ TEST(CudaBackend, WorkspaceAllocatorHook) {
     }
 }
 
+// D = 256 prefill runs the single-buffer schedule (kStages = 1): paged K/V through its
+// page-offset ring with small and odd page sizes, varlen q through the general instance's tile
+// scan, masks and splits.
+TEST(CudaBackend, SingleBufferPrefill) {
+  int k = 0;
+  for (int64_t ps : {1, 3, 64})
+    for (bool causal : {false, true}) {
+      const uint64_t seed = derive_seed(36000 + k++);
+      CaseConfig c;
+      c.dtype = (k & 1) ? DType::bfloat16 : DType::float16;
+      c.batch = 2, c.hkv = 2, c.hq = 4, c.dqk = 256, c.dv = 256;
+      c.sq = 150, c.sk = 700;
+      c.kv = KvMode::paged, c.page_size = ps, c.cache_seqlens = true;
+      c.snew = k % 3 == 0 ? 2 : 0;
+      if (c.snew) c.sk += c.snew;
+      c.causal = causal;
+      c.window_left = k % 4 == 1 ? 100 : -1;
+      c.num_splits = k % 2 == 0 ? 0 : 2;
+      c.lse = true;
+      check_case(c, seed, k % 2 == 1);
+    }
+  for (bool causal : {false, true}) {
+    const uint64_t seed = derive_seed(36100 + k++);
+    CaseConfig c;
+    c.dtype = DType::bfloat16;
+    c.batch = 5, c.hkv = 1, c.hq = 4, c.dqk = 256, c.dv = 256;
+    c.varlen_q = true, c.kv = KvMode::varlen;
+    c.sq = 200, c.sk = 260;
+    c.causal = causal;
+    c.chunk = causal ? 0 : 96;
+    c.softcap = causal ? 0.f : 20.f;
+    c.lse = true;
+    check_case(c, seed, false);
+  }
+}
+
 // One call captured into a CUDA graph and replayed: same bits as a direct call.
 TEST(CudaBackend, GraphCapture) {
   const uint64_t seed = derive_seed(9000);
