@@ -3,7 +3,7 @@
 # reduced set, and the peer benchmark. Full logs go to $OUT; a short summary is printed last.
 #
 # Build here first (no GPU needed), then stage the binaries that travel (carry build-device-pack):
-#   cmake -S . -B build-cuda -DFA4_CUDA=ON -DCMAKE_BUILD_TYPE=Release && make -C build-cuda -j2 fa4 test_cuda
+#   cmake -S . -B build-cuda -DFA4_CUDA=ON -DCMAKE_BUILD_TYPE=Release && make -C build-cuda -j2 fa4 test_cuda test_sm90_ptx
 #   bash bench/device_run.sh --stage        # copies them into build-device/ (small enough to carry)
 # On the GPU machine (the repo root, build-device-pack/ carried):
 #   OUT=/some/dir bash bench/device_run.sh [--quick] [--skip-tests] [--skip-bench] [--bench-args "..."]
@@ -15,6 +15,12 @@ if [[ "${1:-}" == "--stage" ]]; then
   rm -rf "$DIR" && mkdir -p "$DIR/lib"
   cp -L build-cuda/libfa4.so "$DIR/lib/libfa4.so"
   cp build-cuda/tests/cuda/test_cuda "$DIR/"
+  # sm_90a PTX wrapper tests (optional: staged when built)
+  if [[ -f build-cuda/tests/cuda/test_sm90_ptx ]]; then
+    cp build-cuda/tests/cuda/test_sm90_ptx "$DIR/" && strip --strip-unneeded "$DIR/test_sm90_ptx"
+  else
+    echo "note: build-cuda/tests/cuda/test_sm90_ptx not built; not staged"
+  fi
   cp -L "$(g++ -print-file-name=libgomp.so.1)" "$DIR/lib/"  # the device image may lack OpenMP's runtime
   git rev-parse --short HEAD > "$DIR/commit"
   strip --strip-unneeded "$DIR/lib/libfa4.so" "$DIR/test_cuda"
@@ -51,6 +57,12 @@ if [[ $TESTS == 1 ]]; then
   FA4_CUDA_CASES=$CASES timeout 420 "$DIR/test_cuda" > "$OUT/tests.log" 2>&1
   rc=$?
   SUMMARY+=("tests ($CASES random cases + fixed sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.log" | tr '\n' ' ') ($(( $(date +%s) - start )) s)")
+  if [[ -x "$DIR/test_sm90_ptx" ]]; then
+    start=$(date +%s)
+    timeout 120 "$DIR/test_sm90_ptx" > "$OUT/sm90_ptx.log" 2>&1
+    rc=$?
+    SUMMARY+=("sm90 ptx tests: rc=$rc, $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/sm90_ptx.log" | tr '\n' ' ') ($(( $(date +%s) - start )) s)")
+  fi
 fi
 
 if [[ $SAN == 1 ]]; then
@@ -74,6 +86,7 @@ fi
 echo "===== failures (first lines) ====="
 grep -E "Failure|error|FAILED|Error" "$OUT/tests.log" 2>/dev/null | head -15
 grep -B2 -A12 "Failure" "$OUT/tests.log" 2>/dev/null | head -60
+grep -B2 -A12 "Failure" "$OUT/sm90_ptx.log" 2>/dev/null | head -40
 echo "===== bench ====="
 [[ -f "$OUT/peers.md" ]] && cat "$OUT/peers.md" || tail -30 "$OUT/bench.log" 2>/dev/null
 echo "===== summary ====="

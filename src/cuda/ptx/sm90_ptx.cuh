@@ -1,0 +1,762 @@
+// Thin wrappers, one PTX instruction (or one cuda::ptx call) each, for the Hopper (sm_90a) fast
+// path (DESIGN §2/§3): mbarrier, fences, TMA tensor copies, wgmma + shared-memory matrix
+// descriptors, setmaxnreg, elect.sync, named barriers.
+//
+// Compilation passes. Every .cu of the library is compiled for sm_90a and sm_80 (and a host
+// pass). Two feature levels are told apart:
+//   FA4_PTX_SM90   __CUDA_ARCH__ >= 900: mbarrier tx-count, TMA (cp.async.bulk.tensor),
+//                  fence.proxy.async, elect.sync exist on every sm_90+ target.
+//   FA4_PTX_SM90A  __CUDA_ARCH_FEAT_SM90_ALL (nvcc defines it only for compute_90a/sm_90a;
+//                  plain sm_90 does not, and neither defines it on sm_100): wgmma and
+//                  setmaxnreg are "arch-specific" features that ptxas rejects elsewhere.
+// Under any other pass (sm_80, host) the wrappers compile to __trap(): kernels that use them
+// must be launched only after a runtime check for compute capability 9.0 (and should guard
+// their own bodies with the same macros so the sm_80 image carries no dead code). cuda::ptx
+// calls cannot simply be left in: CCCL turns an unsupported-architecture call into an
+// unresolved extern (a link error), hence the guards around them too.
+//
+// Hardware facts used throughout (H100/H200, PTX ISA 8.x):
+//  * An mbarrier is a 64-bit shared-memory object holding a phase bit, a pending-arrival count
+//    and a transaction (tx) count. A phase completes when pending arrivals reach 0 AND the tx
+//    count is 0; the barrier then flips its phase parity and reloads the arrival count given at
+//    init. Waiters wait on a parity: "the phase with parity P has completed".
+//  * TMA (cp.async.bulk.tensor) writes shared memory through the async proxy and signals an
+//    mbarrier with complete_tx::bytes = the full box size in bytes, including out-of-bound
+//    elements (those are zero-filled), so expect_tx is always the box size.
+//  * wgmma reads shared-memory operands through the async proxy too: data written with plain
+//    st.shared must be published with fence.proxy.async before a wgmma may read it; data
+//    delivered by TMA and observed through an mbarrier wait needs no extra fence.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a 128-byte aligned opaque struct; types only, no libcuda link)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda/ptx>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define FA4_PTX_SM90 1
+#else
+#define FA4_PTX_SM90 0
+#endif
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA4_PTX_SM90A 1
+#else
+#define FA4_PTX_SM90A 0
+#endif
+#define FA4_PTX_UNSUPPORTED() __trap()
+
+namespace fa4::cuda::ptx {
+
+// ---------------------------------------------------------------------------------------------
+// mbarrier
+// ---------------------------------------------------------------------------------------------
+
+// Sets the expected arrival count of every phase (1 for a TMA "full" barrier whose producer
+// arrives once with expect_tx; number of releasing warps/warpgroups for an "empty" barrier).
+// The object must be 8-byte aligned in shared memory. Follow with fence_mbarrier_init() and a
+// CTA barrier before any other thread (or the TMA unit) touches it.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrival_count) {
+#if FA4_PTX_SM90
+  ::cuda::ptx::mbarrier_init(bar, arrival_count);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// fence.mbarrier_init.release.cluster: makes preceding mbarrier.init visible to the async proxy
+// (TMA complete_tx) and to other CTAs of the cluster; a plain __syncthreads does not order the
+// init against async-proxy operations.
+__device__ __forceinline__ void fence_mbarrier_init() {
+#if FA4_PTX_SM90
+  ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// One arrival (release semantics at CTA scope: this thread's earlier shared-memory writes are
+// visible to threads that complete a wait on the phase).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#if FA4_PTX_SM90
+  (void)::cuda::ptx::mbarrier_arrive(bar);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// One arrival plus tx_bytes added to the phase's transaction count, in one instruction. The
+// phase cannot complete until the TMA copies issued against this barrier have delivered exactly
+// tx_bytes (their complete_tx decrements the count), so a consumer waiting on the phase sees
+// the data. Issue it before the copies (one phase tracks at most 2^20 - 1 pending bytes).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t tx_bytes) {
+#if FA4_PTX_SM90
+  (void)::cuda::ptx::mbarrier_arrive_expect_tx(::cuda::ptx::sem_release, ::cuda::ptx::scope_cta,
+                                               ::cuda::ptx::space_shared, bar, tx_bytes);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// Adds tx_bytes to the current phase's transaction count without arriving.
+__device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t tx_bytes) {
+#if FA4_PTX_SM90
+  ::cuda::ptx::mbarrier_expect_tx(::cuda::ptx::sem_relaxed, ::cuda::ptx::scope_cta, ::cuda::ptx::space_shared, bar,
+                                  tx_bytes);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// True once the phase with parity `parity` has completed, i.e. the barrier's current phase
+// parity differs from `parity`. A fresh barrier is in phase 0: waiting on parity 0 blocks until
+// the first phase completes, waiting on parity 1 succeeds at once (that is how a producer's
+// first wait on an "empty" barrier passes). try_wait may suspend the thread for a
+// hardware-chosen time before returning false; test_wait never suspends. Acquire semantics.
+__device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity) {
+#if FA4_PTX_SM90
+  return ::cuda::ptx::mbarrier_try_wait_parity(bar, parity);
+#else
+  FA4_PTX_UNSUPPORTED();
+  return false;
+#endif
+}
+__device__ __forceinline__ bool mbarrier_test_wait_parity(uint64_t* bar, uint32_t parity) {
+#if FA4_PTX_SM90
+  return ::cuda::ptx::mbarrier_test_wait_parity(bar, parity);
+#else
+  FA4_PTX_UNSUPPORTED();
+  return false;
+#endif
+}
+// Spin until the phase with parity `parity` has completed (try_wait already backs off in
+// hardware, so no nanosleep). Callers track the parity themselves: it flips each time they
+// have consumed one phase of this barrier (stage index wraps -> parity ^= 1).
+__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+  while (!mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fences
+// ---------------------------------------------------------------------------------------------
+
+// fence.proxy.async.shared::cta: orders this thread's generic-proxy shared-memory accesses
+// (st.shared, ld.shared) with later async-proxy accesses (wgmma operand reads, TMA stores from
+// shared memory) and vice versa. Needed after writing a wgmma operand / TMA-store source with
+// ordinary stores (followed by a CTA or named barrier so the other threads' writes are covered).
+__device__ __forceinline__ void fence_proxy_async_shared_cta() {
+#if FA4_PTX_SM90
+  ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// wgmma.fence.sync.aligned: required before the first wgmma of a group and whenever the
+// accumulator registers (or the A-fragment registers of the RS form) were written by other
+// instructions since the last wgmma: wgmma reads them asynchronously and the hardware does not
+// track the dependence. Warpgroup-wide (.aligned: all 128 threads execute it convergently).
+__device__ __forceinline__ void wgmma_fence() {
+#if FA4_PTX_SM90A
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+// Closes the wgmma operations issued since the last commit into one wgmma-group.
+__device__ __forceinline__ void wgmma_commit_group() {
+#if FA4_PTX_SM90A
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+// Blocks until at most N wgmma-groups of this warpgroup are pending. Only then may the
+// accumulators of the completed groups be read, or their shared-memory operands overwritten.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+  static_assert(N >= 0 && N <= 7, "wgmma.wait_group takes an immediate 0..7");
+#if FA4_PTX_SM90A
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+// Compiler-only fence on a register: wgmma's inline asm states its "+f" outputs as if they were
+// written at issue, so the compiler may move reads of the accumulators above wgmma_wait_group
+// or writes of them below the wgmma. An empty volatile asm that "modifies" the register pins it
+// in program order between the two volatile asm statements around it. No instruction emitted.
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) fence_operand(r[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// TMA (cp.async.bulk.tensor, tile mode, global -> shared, mbarrier completion)
+// ---------------------------------------------------------------------------------------------
+// `map` must be the address of a CUtensorMap in param/const/global space (a kernel parameter
+// declared `const __grid_constant__ CUtensorMap`), never a local copy: the TMA unit reads the
+// descriptor from memory. Coordinates are in elements, innermost dimension first, signed 32-bit;
+// boxes may hang over any edge (out-of-bound elements become zeros and still count toward the
+// barrier's tx bytes). The destination must be 128-byte aligned, and 1024-byte aligned for 128B
+// swizzle so that the swizzle pattern (address bits [4:6] ^= bits [7:9]) starts at the tile's
+// first row. The shared::cluster destination form is used with this CTA's own shared address,
+// which is valid without a cluster launch (a lone CTA is a cluster of one).
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1) {
+#if FA4_PTX_SM90
+  const int32_t coords[2] = {c0, c1};
+  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, dst, map, coords, bar);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1,
+                                            int32_t c2) {
+#if FA4_PTX_SM90
+  const int32_t coords[3] = {c0, c1, c2};
+  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, dst, map, coords, bar);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1,
+                                            int32_t c2, int32_t c3) {
+#if FA4_PTX_SM90
+  const int32_t coords[4] = {c0, c1, c2, c3};
+  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, dst, map, coords, bar);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// Pulls the 128-byte descriptor into the TMA unit's descriptor cache ahead of the first copy
+// (one thread, at kernel start). A hint: no effect on correctness.
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+#if FA4_PTX_SM90
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// 128-byte swizzle, the layout TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and wgmma reads with
+// swizzle mode 1: a tile is stored as rows of 128 bytes (64 16-bit elements); within each
+// 1024-byte group of 8 rows, the 16-byte chunk j of row r is stored at chunk j ^ (r % 8). The
+// result: the 8 rows of an 8x8 core matrix land in 8 different bank groups, so both TMA writes
+// and wgmma/ldmatrix reads are conflict-free. Byte offset of logical (row, byte-in-row).
+__host__ __device__ constexpr uint32_t swizzle128_offset(uint32_t row, uint32_t byte_in_row) {
+  return row * 128u + ((((byte_in_row >> 4) ^ (row & 7u)) & 7u) << 4) + (byte_in_row & 15u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma shared-memory matrix descriptors
+// ---------------------------------------------------------------------------------------------
+// 64-bit descriptor (PTX ISA "Matrix Descriptor Format" for wgmma):
+//   bits  0-13  start address  (shared-window byte address >> 4; 16-byte granularity, 256 KiB)
+//   bits 16-29  leading-dimension byte offset >> 4  (LBO)
+//   bits 32-45  stride-dimension byte offset >> 4   (SBO)
+//   bits 49-51  matrix base offset (non-zero only when a swizzled tile does not start at a
+//               pattern boundary; we keep tiles 1024-byte aligned, so 0)
+//   bits 62-63  swizzle mode: 0 none (interleaved), 1 = 128B, 2 = 64B, 3 = 32B
+// Operands are built from "core matrices" of 8 rows x 16 bytes. For a K-major operand (rows =
+// M or N, contiguous K; the layout TMA produces for a [rows, 64] 16-bit box with 128B swizzle):
+//   SBO = distance between consecutive 8-row groups along M/N = 8 rows * 128 B = 1024 B;
+//   LBO = distance between core matrices along K; with 128B swizzle, a k16 step (32 bytes) stays
+//         inside the 128-byte swizzle row, so the hardware ignores LBO (by convention 1).
+// A k-step k (16 elements = 32 bytes) inside the 64-element swizzle atom is addressed by
+// advancing the start address by 32*k bytes (+2 in the >>4 field): the hardware applies the XOR
+// to the final address bits, which is why the tile base must be 1024-byte aligned.
+enum class SmemSwizzle : uint32_t { none = 0, b128 = 1, b64 = 2, b32 = 3 };
+
+__host__ __device__ constexpr uint64_t make_smem_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                      SmemSwizzle swizzle) {
+  return (uint64_t((smem_addr & 0x3FFFFu) >> 4) & 0x3FFFull) | ((uint64_t(lbo_bytes >> 4) & 0x3FFFull) << 16) |
+         ((uint64_t(sbo_bytes >> 4) & 0x3FFFull) << 32) | (uint64_t(static_cast<uint32_t>(swizzle)) << 62);
+}
+// K-major operand tile, 16-bit elements, 128B swizzle, rows of 64 elements (128 bytes),
+// starting at `smem_addr` (a shared-window address; 1024-aligned tile base + 32 * k-step).
+__host__ __device__ constexpr uint64_t make_smem_desc_kmajor_sw128(uint32_t smem_addr) {
+  return make_smem_desc(smem_addr, 16, 1024, SmemSwizzle::b128);
+}
+// Moves a descriptor's start address by `bytes` (multiple of 16) without re-encoding the rest.
+__host__ __device__ constexpr uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + uint64_t(bytes >> 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma.mma_async m64nNk16, fp32 accumulate, 16-bit inputs
+// ---------------------------------------------------------------------------------------------
+// Issued by a whole warpgroup (4 consecutive warps, first warp index a multiple of 4), all 128
+// threads convergent. D is 64 x N fp32, N/2 registers per thread: thread t = 32*w + l holds
+//   d[i] = D[16*w + l/4 + 8*((i/2)%2)][8*(i/4) + 2*(l%4) + i%2]
+// (the mma.sync m16n8 C layout, repeated over N/8 column blocks, warp w owning rows 16w..16w+15).
+// scale_d == 0: D = A*B (the old accumulator contents are ignored, not multiplied by 0, so NaN
+// garbage is fine); scale_d != 0: D += A*B. It is a runtime predicate, so the first k-step of a
+// tile needs no separate zero-fill.
+// SS: A (64 x 16) and B (N x 16, "N rows of K") both from shared memory via descriptors.
+//     TransA/TransB = 0: K-major (K contiguous), 1: M/N-major (e.g. V in O = P*V).
+// RS: A from registers (4 x b32 per thread = 8 16-bit values, the mma.sync m16n8k16 A layout
+//     per warp: a0 = (r, c..c+1), a1 = (r+8, c..c+1), a2 = (r, c+8..c+9), a3 = (r+8, c+8..c+9)
+//     with r = 16*w + l/4, c = 2*(l%4)), B from shared memory.
+// The instruction is asynchronous: bracket with wgmma_fence() before, wgmma_commit_group() +
+// wgmma_wait_group<n>() after, and keep the compiler off the accumulators with
+// fence_operands() (see above). The inline asm spells out all N/2 accumulator registers.
+template <int N, typename Elem>
+struct Wgmma;
+
+template <>
+struct Wgmma<64, __nv_bfloat16> {
+  template <int TransA, int TransB>
+  __device__ __forceinline__ static void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, "
+        "%32, %33, p, 1, 1, %35, %36;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+  template <int TransB>
+  __device__ __forceinline__ static void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+};
+
+template <>
+struct Wgmma<64, __half> {
+  template <int TransA, int TransB>
+  __device__ __forceinline__ static void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, "
+        "%32, %33, p, 1, 1, %35, %36;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+  template <int TransB>
+  __device__ __forceinline__ static void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+};
+
+template <>
+struct Wgmma<128, __nv_bfloat16> {
+  template <int TransA, int TransB>
+  __device__ __forceinline__ static void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, "
+        "%64, %65, p, 1, 1, %67, %68;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+  template <int TransB>
+  __device__ __forceinline__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+};
+
+template <>
+struct Wgmma<128, __half> {
+  template <int TransA, int TransB>
+  __device__ __forceinline__ static void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, "
+        "%64, %65, p, 1, 1, %67, %68;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+  template <int TransB>
+  __device__ __forceinline__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+};
+
+template <>
+struct Wgmma<256, __nv_bfloat16> {
+  template <int TransA, int TransB>
+  __device__ __forceinline__ static void ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, "
+        "%128, %129, p, 1, 1, %131, %132;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+  template <int TransB>
+  __device__ __forceinline__ static void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, "
+        "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+};
+
+template <>
+struct Wgmma<256, __half> {
+  template <int TransA, int TransB>
+  __device__ __forceinline__ static void ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, "
+        "%128, %129, p, 1, 1, %131, %132;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+  template <int TransB>
+  __device__ __forceinline__ static void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if FA4_PTX_SM90A
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, "
+        "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+        :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TransB));
+#else
+    FA4_PTX_UNSUPPORTED();
+#endif
+  }
+};
+
+
+template <int N, typename Elem, int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  Wgmma<N, Elem>::template ss<TransA, TransB>(d, desc_a, desc_b, scale_d);
+}
+template <int N, typename Elem, int TransB = 0>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  Wgmma<N, Elem>::template rs<TransB>(d, a, desc_b, scale_d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// register reallocation, election, named barriers
+// ---------------------------------------------------------------------------------------------
+
+// setmaxnreg: moves registers between the warpgroups of a CTA (producer gives up, consumers
+// take). Every thread of the warpgroup must execute it (.sync.aligned). The count is an
+// immediate in [24, 256], a multiple of 8. .dec releases registers to the CTA's pool; .inc
+// blocks until the pool can satisfy the request, so the decreasing warpgroups must run their
+// .dec (and the launch must reserve enough registers in total, e.g. __launch_bounds__ with
+// 1 CTA/SM) or the .inc deadlocks. Register contents above the new count are lost on .dec.
+// ptxas must know the kernel's register count at entry, i.e. the kernel needs
+// __launch_bounds__(threads, 1) (or maxrregcount); otherwise it drops the instruction with
+// "C7508: 'setmaxnreg' ignored; unable to determine register count at entry".
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(Regs >= 24 && Regs <= 256 && Regs % 8 == 0, "setmaxnreg: 24..256, multiple of 8");
+#if FA4_PTX_SM90A
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(Regs >= 24 && Regs <= 256 && Regs % 8 == 0, "setmaxnreg: 24..256, multiple of 8");
+#if FA4_PTX_SM90A
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// elect.sync: among the lanes of `member_mask` (all of them must execute it, convergently),
+// exactly one gets true. Unlike `lane == 0` it needs no knowledge of which lanes are active,
+// and it tells the compiler the branch is taken by one lane of a converged warp (e.g. the lane
+// that issues TMA or arrives on an mbarrier for its warp).
+__device__ __forceinline__ bool elect_one_sync(uint32_t member_mask = 0xFFFFFFFFu) {
+#if FA4_PTX_SM90
+  uint32_t pred = 0;
+  asm volatile(
+      "{\n.reg .b32 lane;\n.reg .pred p;\n"
+      "elect.sync lane|p, %1;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(pred)
+      : "r"(member_mask));
+  return pred != 0;
+#else
+  FA4_PTX_UNSUPPORTED();
+  return false;
+#endif
+}
+
+// Named barriers (sm_70+, also used on sm_80): 16 per CTA, id 0 is __syncthreads'. `threads`
+// counts participating threads (a multiple of 32; whole warps participate). bar.sync waits for
+// `threads` arrivals including its own; bar.arrive adds this warp's arrival and continues, which
+// makes producer -> consumer hand-offs and the warpgroup ping-pong schedule possible.
+// Memory ordering: in the PTX memory model a bar.arrive/bar.sync synchronizes with the bar.sync
+// that completes the same barrier instance, so shared-memory writes made before bar.arrive are
+// visible after the waiting side's bar.sync (relied on by producer -> consumer hand-offs; the
+// device test checks it in both directions).
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace fa4::cuda::ptx
