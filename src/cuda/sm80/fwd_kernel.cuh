@@ -49,6 +49,17 @@ struct FwdTraits {
   static_assert(kStages >= 1, "at least one K/V buffer");
 };
 
+// Reductions over the 4 lanes of a quad: in an m16n8 accumulator fragment those lanes (t4 = 0..3)
+// hold the columns of one row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][D] tile.
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
@@ -521,8 +532,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         float x = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) x = fmaxf(x, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        x = quad_max(x);
         mx[rr] = x;
         grow |= (x - m_run[rr]) * sc > kRescaleThreshold || (m_run[rr] == -INFINITY && x != -INFINITY);
       }
@@ -611,9 +621,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         for (int half = 0; half < 2; ++half) {
           const int rr = 2 * mt + half;
           const int row = q_row0 + mt * 16 + g + 8 * half;
-          float l = l_run[rr];
-          l += __shfl_xor_sync(0xffffffffu, l, 1);
-          l += __shfl_xor_sync(0xffffffffu, l, 2);
+          float l = quad_sum(l_run[rr]);
           float mrow = m_run[rr] == -INFINITY ? -INFINITY : m_run[rr] * sc;  // log2 units
           const int m = m0 + row;
           const bool valid_row = m < rows_seq;
@@ -696,9 +704,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     for (int half = 0; half < 2; ++half) {
       const int rr = 2 * mt + half;
       const int row = q_row0 + mt * 16 + g + 8 * half;
-      float l = l_run[rr];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float l = quad_sum(l_run[rr]);
       float* dst = sO + (wn * kBlockM + row) * T::kOStride + 2 * t4;
 #pragma unroll
       for (int ot = 0; ot < kOT; ++ot)
