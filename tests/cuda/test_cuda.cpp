@@ -192,17 +192,21 @@ TEST(CudaBackend, Available) {
   for (auto& b : fa4::backend_info()) std::printf("  %s: %s\n", fa4::backend_name(b.backend), b.detail.c_str());
 }
 
-// The whole feature space, random.
-TEST(CudaBackend, RandomVsReference) {
+// FA4_CUDA_CASES random configurations from `make_config(rng)`, case i seeded with tag0 + i.
+template <class MakeConfig>
+void random_vs_reference(uint64_t tag0, MakeConfig make_config) {
   const int n = env_int("FA4_CUDA_CASES", 300);
   for (int i = 0; i < n; ++i) {
-    const uint64_t seed = derive_seed(1000 + i);
+    const uint64_t seed = derive_seed(tag0 + i);
     std::mt19937_64 rng(seed);
-    const CaseConfig cfg = gpu_config(rng);
+    const CaseConfig cfg = make_config(rng);
     check_case(cfg, seed, i % 4 == 0);
     if (::testing::Test::HasFailure() && i > 8) break;  // enough to debug from
   }
 }
+
+// The whole feature space, random.
+TEST(CudaBackend, RandomVsReference) { random_vs_reference(1000, gpu_config); }
 
 // Longer sequences: multi-tile pipelines of the prefill tile, every head dim, masks.
 TEST(CudaBackend, PrefillShapes) {
@@ -409,13 +413,8 @@ TEST(CudaBackend, SingleBufferPrefill) {
   }
 }
 
-// One call captured into a CUDA graph and replayed: same bits as a direct call.
-TEST(CudaBackend, GraphCapture) {
-  const uint64_t seed = derive_seed(9000);
-  CaseConfig c;
-  c.dtype = DType::bfloat16;
-  c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 1, c.sk = 3000;
-  c.kv = KvMode::paged, c.page_size = 16, c.num_splits = 4, c.lse = true;
+// `c` captured into a CUDA graph and replayed gives the same bits as a direct call.
+void expect_graph_replay_matches_direct(const CaseConfig& c, uint64_t seed) {
   FA4_SEED_TRACE(seed);
   Case direct = make_gpu_case(c, seed);
   direct.poison_outputs();
@@ -442,6 +441,15 @@ TEST(CudaBackend, GraphCapture) {
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);
+}
+
+// One call captured into a CUDA graph and replayed: same bits as a direct call.
+TEST(CudaBackend, GraphCapture) {
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 1, c.sk = 3000;
+  c.kv = KvMode::paged, c.page_size = 16, c.num_splits = 4, c.lse = true;
+  expect_graph_replay_matches_direct(c, derive_seed(9000));
 }
 
 // Unsupported inputs (float8 on the cuda backend) are rejected before anything is written.
@@ -475,16 +483,7 @@ CaseConfig gpu_config_f32(std::mt19937_64& rng) {
   return c;
 }
 
-TEST(CudaF32, RandomVsReference) {
-  const int n = env_int("FA4_CUDA_CASES", 300);
-  for (int i = 0; i < n; ++i) {
-    const uint64_t seed = derive_seed(20000 + i);
-    std::mt19937_64 rng(seed);
-    const CaseConfig cfg = gpu_config_f32(rng);
-    check_case(cfg, seed, i % 4 == 0);
-    if (::testing::Test::HasFailure() && i > 8) break;  // enough to debug from
-  }
-}
+TEST(CudaF32, RandomVsReference) { random_vs_reference(20000, gpu_config_f32); }
 
 // Longer sequences (many key tiles, many rescales with outliers): head dims incl. odd ones and
 // Dqk != Dv, every mask kind, softcap, sinks, GQA, splits.
@@ -696,37 +695,11 @@ TEST(CudaF32, Softcap) {
 
 // One fp32 call with splits captured into a CUDA graph and replayed: same bits as a direct call.
 TEST(CudaF32, GraphCapture) {
-  const uint64_t seed = derive_seed(33000);
   CaseConfig c;
   c.dtype = DType::float32;
   c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 256, c.dv = 256, c.sq = 1, c.sk = 1000;
   c.kv = KvMode::paged, c.page_size = 16, c.num_splits = 4, c.lse = true;
-  FA4_SEED_TRACE(seed);
-  Case direct = make_gpu_case(c, seed);
-  direct.poison_outputs();
-  DeviceCase dd(direct);
-  ASSERT_TRUE(dd.run().ok());  // also sizes the cached split workspace
-  dd.download();
-
-  Case graph = make_gpu_case(c, seed);
-  graph.poison_outputs();
-  DeviceCase dg(graph);
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  const Status st = dg.run(s);
-  CUDA_OK(cudaStreamEndCapture(s, &g));
-  ASSERT_TRUE(st.ok()) << st.message;
-  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-  CUDA_OK(cudaGraphLaunch(ge, s));
-  CUDA_OK(cudaStreamSynchronize(s));
-  dg.download();
-  EXPECT_TRUE(bitwise_equal(graph, direct));
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
+  expect_graph_replay_matches_direct(c, derive_seed(33000));
 }
 
 // The public combine_partials on device tensors against the reference combine.

@@ -23,17 +23,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cuda/common/tensor_map.h"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
+#include "test_util.h"
 
 namespace {
 
 using namespace fa4::cuda::ptx;
+using fa4test::derive_seed;  // FA4_TEST_SEED replays a run, as in the other suites
 using fa4::cuda::TmaElem;
 
 #define CUDA_OK(x)                                                      \
@@ -43,34 +44,6 @@ using fa4::cuda::TmaElem;
   } while (0)
 
 // ------------------------------------------------------------------------------ host helpers
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-uint64_t base_seed() {
-  static const uint64_t s = [] {
-    uint64_t v;
-    const char* e = std::getenv("FA4_TEST_SEED");
-    if (e && *e) {
-      v = std::strtoull(e, nullptr, 0);
-    } else {
-      std::random_device rd;
-      v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    }
-    std::fprintf(stderr, "[fa4 sm90 ptx tests] base seed: FA4_TEST_SEED=%llu\n", static_cast<unsigned long long>(v));
-    return v;
-  }();
-  return s;
-}
-uint64_t derive_seed(uint64_t tag) { return splitmix64(base_seed() ^ splitmix64(tag + 0x5eed90ull)); }
-std::string seed_note(uint64_t seed) {
-  std::ostringstream s;
-  s << "case seed " << seed << "; reproduce with FA4_TEST_SEED=" << base_seed();
-  return s.str();
-}
 
 // The sm_90a image (wgmma, setmaxnreg) runs on compute capability 9.0 only: arch-specific
 // ("a") code is not forward compatible, so e.g. an sm_100 device would run the sm_80 fallback,
@@ -128,14 +101,8 @@ uint16_t to_bits(float x, TmaElem e) {
   return b;
 }
 double from_bits(uint16_t b, TmaElem e) {
-  if (e == TmaElem::bf16) {
-    __nv_bfloat16 v;
-    std::memcpy(&v, &b, 2);
-    return static_cast<double>(__bfloat162float(v));
-  }
-  __half v;
-  std::memcpy(&v, &b, 2);
-  return static_cast<double>(__half2float(v));
+  if (e == TmaElem::bf16) return static_cast<double>(__bfloat162float(__ushort_as_bfloat16(b)));
+  return static_cast<double>(__half2float(__ushort_as_half(b)));
 }
 const char* elem_name(TmaElem e) { return e == TmaElem::bf16 ? "bf16" : "fp16"; }
 
@@ -437,7 +404,7 @@ constexpr int kB = 2, kH = 3, kRows = 120, kCols = 96, kRowStride = 104;
 TEST(Sm90Tma, LoadTileSwizzle128) {
   SKIP_UNLESS_SM90();
   const uint64_t seed = derive_seed(1);
-  SCOPED_TRACE(seed_note(seed));
+  FA4_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
   const size_t count = size_t(kB) * kH * kRows * kRowStride;
   std::vector<uint16_t> host(count);
@@ -560,7 +527,7 @@ void run_wgmma_ss(TmaElem e) {
                            (kTma ? " (TMA operands)" : " (st.shared + fence.proxy.async operands)");
   SCOPED_TRACE(what);
   const uint64_t seed = derive_seed(100 + N * 4 + (e == TmaElem::f16 ? 2 : 0) + (kTma ? 1 : 0));
-  SCOPED_TRACE(seed_note(seed));
+  FA4_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
   const std::vector<uint16_t> a = random_matrix(64 * 64, e, rng), b = random_matrix(size_t(N) * 64, e, rng);
   DevBuf<uint16_t> da(a.size()), db(b.size());
@@ -592,7 +559,7 @@ void run_wgmma_rs(TmaElem e) {
   const std::string what = std::string("wgmma RS m64n") + std::to_string(N) + "k16 " + elem_name(e);
   SCOPED_TRACE(what);
   const uint64_t seed = derive_seed(300 + N * 4 + (e == TmaElem::f16 ? 2 : 0));
-  SCOPED_TRACE(seed_note(seed));
+  FA4_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
   const std::vector<uint16_t> a = random_matrix(64 * 64, e, rng), b = random_matrix(size_t(N) * 64, e, rng);
   DevBuf<uint16_t> da(a.size()), db(b.size());
@@ -654,7 +621,7 @@ TEST(Sm90Wgmma, RS) {
 TEST(Sm90Mbarrier, PhaseParityTwoRounds) {
   SKIP_UNLESS_SM90();
   const uint64_t seed = derive_seed(500);
-  SCOPED_TRACE(seed_note(seed));
+  FA4_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<uint32_t> bits(0, 0xFFFF);
   std::vector<uint16_t> host(128 * 64);  // two 64 x 64 tiles, dense rows of 64
@@ -690,7 +657,7 @@ TEST(Sm90Mbarrier, PhaseParityTwoRounds) {
 TEST(Sm90Misc, ElectNamedBarriersSetmaxnreg) {
   SKIP_UNLESS_SM90();
   const uint64_t seed = derive_seed(600);
-  SCOPED_TRACE(seed_note(seed));
+  FA4_SEED_TRACE(seed);
   DevBuf<int> out(32);
   ASSERT_TRUE(out.p);
   CUDA_OK(cudaMemset(out.p, 0, 32 * sizeof(int)));
