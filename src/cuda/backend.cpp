@@ -132,6 +132,29 @@ int choose_splits(int64_t units, int64_t slots, int64_t n_blocks) {
   return 1;
 }
 
+// Varlen q: the kernel walks the tiles of all sequences back to back (find_varlen_tile), so the
+// grid needs sum_b ceil(rows_b / m) <= ceil(total rows / m) + batch CTAs in x -- not
+// batch x ceil(total / m), which for 64 sequences was 64x the CTAs, nearly all exiting at once.
+// Both kernels (sm80, fp32 SIMT) take this plan; needs pl.m, pl.pack_gqa and pl.rows_total.
+void plan_varlen_tiles(const Problem& pb, Plan& pl) {
+  pl.varlen_tiles = pb.varlen_q;
+  if (pl.varlen_tiles) {
+    const int64_t rows_all = pl.pack_gqa ? pl.rows_total * pb.group : pl.rows_total;
+    pl.m_blocks = rows_all > 0 ? (rows_all + pl.m - 1) / pl.m + pb.batch : 0;
+  }
+}
+
+// CTAs of the unsplit problem (the split heuristic's work units).
+int64_t plan_units(const Problem& pb, const Plan& pl) {
+  return (pl.varlen_tiles ? 1 : pb.batch) * pl.grid_heads * pl.m_blocks;
+}
+
+// grid.z = batch * splits (splits alone with varlen tiles) must stay within 65535.
+void clamp_splits(const Problem& pb, Plan& pl) {
+  const int64_t z_per_split = pl.varlen_tiles ? 1 : pb.batch;
+  if (z_per_split > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / z_per_split)));
+}
+
 // float32: the SIMT kernel. One warp per tile row, kF32Rows rows per CTA, kF32Keys-key tiles;
 // partials use the actual Dv as their row stride.
 Plan make_plan_f32(const Problem& pb) {
@@ -148,8 +171,9 @@ Plan make_plan_f32(const Problem& pb) {
   pl.m_blocks = (pl.rows + pl.m - 1) / pl.m;
   pl.grid_heads = static_cast<int>(pl.pack_gqa ? pb.hkv : pb.hq);
   pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
+  plan_varlen_tiles(pb, pl);
 
-  const int64_t units = pb.batch * pl.grid_heads * pl.m_blocks;
+  const int64_t units = plan_units(pb, pl);
   if (pb.p->num_splits > 0) {
     pl.splits = pb.p->num_splits;
   } else if (dp.valid && units > 0) {
@@ -160,8 +184,7 @@ Plan make_plan_f32(const Problem& pb) {
     const int per_sm = std::max(1, std::min({2048 / simt::kF32Threads, 65536 / (simt::kF32Threads * 64), by_smem}));
     pl.splits = choose_splits(units, static_cast<int64_t>(dp.sms) * per_sm, (pb.max_sk + 127) / 128);
   }
-  // grid.z = batch * splits must stay within 65535.
-  if (pb.batch > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / pb.batch)));
+  clamp_splits(pb, pl);
   if (pl.splits > 1)
     pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
   return pl;
@@ -189,26 +212,17 @@ Plan make_plan(const Problem& pb) {
   pl.m_blocks = (pl.rows + c.m - 1) / c.m;
   pl.grid_heads = static_cast<int>(pl.pack_gqa ? pb.hkv : pb.hq);
   pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
-  // Varlen q: the kernel walks the tiles of all sequences back to back (find_varlen_tile), so the
-  // grid needs sum_b ceil(rows_b / m) <= ceil(total rows / m) + batch CTAs in x -- not
-  // batch x ceil(total / m), which for 64 sequences was 64x the CTAs, nearly all exiting at once.
-  pl.varlen_tiles = pb.varlen_q;
-  if (pl.varlen_tiles) {
-    const int64_t rows_all = pl.pack_gqa ? pl.rows_total * pb.group : pl.rows_total;
-    pl.m_blocks = rows_all > 0 ? (rows_all + c.m - 1) / c.m + pb.batch : 0;
-  }
+  plan_varlen_tiles(pb, pl);
 
   const int64_t n_blocks = (pb.max_sk + c.n - 1) / c.n;
-  const int64_t units = (pl.varlen_tiles ? 1 : pb.batch) * pl.grid_heads * pl.m_blocks;
+  const int64_t units = plan_units(pb, pl);
   if (pb.p->num_splits > 0) {
     pl.splits = pb.p->num_splits;
   } else if (dp.valid && units > 0) {
     const int64_t slots = static_cast<int64_t>(dp.sms) * ctas_per_sm(dp, c, pl.smem, pl.decode);
     pl.splits = choose_splits(units, slots, n_blocks);
   }
-  // grid.z = batch * splits (splits alone with varlen tiles) must stay within 65535.
-  const int64_t z_per_split = pl.varlen_tiles ? 1 : pb.batch;
-  if (z_per_split > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / z_per_split)));
+  clamp_splits(pb, pl);
   if (pl.splits > 1)
     pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
   return pl;
@@ -334,6 +348,8 @@ Status cuda_check(const Problem& pb) {
                                         ") need " + std::to_string(pl.smem) + " bytes of shared memory; device has " +
                                         std::to_string(dp.smem_optin));
   if (pl.rows >= INT_MAX) return Status::Unsupported("q", "q: 2^31 or more query rows (x GQA group) per sequence are not supported by the cuda backend");
+  // grid.x (and find_varlen_tile's tile index) is an int; only reachable with varlen tiles.
+  if (pl.m_blocks > INT_MAX) return Status::Unsupported("q", "q: 2^31 or more query tiles are not supported by the cuda backend");
   if (pl.workspace > 0 && p.workspace != nullptr && p.workspace_bytes < pl.workspace)
     return Status::Invalid("workspace", "workspace: " + std::to_string(p.workspace_bytes) + " bytes given, " +
                                             std::to_string(pl.workspace) + " needed (attention_workspace_size)");
@@ -399,7 +415,7 @@ Status cuda_forward(const Problem& pb) {
 
   const dim3 grid(static_cast<unsigned>(pl.m_blocks), static_cast<unsigned>(pl.grid_heads),
                   static_cast<unsigned>((pl.varlen_tiles ? 1 : pb.batch) * pl.splits));
-  cudaError_t e = pl.f32 ? cuda::simt::launch_fwd_f32(a, pb.max_sq, stream)
+  cudaError_t e = pl.f32 ? cuda::simt::launch_fwd_f32(a, grid, stream)
                          : sm80::launch_fwd(a, pl.dims, pb.dtype == DType::bfloat16, pl.decode, grid, stream);
   if (e != cudaSuccess) return device_error("attention kernel launch", e);
 

@@ -258,16 +258,18 @@ TEST(CudaBackend, DecodeShapes) {
 // Varlen q over many sequences: the kernel finds its sequence from a linear tile index with a
 // warp scan of cu_seqlens_q, 32 sequences per step, so batches past 32 / 64 and empty
 // sequences (no tiles) exercise the scan's carry; very short sequences with a GQA group take
-// the PackGQA rows (length x group per sequence).
-TEST(CudaBackend, VarlenManySequences) {
+// the PackGQA rows (length x group per sequence). `dtype(k)` picks case k's input type (the
+// 16-bit kernel and the fp32 SIMT kernel share the tile scheme).
+template <class PickDType>
+void varlen_many_sequences(uint64_t tag0, PickDType dtype) {
   int k = 0;
   for (int64_t batch : {33, 70})
     for (int64_t max_len : {3, 300})
       for (bool causal : {false, true}) {
-        const uint64_t seed = derive_seed(35000 + k++);
+        const uint64_t seed = derive_seed(tag0 + k++);
         std::mt19937_64 rng(seed);
         CaseConfig c;
-        c.dtype = (k & 1) ? DType::bfloat16 : DType::float16;
+        c.dtype = dtype(k);
         c.batch = batch, c.hkv = 2, c.hq = 8, c.dqk = 64, c.dv = 64;
         c.varlen_q = true;
         c.kv = KvMode::varlen;
@@ -281,6 +283,10 @@ TEST(CudaBackend, VarlenManySequences) {
         c.lse = true;
         check_case(c, seed, false);
       }
+}
+
+TEST(CudaBackend, VarlenManySequences) {
+  varlen_many_sequences(35000, [](int k) { return (k & 1) ? DType::bfloat16 : DType::float16; });
 }
 
 // The split-KV workspace allocator hook: called once per split launch with
@@ -691,6 +697,12 @@ TEST(CudaF32, Softcap) {
       c.lse = true;
       check_case(c, seed, false);
     }
+}
+
+// Varlen q over 33 / 70 sequences, every 7th empty: the fp32 kernel takes the same varlen tile
+// grid (find_varlen_tile) as the 16-bit one, with its 8-row blocks (PackGQA for max_len 3).
+TEST(CudaF32, VarlenManySequences) {
+  varlen_many_sequences(37000, [](int) { return DType::float32; });
 }
 
 // One fp32 call with splits captured into a CUDA graph and replayed: same bits as a direct call.

@@ -94,6 +94,23 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// One K or V tile -> shared memory: warp w copies the tile rows w, w + kRows, ... (element
+// offsets `off` in `g`, -1 = no key), lanes walk the columns [0, cols) (coalesced); keys past the
+// sequence and columns d >= dim are zeros. A plain function rather than a lambda: a lambda
+// version of this dedupe changed the kernel's code generation; this one gives the PTX of the two
+// loops it replaced (up to register names and the operand order of one `or`) and no spills.
+__device__ __forceinline__ void copy_rows(float* s, int stride, int cols, const float* g,
+                                          const int64_t (&off)[kKeysPerWarp], int dim, int warp, int lane) {
+#pragma unroll 1
+  for (int d = lane; d < cols; d += 32) {
+    float x[kKeysPerWarp];
+#pragma unroll
+    for (int u = 0; u < kKeysPerWarp; ++u) x[u] = (off[u] >= 0 && d < dim) ? __ldg(g + off[u] + d) : 0.f;
+#pragma unroll
+    for (int u = 0; u < kKeysPerWarp; ++u) s[(warp + u * kRows) * stride + d] = x[u];
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_constant__ FwdArgs p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const Smem L(p.dqk, p.dv);
@@ -104,11 +121,23 @@ __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_const
   float* sV = reinterpret_cast<float*>(smem_raw + L.v_off);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // With a causal / windowed mask later row blocks see more keys: launch them first.
-  const int m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
-                                        : static_cast<int>(blockIdx.x);
+  // With a causal / windowed mask later row blocks see more keys: launch them first (within each
+  // sequence for varlen tiles).
   const int head_idx = blockIdx.y;  // kv head (PackGQA) or query head
-  const int batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
+  int m_block, batch, split;
+  if (p.varlen_tiles) {
+    // Varlen q: blockIdx.x enumerates the row blocks of all sequences back to back (the scheme of
+    // the sm80 kernel), so the grid holds sum_b ceil(rows_b / kRows) + batch CTAs in x instead of
+    // batch x ceil(total rows / kRows), nearly all of which would exit at once.
+    int local, tiles;
+    if (!find_varlen_tile(p, kRows, static_cast<int>(blockIdx.x), &batch, &local, &tiles)) return;
+    m_block = p.mask.right >= 0 ? tiles - 1 - local : local;
+    split = blockIdx.z;
+  } else {
+    m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
+                                : static_cast<int>(blockIdx.x);
+    batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
+  }
   SeqInfo si;
   si.init(p, batch);
   // Tile rows of this (batch, head): < 2^31 (cuda_check), so row arithmetic is 32-bit.
@@ -194,22 +223,8 @@ __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_const
         okr[u] = sOffK[warp + u * kRows];
         ovr[u] = sOffV[warp + u * kRows];
       }
-#pragma unroll 1
-      for (int d = lane; d < L.dqk4; d += 32) {
-        float x[kKeysPerWarp];
-#pragma unroll
-        for (int u = 0; u < kKeysPerWarp; ++u) x[u] = (okr[u] >= 0 && d < p.dqk) ? __ldg(gk + okr[u] + d) : 0.f;
-#pragma unroll
-        for (int u = 0; u < kKeysPerWarp; ++u) sK[(warp + u * kRows) * L.kst + d] = x[u];
-      }
-#pragma unroll 1
-      for (int d = lane; d < L.dv32; d += 32) {
-        float x[kKeysPerWarp];
-#pragma unroll
-        for (int u = 0; u < kKeysPerWarp; ++u) x[u] = (ovr[u] >= 0 && d < p.dv) ? __ldg(gv + ovr[u] + d) : 0.f;
-#pragma unroll
-        for (int u = 0; u < kKeysPerWarp; ++u) sV[(warp + u * kRows) * L.dv32 + d] = x[u];
-      }
+      copy_rows(sK, L.kst, L.dqk4, gk, okr, p.dqk, warp, lane);
+      copy_rows(sV, L.dv32, L.dv32, gv, ovr, p.dv, warp, lane);
     }
     __syncthreads();
 
@@ -300,14 +315,11 @@ __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_const
 
 int fwd_f32_smem_bytes(int dqk, int dv) { return Smem(dqk, dv).bytes; }
 
-cudaError_t launch_fwd_f32(const FwdArgs& p, int64_t max_sq, cudaStream_t stream) {
+cudaError_t launch_fwd_f32(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   if (p.dqk > kF32MaxDim || p.dv > kF32MaxDim || p.num_splits < 1) return cudaErrorInvalidValue;
-  const int64_t rows = p.pack_gqa ? max_sq * p.group : max_sq;
-  const int64_t m_blocks = (rows + kRows - 1) / kRows;
-  const int64_t heads = p.pack_gqa ? p.hkv : p.hq;
-  const int64_t z = static_cast<int64_t>(p.batch) * p.num_splits;
-  if (m_blocks <= 0 || heads <= 0 || z <= 0) return cudaSuccess;
-  if (m_blocks > INT_MAX || heads > 65535 || z > 65535) return cudaErrorInvalidConfiguration;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
+  // blockIdx.x is read as an int (find_varlen_tile takes it as one).
+  if (grid.x > static_cast<unsigned>(INT_MAX) || grid.y > 65535 || grid.z > 65535) return cudaErrorInvalidConfiguration;
 
   const int smem = fwd_f32_smem_bytes(p.dqk, p.dv);
   if (smem > 48 * 1024) {
@@ -330,7 +342,6 @@ cudaError_t launch_fwd_f32(const FwdArgs& p, int64_t max_sq, cudaStream_t stream
       if (dev >= 0 && dev < 64) configured[dev].store(want);
     }
   }
-  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads), static_cast<unsigned>(z));
   fwd_f32_kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

@@ -20,12 +20,14 @@ constexpr int kF32MaxDim = 256;
 // Dynamic shared memory of one CTA for head dims (dqk, dv).
 int fwd_f32_smem_bytes(int dqk, int dv);
 
-// Launches the fp32 kernel on `stream`. grid = (ceil(rows / kF32Rows), heads, batch * num_splits)
-// with rows = max_sq (x group with PackGQA) and heads = hkv (PackGQA) or hq. `max_sq` bounds the
-// query rows of every sequence (rows of a sequence beyond it would not be computed). With
-// p.num_splits > 1 the kernel writes fp32 partials to p.o_part / p.lse_part (row stride
-// p.dv_pad) exactly like the sm80 kernel; src/cuda/combine merges them.
+// Launches the fp32 kernel on `stream` over `grid`, the decomposition of the sm80 kernel (the
+// backend plans both): grid.y = heads (hkv with PackGQA, else hq); grid.x = the row blocks of
+// kF32Rows tile rows of the longest sequence (x group with PackGQA) and grid.z = batch x
+// num_splits, or with p.varlen_tiles grid.x = an upper bound on the row blocks of all sequences
+// back to back (find_varlen_tile) and grid.z = num_splits. With p.num_splits > 1 the kernel
+// writes fp32 partials to p.o_part / p.lse_part (row stride p.dv_pad) exactly like the sm80
+// kernel; src/cuda/combine merges them.
 // Returns cudaErrorInvalidConfiguration when the device's shared memory cannot hold the tile.
-cudaError_t launch_fwd_f32(const FwdArgs& p, int64_t max_sq, cudaStream_t stream);
+cudaError_t launch_fwd_f32(const FwdArgs& p, dim3 grid, cudaStream_t stream);
 
 }  // namespace fa4::cuda::simt
