@@ -39,6 +39,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, u
                : "r"(addr));
 }
 
+// 32-bit shared-memory store at a byte address (lets the caller keep precomputed swizzled
+// addresses and fold tile offsets into the instruction's immediate).
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // D = A(16x16, row) * B(16x8, col) + D, fp32 accumulate.
 template <typename Elem>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);

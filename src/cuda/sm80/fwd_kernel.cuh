@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   } else {
     m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
                                 : static_cast<int>(blockIdx.x);
-    batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
+    batch = blockIdx.z, split = 0;
+    if (p.num_splits > 1) batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
   }
   SeqInfo si;
   si.init(p, batch);
@@ -615,6 +616,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       // swizzled [kBlockM][kDv] tile (conflict-free 4-byte stores), then copy rows out with
       // 16-byte stores.
       Elem* sOut = reinterpret_cast<Elem*>(smem_raw);
+      float row_scale[2 * kMT];  // 1 / l (times the sink's rescale) of this thread's rows
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -634,18 +636,35 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
             mrow = mx;
           }
           // Empty row (no visible key, no sink): l == 0 -> O = 0, lse = -inf.
-          const float scale = l > 0.f ? f / l : 0.f;
-#pragma unroll
-          for (int ot = 0; ot < kOT; ++ot) {
-            const uint32_t v = ptx::pack2<Elem>(o[mt][ot][2 * half] * scale, o[mt][ot][2 * half + 1] * scale);
-            *reinterpret_cast<uint32_t*>(sOut + swz<kDv>(row, ot) + 2 * t4) = v;
-          }
+          row_scale[rr] = l > 0.f ? f / l : 0.f;
           if (t4 == 0 && valid_row && p.lse != nullptr) {
             const int64_t i = row_i(m);
             const float lse = l > 0.f ? (mrow + __log2f(l)) * 0.6931471805599453f : -INFINITY;
             const int64_t lo = p.varlen_q ? (si.token0 + i) * p.lse_si : batch * p.lse_sb + i * p.lse_si;
             p.lse[lo + row_h(m) * p.lse_sh] = lse;
           }
+        }
+      // Swizzled store addresses are precomputed, so the unrolled stores are one instruction each
+      // with the tile offsets in the immediate: the per-store swizzle arithmetic was ~150 of the
+      // ~700 once-per-CTA epilogue instructions (ncu source counters, D = 256, S = 512, where
+      // per-CTA code is ~14% of warp samples). stmatrix (sm_90) would need 4x fewer stores, but
+      // its 4-register sources made ptxas add ~20-40 register moves to the main loop.
+      // Rows g and g + 8 of every m16 tile share row % 8 == g: eight bases (chunk % 8) + offsets.
+      uint32_t st_addr[8];
+      {
+        const uint32_t row_base = ptx::smem_u32(sOut) + (q_row0 + g) * kDv * 2 + 4 * t4;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) st_addr[c] = row_base + ((c ^ g) << 4);
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float sc_row = row_scale[2 * mt + half];
+#pragma unroll
+          for (int ot = 0; ot < kOT; ++ot)
+            ptx::st_shared_b32(st_addr[ot & 7] + (ot >> 3) * 128 + (mt * 16 + 8 * half) * kDv * 2,
+                               ptx::pack2<Elem>(o[mt][ot][2 * half] * sc_row, o[mt][ot][2 * half + 1] * sc_row));
         }
       __syncthreads();
       // One 16-byte chunk of a row out (a partial chunk at the end of an unpadded head dim).
@@ -670,11 +689,20 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
           Elem* dst0 = static_cast<Elem*>(p.out) + si.o_base + static_cast<int64_t>(m0 + r0) * si.o_step +
                        static_cast<int64_t>(head_idx) * p.o_sh + ch * 8;
           const int64_t rs = static_cast<int64_t>(kRowStep) * si.o_step;
+          if (valid >= 8) {  // whole chunks (every chunk of an instantiated head dim): no per-row tail code
 #pragma unroll
-          for (int k = 0; k < kBlockM / kRowStep; ++k) {
-            const int r = r0 + k * kRowStep;
-            if (m0 + r >= rows_seq) break;  // rows ascend with k
-            store_chunk(dst0 + k * rs, *reinterpret_cast<const uint4*>(sOut + swz<kDv>(r, ch)), valid);
+            for (int k = 0; k < kBlockM / kRowStep; ++k) {
+              const int r = r0 + k * kRowStep;
+              if (m0 + r >= rows_seq) break;  // rows ascend with k
+              *reinterpret_cast<uint4*>(dst0 + k * rs) = *reinterpret_cast<const uint4*>(sOut + swz<kDv>(r, ch));
+            }
+          } else {
+#pragma unroll 1
+            for (int k = 0; k < kBlockM / kRowStep; ++k) {
+              const int r = r0 + k * kRowStep;
+              if (m0 + r >= rows_seq) break;
+              store_chunk(dst0 + k * rs, *reinterpret_cast<const uint4*>(sOut + swz<kDv>(r, ch)), valid);
+            }
           }
           return;
         }
