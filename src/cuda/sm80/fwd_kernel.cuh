@@ -174,13 +174,17 @@ struct RowMask32 {
   }
 };
 
-// kGeneral = false compiles out the softcap, paged-KV and varlen-q tile-scheduling paths: the
-// runtime-feature code of the general instance makes the unrolled main loop large enough to miss
-// in the instruction cache (ncu on H200, D = 128, S = 512: 35% of issue stalls were "no
-// instruction"), so the common case (dense q; no softcap; contiguous / varlen / cache KV) gets
-// its own smaller instance.
-template <class T, bool kGeneral>
+// Instances by feature set. The runtime-feature code of the general instance (softcap, paged KV,
+// varlen-q tile scheduling) makes the unrolled main loop large enough to miss in the instruction
+// cache (ncu on H200, D = 128, S = 512: 35% of issue stalls were "no instruction"), so the common
+// case (dense q; no softcap; contiguous / varlen / cache KV) gets its own smaller instance, and
+// so does varlen q without softcap / paging (prefill tiles): in the general instance it ran at
+// 0.84-0.94x of the same problem dense, 0.93-1.0x in a softcap- and paging-free one (H200).
+enum class Inst : int { common, varlen, general };
+
+template <class T, Inst kInst>
 __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant__ FwdArgs p) {
+  constexpr bool kGeneral = kInst == Inst::general;
   using Elem = typename T::Elem;
   constexpr int kDqk = T::kDqk, kDv = T::kDv, kBlockM = T::kBlockM, kBlockN = T::kBlockN;
   constexpr int kMT = T::kMT, kNT = T::kNT, kOT = T::kOT, kStages = T::kStages, kThreads = T::kThreads;
@@ -200,10 +204,10 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   // long CTAs do not form the tail of the grid.
   const int head_idx = blockIdx.y;  // kv head (PackGQA) or query head
   int m_block, batch, split;
-  // Varlen tile scheduling lives in the general instance only: in the common instance the tile,
-  // batch and split stay functions of blockIdx (uniform registers); merging them with the
-  // scanned values cost D = 256 prefill ~10% (H200, 2026-11-29).
-  if (kGeneral && p.varlen_tiles) {
+  // Varlen tile scheduling is compiled out of the common instance: there the tile, batch and
+  // split stay functions of blockIdx (uniform registers); merging them with the scanned values
+  // cost D = 256 prefill ~10% (H200, 2026-11-29).
+  if (kInst == Inst::varlen || (kGeneral && p.varlen_tiles)) {
     int local, tiles;
     if (!find_varlen_tile(p, kBlockM, static_cast<int>(blockIdx.x), &batch, &local, &tiles)) return;
     m_block = p.mask.right >= 0 ? tiles - 1 - local : local;

@@ -7,7 +7,7 @@
 
 namespace fa4::cuda::sm80 {
 
-template <typename Elem, int Dqk, int Dv, bool Decode, bool General>
+template <typename Elem, int Dqk, int Dv, bool Decode, Inst kInst>
 cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   constexpr TileCfg c = Decode ? decode_cfg(Dqk, Dv) : prefill_cfg(Dqk, Dv);
   using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages>;
@@ -22,21 +22,25 @@ cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
     err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (err != cudaSuccess) return err;
     if (optin < T::kSmemBytes) return cudaErrorInvalidConfiguration;
-    err = cudaFuncSetAttribute(fwd_kernel<T, General>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    err = cudaFuncSetAttribute(fwd_kernel<T, kInst>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
     if (err != cudaSuccess) return err;
     configured[dev] = true;
   }
-  fwd_kernel<T, General><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  fwd_kernel<T, kInst><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
 template <typename Elem, int Dqk, int Dv, bool Decode>
 cudaError_t launch_features(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   // The common instance has no softcap, paged-KV or varlen-tile code (smaller, uniform-register
-  // addressing); everything else takes the general one.
-  const bool general = p.softcap_log2 != 0.f || p.kv_mode == kKvPaged || p.varlen_tiles;
-  return general ? launch_instance<Elem, Dqk, Dv, Decode, true>(p, grid, stream)
-                 : launch_instance<Elem, Dqk, Dv, Decode, false>(p, grid, stream);
+  // addressing); varlen q without softcap / paging takes the varlen instance (prefill tiles only:
+  // varlen decode is rare enough not to be worth another instance); everything else the general.
+  const bool general = p.softcap_log2 != 0.f || p.kv_mode == kKvPaged;
+  if (general || (Decode && p.varlen_tiles)) return launch_instance<Elem, Dqk, Dv, Decode, Inst::general>(p, grid, stream);
+  if constexpr (!Decode) {
+    if (p.varlen_tiles) return launch_instance<Elem, Dqk, Dv, Decode, Inst::varlen>(p, grid, stream);
+  }
+  return launch_instance<Elem, Dqk, Dv, Decode, Inst::common>(p, grid, stream);
 }
 
 template <int Dqk, int Dv>
