@@ -29,7 +29,6 @@ if [[ "${1:-}" == "--stage" ]]; then
   du -sh "$DIR" build-device-pack
   exit 0
 fi
-[[ -f build-device-pack/bin.tgz && ! -d "$DIR" ]] && tar xzf build-device-pack/bin.tgz
 
 QUICK=0 TESTS=1 BENCH=1 SAN=1 BENCH_ARGS=""
 while [[ $# -gt 0 ]]; do
@@ -42,9 +41,7 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-OUT=${OUT:-/tmp/fa4-device-out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$DIR/lib:${LD_LIBRARY_PATH:-}"
+OUT_DEFAULT=/tmp/fa4-device-out source bench/device_env.sh
 export PYTHONUNBUFFERED=1
 export FA4_COMMIT=$(cat "$DIR/commit" 2>/dev/null || echo unknown)
 SUMMARY=()

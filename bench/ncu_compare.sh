@@ -5,11 +5,7 @@
 #   OUT=/dir bash bench/ncu_compare.sh "128 512 0" "256 1024 1" ...     (D S causal)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DIR=build-device
-[[ -f build-device-pack/bin.tgz && ! -d "$DIR" ]] && tar xzf build-device-pack/bin.tgz
-OUT=${OUT:-/tmp/fa4-ncu}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$DIR/lib:${LD_LIBRARY_PATH:-}"
+OUT_DEFAULT=/tmp/fa4-ncu source bench/device_env.sh
 STALLS="barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle no_instruction wait not_selected dispatch_stall lg_throttle branch_resolving"
 METRICS="gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__average_warp_latency_per_inst_issued.ratio,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct"
 for s in $STALLS; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done

@@ -4,11 +4,7 @@
 #   OUT=/dir bash bench/ncu_source.sh "256 1024 1" ...     (D S causal)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DIR=build-device
-[[ -f build-device-pack/bin.tgz && ! -d "$DIR" ]] && tar xzf build-device-pack/bin.tgz
-OUT=${OUT:-/tmp/fa4-ncu}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$DIR/lib:${LD_LIBRARY_PATH:-}"
+OUT_DEFAULT=/tmp/fa4-ncu source bench/device_env.sh
 for c in "$@"; do
   set -- $c
   tag="d$1_s$2_c$3"
