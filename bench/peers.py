@@ -16,6 +16,11 @@ rounds (fa4, flash, cudnn, fa4, ...) so drift hits every implementation alike; t
 flushed before every prefill rep by writing a 256 MB buffer, outside the timed region.
 
 Usage: python3 bench/peers.py --lib build-cuda/libfa4.so --out DIR [--quick] [--reps N]
+                                [--ab NAME=other/libfa4.so ...]
+
+--ab adds other builds of libfa4 (an experiment against its baseline) to the prefill sweep: they
+are loaded into the same process (each keeps its own symbols: ctypes loads them RTLD_LOCAL) and
+timed in the same interleaved rounds on the same inputs, which is a tighter A/B than two runs.
 """
 import argparse
 import ctypes
@@ -160,7 +165,8 @@ def bench_gemm(timer):
     return 2 * 8192 ** 3 / ms / 1e9
 
 
-def bench_prefill(fa4, timer, dims, causals, seqs, check):
+def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None):
+    variants = variants or {}
     rows = []
     for d in dims:
         for causal in causals:
@@ -173,9 +179,15 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check):
                 p = fa4.params(q, k, v, out, causal=causal)
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BHSD views
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                t = timer.compare_ms({"fa4": lambda: fa4.call(p),
-                                      "flash": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
-                                      "cudnn": lambda: sdpa(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)})
+                fns = {"fa4": lambda: fa4.call(p),
+                       "flash": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
+                       "cudnn": lambda: sdpa(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)}
+                outs_ab = {}
+                for name, lib in variants.items():
+                    outs_ab[name] = torch.empty_like(q)
+                    pv = lib.params(q, k, v, outs_ab[name], causal=causal)
+                    fns["ab_" + name] = (lambda lib, pv: lambda: lib.call(pv))(lib, pv)
+                t = timer.compare_ms(fns)
                 t_fa4, t_flash, t_cudnn = t["fa4"], t["flash"], t["cudnn"]
                 err = None
                 if check:
@@ -185,10 +197,18 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check):
                 tf = lambda t: None if t is None else flops / t / 1e9
                 r = dict(d=d, causal=int(causal), s=s, b=b, h=h, fa4=tf(t_fa4), flash=tf(t_flash), cudnn=tf(t_cudnn),
                          max_abs_diff_vs_flash=err)
+                for name in variants:
+                    r["ab_" + name] = tf(t["ab_" + name])
+                    if check:
+                        fns["ab_" + name]()
+                        fa4.call(p)
+                        torch.cuda.synchronize()
+                        r[f"ab_{name}_max_abs_diff_vs_fa4"] = (outs_ab[name].float() - out.float()).abs().max().item()
                 rows.append(r)
                 print(f"  prefill d={d} causal={int(causal)} s={s}: fa4 {r['fa4']:.0f}  flash {fmt(r['flash'])}  "
-                      f"cudnn {fmt(r['cudnn'])} TFLOP/s" + (f"  maxdiff {err:.3g}" if err is not None else ""), flush=True)
-                del q, k, v, out, qt, kt, vt
+                      f"cudnn {fmt(r['cudnn'])} TFLOP/s" + (f"  maxdiff {err:.3g}" if err is not None else "") +
+                      "".join(f"  {n} {fmt(r['ab_' + n])}" for n in variants), flush=True)
+                del q, k, v, out, qt, kt, vt, outs_ab
     return rows
 
 
@@ -282,7 +302,7 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
-def markdown(meta, gemm, prefill, decode, varlen=()):
+def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
     L = [f"# fa4 vs peers: {meta['gpu']}, {meta['date']}", "",
          f"- commit: `{meta['commit']}`", f"- command: `{meta['command']}`",
          f"- torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}",
@@ -296,6 +316,16 @@ def markdown(meta, gemm, prefill, decode, varlen=()):
     for r in prefill:
         L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {fmt(r['fa4'])} | {fmt(r['flash'])} | "
                  f"{fmt(r['cudnn'])} | {fmt(ratio(r['fa4'], r['flash']), 2)} | {fmt(ratio(r['fa4'], r['cudnn']), 2)} |")
+    if ab_names:
+        L += ["", "## A/B: other builds of fa4, same rounds, same inputs (TFLOP/s)", "",
+              "| D | causal | S | fa4 | " + " | ".join(ab_names) + " | fa4/flash | " +
+              " | ".join(f"{n}/flash | {n}/fa4" for n in ab_names) + " |",
+              "|---|---|---|---|" + "---|" * len(ab_names) + "---|" + "---|---|" * len(ab_names)]
+        for r in prefill:
+            L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {fmt(r['fa4'])} | " +
+                     " | ".join(fmt(r['ab_' + n]) for n in ab_names) + f" | {fmt(ratio(r['fa4'], r['flash']), 3)} | " +
+                     " | ".join(f"{fmt(ratio(r['ab_' + n], r['flash']), 3)} | {fmt(ratio(r['ab_' + n], r['fa4']), 3)}"
+                                for n in ab_names) + " |")
     if varlen:
         L += ["", "## Varlen prefill, bf16, TFLOP/s (packed tokens + cu_seqlens, B equal lengths, B*S = 16384)", "",
               "| D | causal | S | B | fa4 varlen | fa4 dense | flash dense | varlen/dense | varlen/flash |",
@@ -328,7 +358,15 @@ def main():
     ap.add_argument("--skip-varlen", action="store_true")
     ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated)")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
+    ap.add_argument("--ab", action="append", default=[], metavar="NAME=LIB",
+                    help="another libfa4 build timed in the same rounds on the prefill sweep (repeatable)")
     args = ap.parse_args()
+    variants = {}
+    for spec in args.ab:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            ap.error(f"--ab: expected NAME=LIB, got {spec!r}")
+        variants[name] = Fa4(os.path.abspath(path))
 
     torch.manual_seed(0)
     fa4 = Fa4(os.path.abspath(args.lib))
@@ -349,19 +387,20 @@ def main():
     print(f"  cuBLAS bf16 GEMM 8192^3: {gemm:.0f} TFLOP/s", flush=True)
     check = not args.no_check
     if args.quick:
-        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, [64, 128, 256], [False, True], [2048], check)
+        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, [64, 128, 256], [False, True], [2048], check,
+                                                             variants)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384], [16, 256], check)
         varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [2048], check)
     else:
         dims = [int(x) for x in args.dims.split(",")]
         seqs = [int(x) for x in args.seqs.split(",")]
-        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, dims, [False, True], seqs, check)
+        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, dims, [False, True], seqs, check, variants)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
         varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [256, 1024, 4096], check)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode, varlen=varlen), f, indent=1)
-    md = markdown(meta, gemm, prefill, decode, varlen)
+    md = markdown(meta, gemm, prefill, decode, varlen, list(variants))
     with open(os.path.join(args.out, "peers.md"), "w") as f:
         f.write(md)
     print(md)
