@@ -105,6 +105,49 @@ __device__ __forceinline__ bool find_varlen_tile(const FwdArgs& p, int rows_per_
   return false;
 }
 
+// The CTA's query tile: (m_block within its sequence, batch, split). Varlen tiles (kVarlen, and
+// p.varlen_tiles unless kAlwaysVarlen): blockIdx.x walks the tiles of all sequences back to back
+// (find_varlen_tile) and blockIdx.z is the split; otherwise blockIdx.x is the tile and
+// blockIdx.z = batch x split. With a causal / windowed mask later tiles see more keys, so tiles
+// are taken in reverse (within each sequence): the long CTAs start first instead of forming the
+// tail of the grid. False (uniform over the CTA) for a CTA past the last varlen tile.
+template <bool kVarlen, bool kAlwaysVarlen = false>
+__device__ __forceinline__ bool cta_tile(const FwdArgs& p, int rows_per_tile, int* m_block, int* batch, int* split) {
+  if (kVarlen && (kAlwaysVarlen || p.varlen_tiles)) {
+    int local, tiles;
+    if (!find_varlen_tile(p, rows_per_tile, static_cast<int>(blockIdx.x), batch, &local, &tiles)) return false;
+    *m_block = p.mask.right >= 0 ? tiles - 1 - local : local;
+    *split = blockIdx.z;
+  } else {
+    *m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
+                                 : static_cast<int>(blockIdx.x);
+    *batch = blockIdx.z, *split = 0;
+    if (p.num_splits > 1) *batch = blockIdx.z / p.num_splits, *split = blockIdx.z % p.num_splits;
+  }
+  return true;
+}
+
+// Key tiles [*n_lo, *n_hi) (tile_keys keys each) that query rows i_first ..= i_last of one
+// sequence see under the mask, clamped to its sk keys, then this split's equal share of them
+// (every kernel splits the same way; the combine does not care how keys are split).
+__device__ __forceinline__ void key_tiles(const FwdArgs& p, const SeqInfo& si, int64_t i_first, int64_t i_last, int sk,
+                                          int tile_keys, int split, int* n_lo_out, int* n_hi_out) {
+  const core::SeqMask sm{p.mask, si.sq, si.sk};
+  int64_t klo, khi;
+  sm.key_range(i_first, i_last + 1, &klo, &khi);
+  if (klo > sk) klo = sk;
+  if (khi > sk) khi = sk;
+  int n_lo = static_cast<int>(klo / tile_keys);
+  int n_hi = khi > klo ? static_cast<int>((khi + tile_keys - 1) / tile_keys) : n_lo;
+  if (p.num_splits > 1) {
+    const int per = (n_hi - n_lo + p.num_splits - 1) / p.num_splits;
+    const int lo = n_lo + split * per;
+    n_lo = lo < n_hi ? lo : n_hi;
+    n_hi = lo + per < n_hi ? lo + per : n_hi;
+  }
+  *n_lo_out = n_lo, *n_hi_out = n_hi;
+}
+
 // Element offsets of key row j of one sequence in k (or v, with its strides): dense / cache rows
 // advance along dim 1, varlen rows along dim 0, paged rows go through the page table.
 struct KvAddr {

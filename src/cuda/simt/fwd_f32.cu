@@ -121,23 +121,11 @@ __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_const
   float* sV = reinterpret_cast<float*>(smem_raw + L.v_off);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // With a causal / windowed mask later row blocks see more keys: launch them first (within each
-  // sequence for varlen tiles).
   const int head_idx = blockIdx.y;  // kv head (PackGQA) or query head
   int m_block, batch, split;
-  if (p.varlen_tiles) {
-    // Varlen q: blockIdx.x enumerates the row blocks of all sequences back to back (the scheme of
-    // the sm80 kernel), so the grid holds sum_b ceil(rows_b / kRows) + batch CTAs in x instead of
-    // batch x ceil(total rows / kRows), nearly all of which would exit at once.
-    int local, tiles;
-    if (!find_varlen_tile(p, kRows, static_cast<int>(blockIdx.x), &batch, &local, &tiles)) return;
-    m_block = p.mask.right >= 0 ? tiles - 1 - local : local;
-    split = blockIdx.z;
-  } else {
-    m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
-                                : static_cast<int>(blockIdx.x);
-    batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
-  }
+  // Varlen q: the grid holds sum_b ceil(rows_b / kRows) + batch CTAs in x instead of
+  // batch x ceil(total rows / kRows), nearly all of which would exit at once.
+  if (!cta_tile<true>(p, kRows, &m_block, &batch, &split)) return;
   SeqInfo si;
   si.init(p, batch);
   // Tile rows of this (batch, head): < 2^31 (cuda_check), so row arithmetic is 32-bit.
@@ -151,22 +139,11 @@ __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_const
   auto row_i = [&](int m) -> int { return p.pack_gqa ? m / p.group : m; };
   auto row_h = [&](int m) -> int { return p.pack_gqa ? hk * p.group + m % p.group : head_idx; };
 
-  // Keys of the whole CTA (mask), then this split's share of its kKeys tiles: the same rule as
-  // the sm80 kernel (only the tile size differs; the combine does not care how keys are split).
+  // Keys of the whole CTA (mask), then this split's share of its kKeys tiles.
   const core::SeqMask sm{p.mask, si.sq, si.sk};
   const int m_last = (m0 + kRows < rows_seq ? m0 + kRows : rows_seq) - 1;
-  int64_t klo, khi;
-  sm.key_range(row_i(m0), static_cast<int64_t>(row_i(m_last)) + 1, &klo, &khi);
-  if (klo > sk) klo = sk;
-  if (khi > sk) khi = sk;
-  int n_lo = static_cast<int>(klo / kKeys);
-  int n_hi = khi > klo ? static_cast<int>((khi + kKeys - 1) / kKeys) : n_lo;
-  if (p.num_splits > 1) {
-    const int per = (n_hi - n_lo + p.num_splits - 1) / p.num_splits;
-    const int lo = n_lo + split * per;
-    n_lo = lo < n_hi ? lo : n_hi;
-    n_hi = lo + per < n_hi ? lo + per : n_hi;
-  }
+  int n_lo, n_hi;
+  key_tiles(p, si, row_i(m0), row_i(m_last), sk, kKeys, split, &n_lo, &n_hi);
 
   // This warp's row and its visible keys [row_lo, row_hi) (empty when row_lo >= row_hi).
   const int m = m0 + warp;

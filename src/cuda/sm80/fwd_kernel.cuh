@@ -200,24 +200,12 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;
   const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates: row group, column pair
 
-  // With a causal / windowed mask later query tiles see more keys: launch them first so the
-  // long CTAs do not form the tail of the grid.
   const int head_idx = blockIdx.y;  // kv head (PackGQA) or query head
   int m_block, batch, split;
   // Varlen tile scheduling is compiled out of the common instance: there the tile, batch and
   // split stay functions of blockIdx (uniform registers); merging them with the scanned values
   // cost D = 256 prefill ~10% (H200, 2026-11-29).
-  if (kInst == Inst::varlen || (kGeneral && p.varlen_tiles)) {
-    int local, tiles;
-    if (!find_varlen_tile(p, kBlockM, static_cast<int>(blockIdx.x), &batch, &local, &tiles)) return;
-    m_block = p.mask.right >= 0 ? tiles - 1 - local : local;
-    split = blockIdx.z;
-  } else {
-    m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
-                                : static_cast<int>(blockIdx.x);
-    batch = blockIdx.z, split = 0;
-    if (p.num_splits > 1) batch = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
-  }
+  if (!cta_tile<kInst != Inst::common, kInst == Inst::varlen>(p, kBlockM, &m_block, &batch, &split)) return;
   SeqInfo si;
   si.init(p, batch);
   // Tile rows of this (batch, head): < 2^31 (cuda_check), so row arithmetic is 32-bit.
@@ -265,21 +253,10 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   }
 
   // Key range of the whole tile (mask), then this split's share of its kBlockN tiles.
-  const core::SeqMask sm{p.mask, si.sq, si.sk};
   const int m_last = (m0 + kBlockM < rows_seq ? m0 + kBlockM : rows_seq) - 1;
   const int64_t i_first = row_i(m0), i_last = row_i(m_last);
-  int64_t klo, khi;
-  sm.key_range(i_first, i_last + 1, &klo, &khi);
-  if (klo > sk) klo = sk;
-  if (khi > sk) khi = sk;
-  int n_lo = static_cast<int>(klo / kBlockN);
-  int n_hi = khi > klo ? static_cast<int>((khi + kBlockN - 1) / kBlockN) : n_lo;
-  if (p.num_splits > 1) {
-    const int per = (n_hi - n_lo + p.num_splits - 1) / p.num_splits;
-    const int lo = n_lo + split * per;
-    n_lo = lo < n_hi ? lo : n_hi;
-    n_hi = lo + per < n_hi ? lo + per : n_hi;
-  }
+  int n_lo, n_hi;
+  key_tiles(p, si, i_first, i_last, sk, kBlockN, split, &n_lo, &n_hi);
   const int n_tiles = n_hi - n_lo;
 
   const Elem* gk = static_cast<const Elem*>(p.k);
