@@ -5,6 +5,7 @@
 # Build here first (no GPU needed), then stage the binaries that travel (carry build-device-pack):
 #   cmake -S . -B build-cuda -DFA4_CUDA=ON -DCMAKE_BUILD_TYPE=Release && make -C build-cuda -j2 fa4 test_cuda test_sm90_ptx
 #   bash bench/device_run.sh --stage        # copies them into build-device/ (small enough to carry)
+#   bash bench/stage_ab.sh REV NAME          # optional: another revision's libfa4 for --ab (peers.py)
 # On the GPU machine (the repo root, build-device-pack/ carried):
 #   OUT=/some/dir bash bench/device_run.sh [--quick] [--skip-tests] [--skip-bench] [--bench-args "..."]
 set -uo pipefail
@@ -24,7 +25,11 @@ if [[ "${1:-}" == "--stage" ]]; then
   cp -L "$(g++ -print-file-name=libgomp.so.1)" "$DIR/lib/"  # the device image may lack OpenMP's runtime
   git rev-parse --short HEAD > "$DIR/commit"
   strip --strip-unneeded "$DIR/lib/libfa4.so" "$DIR/test_cuda"
+  set -- --pack
+fi
+if [[ "${1:-}" == "--pack" ]]; then
   # The fatbins compress well; carry build-device-pack/ (well under the 64 MiB transfer limit).
+  # (bench/stage_ab.sh adds other builds to $DIR/lib and packs again.)
   rm -rf build-device-pack && mkdir -p build-device-pack && tar czf build-device-pack/bin.tgz "$DIR"
   du -sh "$DIR" build-device-pack
   exit 0
