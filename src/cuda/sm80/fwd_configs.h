@@ -31,7 +31,9 @@ constexpr TileCfg prefill_cfg(int dqk, int dv) {
   // 0.94-1.14x vs 0.86-1.13x causal. A 64 x 32 2-stage tile (97 KB) measured 0.75-0.98x: its
   // barriers per FLOP double. The same 2-barrier schedule with a 2-stage ring at 1 CTA / SM
   // (D = 64 / 128 / 256) lost 4-13% at S = 2k: the mid-iteration barrier only pays when
-  // another CTA fills the gap.
+  // another CTA fills the gap. 64 x 48 tiles with K and V sharing a 3-slot ring (about one
+  // iteration of lead time per load, 104 KB) measured 0.88-0.93x FA2 non-causal vs 0.97-1.06x
+  // for this tile: per-tile overhead on 25% less work (docs/perf/h200-2026-11-29-b2af610.md).
   return dqk <= 64    ? TileCfg{128, 128, 4, 1, 2}
          : dqk <= 128 ? TileCfg{128, 64, 4, 1, 2}
          : dv <= 128  ? TileCfg{128, 64, 8, 1, 2}   // (192, 128)
