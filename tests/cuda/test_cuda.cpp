@@ -17,16 +17,12 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cuda_ok.h"
 
 namespace {
 
 using namespace fa4test;
 
-#define CUDA_OK(x)                                                                \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    ASSERT_EQ(e_, cudaSuccess) << #x << ": " << cudaGetErrorString(e_);           \
-  } while (0)
 
 int env_int(const char* name, int dflt) {
   const char* e = std::getenv(name);
@@ -134,9 +130,11 @@ void align_lse(Case& c) {
   t.mem.assign(static_cast<size_t>(std::max<int64_t>(extent, 1)) * 4, 0xFF);
 }
 
+// A case of `cfg` with GPU-aligned lse rows and poisoned outputs (every run starts from them).
 Case make_gpu_case(const CaseConfig& cfg, uint64_t seed) {
   Case c = make_case(cfg, seed);
   align_lse(c);
+  c.poison_outputs();
   return c;
 }
 
@@ -161,11 +159,9 @@ void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
   FA4_SEED_TRACE(seed);
   Case ref = make_gpu_case(cfg, seed);
   Case test = make_gpu_case(cfg, seed);
-  ref.poison_outputs();
   const Status rs = ref.run(Backend::reference);
   ASSERT_TRUE(rs.ok()) << rs.message;
 
-  test.poison_outputs();
   DeviceCase dc(test);
   const Status ts = dc.run();
   ASSERT_TRUE(ts.ok()) << ts.message;
@@ -177,7 +173,6 @@ void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
   if (determinism) {
     // Second run on the same device inputs (appends write the same rows again): bitwise equal.
     Case again = make_gpu_case(cfg, seed);
-    again.poison_outputs();
     DeviceCase d2(again);
     ASSERT_TRUE(d2.run().ok());
     d2.download();
@@ -329,10 +324,8 @@ TEST(CudaBackend, WorkspaceAllocatorHook) {
       c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 3, c.sk = 700;
       c.kv = KvMode::cache, c.snew = 2, c.num_splits = splits, c.lse = true;
       Case ref = make_gpu_case(c, seed);
-      ref.poison_outputs();
       ASSERT_TRUE(ref.run(Backend::reference).ok());
       Case test = make_gpu_case(c, seed);
-      test.poison_outputs();
       DeviceCase dc(test);
       cudaStream_t s;
       CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -358,7 +351,6 @@ TEST(CudaBackend, WorkspaceAllocatorHook) {
 
       if (splits > 1) {  // the allocator fails: error, nothing written, the cache not appended
         Case fresh = make_gpu_case(c, seed);
-        fresh.poison_outputs();
         const Case before = fresh;
         DeviceCase df(fresh);
         HookLog failing;
@@ -423,13 +415,11 @@ TEST(CudaBackend, SingleBufferPrefill) {
 void expect_graph_replay_matches_direct(const CaseConfig& c, uint64_t seed) {
   FA4_SEED_TRACE(seed);
   Case direct = make_gpu_case(c, seed);
-  direct.poison_outputs();
   DeviceCase dd(direct);
   ASSERT_TRUE(dd.run().ok());  // also sizes the cached split workspace
   dd.download();
 
   Case graph = make_gpu_case(c, seed);
-  graph.poison_outputs();
   DeviceCase dg(graph);
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -660,10 +650,8 @@ TEST(CudaF32, SplitCounts) {
   c.dtype = DType::float32;
   c.batch = 2, c.hkv = 1, c.hq = 4, c.dqk = 64, c.dv = 72, c.sq = 5, c.sk = 900, c.num_splits = 6, c.lse = true;
   Case ref = make_gpu_case(c, seed);
-  ref.poison_outputs();
   ASSERT_TRUE(ref.run(Backend::reference).ok());
   Case test = make_gpu_case(c, seed);
-  test.poison_outputs();
   DeviceCase dc(test);
   fa4::AttentionParams p = dc.params();
   const size_t ws = fa4::attention_workspace_size(p);

@@ -30,6 +30,7 @@
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "test_util.h"
+#include "cuda_ok.h"
 
 namespace {
 
@@ -37,11 +38,6 @@ using namespace fa4::cuda::ptx;
 using fa4test::derive_seed;  // FA4_TEST_SEED replays a run, as in the other suites
 using fa4::cuda::TmaElem;
 
-#define CUDA_OK(x)                                                      \
-  do {                                                                  \
-    cudaError_t e_ = (x);                                               \
-    ASSERT_EQ(e_, cudaSuccess) << #x << ": " << cudaGetErrorString(e_); \
-  } while (0)
 
 // ------------------------------------------------------------------------------ host helpers
 
@@ -521,6 +517,41 @@ void check_gemm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, 
   if (bad == 0) std::printf("  %s: max |err|/tol = %.3g\n", what.c_str(), worst);
 }
 
+// Operands and outputs of one 64 x N x 64 wgmma check: random A [64 x 64] and B [N x 64]
+// (K contiguous) on the host and the device, C poisoned with NaN (every element must be written),
+// and the kernel's mbarrier-timeout status word.
+struct GemmRig {
+  int n;
+  TmaElem e;
+  std::vector<uint16_t> a, b;
+  DevBuf<uint16_t> da, db;
+  DevBuf<float> dc;
+  DevBuf<int> status;
+  GemmRig(int n_, TmaElem e_, std::mt19937_64& rng)
+      : n(n_), e(e_), a(random_matrix(64 * 64, e, rng)), b(random_matrix(size_t(n) * 64, e, rng)), da(a.size()),
+        db(b.size()), dc(size_t(64) * n), status(1) {}
+};
+
+void upload(GemmRig& r) {
+  ASSERT_TRUE(r.da.p && r.db.p && r.dc.p && r.status.p);
+  CUDA_OK(cudaMemcpy(r.da.p, r.a.data(), r.a.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(r.db.p, r.b.data(), r.b.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(r.dc.p, 0xFF, size_t(64) * r.n * 4));  // NaN: every element must be written
+  CUDA_OK(cudaMemset(r.status.p, 0, sizeof(int)));
+}
+
+// After the launch: C and the status word back, C against the fp64 product.
+void download_and_check(const GemmRig& r, const std::string& what) {
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> c(size_t(64) * r.n);
+  int st = 0;
+  CUDA_OK(cudaMemcpy(c.data(), r.dc.p, c.size() * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&st, r.status.p, sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(st, 0) << "mbarrier wait timed out";
+  check_gemm(r.a, r.b, c, r.n, r.e, what);
+}
+
 template <typename Elem, int N, bool kTma>
 void run_wgmma_ss(TmaElem e) {
   const std::string what = std::string("wgmma SS m64n") + std::to_string(N) + "k16 " + elem_name(e) +
@@ -529,29 +560,16 @@ void run_wgmma_ss(TmaElem e) {
   const uint64_t seed = derive_seed(100 + N * 4 + (e == TmaElem::f16 ? 2 : 0) + (kTma ? 1 : 0));
   FA4_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  const std::vector<uint16_t> a = random_matrix(64 * 64, e, rng), b = random_matrix(size_t(N) * 64, e, rng);
-  DevBuf<uint16_t> da(a.size()), db(b.size());
-  DevBuf<float> dc(size_t(64) * N);
-  DevBuf<int> status(1);
-  ASSERT_TRUE(da.p && db.p && dc.p && status.p);
-  CUDA_OK(cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(dc.p, 0xFF, size_t(64) * N * 4));  // NaN: every element must be written
-  CUDA_OK(cudaMemset(status.p, 0, sizeof(int)));
+  GemmRig r(N, e, rng);
+  upload(r);
+  if (::testing::Test::HasFatalFailure()) return;
   CUtensorMap ma, mb;
   std::string err;
-  ASSERT_TRUE(fa4::cuda::encode_tma_2d_sw128(&ma, da.p, e, 64, 64, 64, 64, &err)) << err;
-  ASSERT_TRUE(fa4::cuda::encode_tma_2d_sw128(&mb, db.p, e, N, 64, 64, N, &err)) << err;
+  ASSERT_TRUE(fa4::cuda::encode_tma_2d_sw128(&ma, r.da.p, e, 64, 64, 64, 64, &err)) << err;
+  ASSERT_TRUE(fa4::cuda::encode_tma_2d_sw128(&mb, r.db.p, e, N, 64, 64, N, &err)) << err;
   const size_t smem = 64 * 128 + size_t(N) * 128 + 1024;
-  wgmma_ss_kernel<Elem, N, kTma><<<1, 128, smem>>>(ma, mb, da.p, db.p, dc.p, status.p);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> c(size_t(64) * N);
-  int st = 0;
-  CUDA_OK(cudaMemcpy(c.data(), dc.p, c.size() * 4, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&st, status.p, sizeof(int), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(st, 0) << "mbarrier wait timed out";
-  check_gemm(a, b, c, N, e, what);
+  wgmma_ss_kernel<Elem, N, kTma><<<1, 128, smem>>>(ma, mb, r.da.p, r.db.p, r.dc.p, r.status.p);
+  download_and_check(r, what);
 }
 
 template <typename Elem, int N>
@@ -561,28 +579,15 @@ void run_wgmma_rs(TmaElem e) {
   const uint64_t seed = derive_seed(300 + N * 4 + (e == TmaElem::f16 ? 2 : 0));
   FA4_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  const std::vector<uint16_t> a = random_matrix(64 * 64, e, rng), b = random_matrix(size_t(N) * 64, e, rng);
-  DevBuf<uint16_t> da(a.size()), db(b.size());
-  DevBuf<float> dc(size_t(64) * N);
-  DevBuf<int> status(1);
-  ASSERT_TRUE(da.p && db.p && dc.p && status.p);
-  CUDA_OK(cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(dc.p, 0xFF, size_t(64) * N * 4));
-  CUDA_OK(cudaMemset(status.p, 0, sizeof(int)));
+  GemmRig r(N, e, rng);
+  upload(r);
+  if (::testing::Test::HasFatalFailure()) return;
   CUtensorMap mb;
   std::string err;
-  ASSERT_TRUE(fa4::cuda::encode_tma_2d_sw128(&mb, db.p, e, N, 64, 64, N, &err)) << err;
+  ASSERT_TRUE(fa4::cuda::encode_tma_2d_sw128(&mb, r.db.p, e, N, 64, 64, N, &err)) << err;
   const size_t smem = size_t(N) * 128 + 1024;
-  wgmma_rs_kernel<Elem, N><<<1, 128, smem>>>(mb, da.p, dc.p, status.p);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> c(size_t(64) * N);
-  int st = 0;
-  CUDA_OK(cudaMemcpy(c.data(), dc.p, c.size() * 4, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&st, status.p, sizeof(int), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(st, 0) << "mbarrier wait timed out";
-  check_gemm(a, b, c, N, e, what);
+  wgmma_rs_kernel<Elem, N><<<1, 128, smem>>>(mb, r.da.p, r.dc.p, r.status.p);
+  download_and_check(r, what);
 }
 
 TEST(Sm90Wgmma, SS_N64) {
