@@ -33,16 +33,6 @@ Tol rounding_tol(DType in) {
   }
 }
 
-// Spacing of `dt` values in the binade of |x| (the subnormal spacing below the normal range).
-double ulp_at(DType dt, double x) {
-  int mant = 23, emin = -126;  // float32
-  if (dt == DType::float16) mant = 10, emin = -14;
-  if (dt == DType::bfloat16) mant = 7, emin = -126;
-  int e = emin + 1;
-  if (x != 0.0) std::frexp(x, &e);  // |x| = f * 2^e, f in [0.5, 1): binade exponent e - 1
-  return std::ldexp(1.0, std::max(e - 1, emin) - mant);
-}
-
 // Every finite output element within the reference's two roundings of the oracle's value r:
 //   |out - r| <= ulp_f32(r) / 2 + ulp_out(r) / 2 + slack.
 // (Round-to-nearest moves a value by at most half the spacing of its own binade; if the fp32
@@ -65,7 +55,7 @@ double ulp_at(DType dt, double x) {
         const double r = e.out[(t * hq + h) * dv + d], x = c.out.get(o);
         if (c.out.is_poison(o) || !std::isfinite(r) || !std::isfinite(x)) continue;
         const double bound =
-            0.5 * ulp_at(DType::float32, r) + (odt == DType::float32 ? 0.0 : 0.5 * ulp_at(odt, r)) + kSlack;
+            0.5 * ulp_of(DType::float32, r) + (odt == DType::float32 ? 0.0 : 0.5 * ulp_of(odt, r)) + kSlack;
         if (std::fabs(x - r) > bound && bad++ < 5)
           first << "\n    out(b=" << e.row_b[t] << ", i=" << e.row_i[t] << ", h=" << h << ", d=" << d
                 << ") = " << x << ", oracle " << r << ": |err| " << std::fabs(x - r) << " > bound " << bound;

@@ -168,6 +168,9 @@ struct Tol {
   double rel_l2, max_abs, cos_min, lse_abs;
 };
 Tol tol_for(DType input_dtype);
+// One unit in the last place of `dt` (bfloat16 / float16 / float32) at magnitude |x|: the spacing
+// of its binade, bottoming out at the subnormal spacing; 0 for other types.
+double ulp_of(DType dt, double x);
 
 // Compares `test` (a backend's result) against the reference run `ref` of the same case:
 // tolerances, empty rows exact (0 / -inf), non-finite patterns equal, every logical output
