@@ -149,10 +149,13 @@ int64_t plan_units(const Problem& pb, const Plan& pl) {
   return (pl.varlen_tiles ? 1 : pb.batch) * pl.grid_heads * pl.m_blocks;
 }
 
-// grid.z = batch * splits (splits alone with varlen tiles) must stay within 65535.
-void clamp_splits(const Problem& pb, Plan& pl) {
+// Clamps the chosen split count so grid.z = batch * splits (splits alone with varlen tiles)
+// stays within 65535, and sizes the fp32 partials of a split run.
+void finish_splits(const Problem& pb, Plan& pl) {
   const int64_t z_per_split = pl.varlen_tiles ? 1 : pb.batch;
   if (z_per_split > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / z_per_split)));
+  if (pl.splits > 1)
+    pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
 }
 
 // float32: the SIMT kernel. One warp per tile row, kF32Rows rows per CTA, kF32Keys-key tiles;
@@ -184,9 +187,7 @@ Plan make_plan_f32(const Problem& pb) {
     const int per_sm = std::max(1, std::min({2048 / simt::kF32Threads, 65536 / (simt::kF32Threads * 64), by_smem}));
     pl.splits = choose_splits(units, static_cast<int64_t>(dp.sms) * per_sm, (pb.max_sk + 127) / 128);
   }
-  clamp_splits(pb, pl);
-  if (pl.splits > 1)
-    pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
+  finish_splits(pb, pl);
   return pl;
 }
 
@@ -222,9 +223,7 @@ Plan make_plan(const Problem& pb) {
     const int64_t slots = static_cast<int64_t>(dp.sms) * ctas_per_sm(dp, c, pl.smem, pl.decode);
     pl.splits = choose_splits(units, slots, n_blocks);
   }
-  clamp_splits(pb, pl);
-  if (pl.splits > 1)
-    pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
+  finish_splits(pb, pl);
   return pl;
 }
 
