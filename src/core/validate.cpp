@@ -365,10 +365,10 @@ Status normalize(const AttentionParams& p, Problem* out) {
   if (p.num_splits < 0 || p.num_splits > kMaxSplits)
     return Status::Invalid("num_splits", "num_splits: must be in [0, 1024] (0 = heuristic), got " + std::to_string(p.num_splits));
   if (p.num_threads < 0) return Status::Invalid("num_threads", "num_threads: must be >= 0 (0 = all cores)");
-  if ((p.workspace_alloc == nullptr) != (p.workspace_free == nullptr))
-    return Status::Invalid(p.workspace_alloc == nullptr ? "workspace_alloc" : "workspace_free",
-                           std::string(p.workspace_alloc == nullptr ? "workspace_alloc" : "workspace_free") +
-                               ": workspace_alloc and workspace_free must be set together");
+  if ((p.workspace_alloc == nullptr) != (p.workspace_free == nullptr)) {
+    const char* missing = p.workspace_alloc == nullptr ? "workspace_alloc" : "workspace_free";
+    return Status::Invalid(missing, std::string(missing) + ": workspace_alloc and workspace_free must be set together");
+  }
 
   // ---- optional extras ----
   if (p.sinks.present()) {
