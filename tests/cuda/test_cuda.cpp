@@ -329,12 +329,17 @@ TEST(CudaBackend, WorkspaceAllocatorHook) {
       DeviceCase dc(test);
       cudaStream_t s;
       CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      // A device case's params on stream s, scratch from the hook logging into `lg`.
+      auto hooked = [&](DeviceCase& d, HookLog& lg) {
+        fa4::AttentionParams q = d.params();
+        q.stream = s;
+        q.workspace_alloc = hook_alloc;
+        q.workspace_free = hook_free;
+        q.workspace_ctx = &lg;
+        return q;
+      };
       HookLog log;
-      fa4::AttentionParams p = dc.params();
-      p.stream = s;
-      p.workspace_alloc = hook_alloc;
-      p.workspace_free = hook_free;
-      p.workspace_ctx = &log;
+      fa4::AttentionParams p = hooked(dc, log);
       const size_t want = fa4::attention_workspace_size(p);
       const Status st = fa4::attention_forward(p);
       ASSERT_TRUE(st.ok()) << st.message;
@@ -355,11 +360,7 @@ TEST(CudaBackend, WorkspaceAllocatorHook) {
         DeviceCase df(fresh);
         HookLog failing;
         failing.fail = true;
-        fa4::AttentionParams pf = df.params();
-        pf.stream = s;
-        pf.workspace_alloc = hook_alloc;
-        pf.workspace_free = hook_free;
-        pf.workspace_ctx = &failing;
+        fa4::AttentionParams pf = hooked(df, failing);
         const Status sf = fa4::attention_forward(pf);
         EXPECT_EQ(sf.code, fa4::StatusCode::out_of_memory);
         EXPECT_NE(sf.message.find("workspace_alloc"), std::string::npos) << sf.message;
