@@ -6,6 +6,11 @@
 #include "cuda/sm80/fwd_launch.h"
 
 namespace fa4::cuda::sm80 {
+// Internal linkage on purpose: a function-local static in a template with external linkage
+// becomes a process-wide STB_GNU_UNIQUE symbol, so a second libfa4 loaded into the same process
+// (an A/B build, another package's copy) would share `configured` with the first, skip its own
+// cudaFuncSetAttribute and fail every launch over 48 KiB of shared memory ("invalid argument").
+namespace {
 
 template <typename Elem, int Dqk, int Dv, bool Decode, Inst kInst>
 cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
@@ -51,4 +56,5 @@ cudaError_t launch_dims(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cud
                 : launch_features<__half, Dqk, Dv, false>(p, grid, stream);
 }
 
+}  // namespace
 }  // namespace fa4::cuda::sm80
