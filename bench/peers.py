@@ -11,8 +11,9 @@ Sweeps:
   decode   1 query token, B = 32, Hq = 32, Hkv = 8, D = 128, kv length {4k, 16k, 64k},
            contiguous and paged (page 16, 64, 256); GB/s of K+V bytes read
 
-Timing: CUDA events around each call, median of >= 100 reps after warm-up, taken in 5 interleaved
-rounds (fa4, flash, cudnn, fa4, ...) so drift hits every implementation alike; the L2 (60 MB) is
+Timing: CUDA events around each call, median of >= 100 reps after warm-up, taken in >= 5 interleaved
+rounds whose order rotates (fa4 flash cudnn, flash cudnn fa4, ...) so drift and the power state
+left by the previous block hit every implementation alike; the L2 (60 MB) is
 flushed before every prefill rep by writing a 256 MB buffer, outside the timed region.
 
 Usage: python3 bench/peers.py --lib build-cuda/libfa4.so --out DIR [--quick] [--reps N]
@@ -132,8 +133,11 @@ class Timer:
 
     def compare_ms(self, fns, flush=True, rounds=5):
         """Median ms of each implementation (None where it fails), timed in interleaved rounds
-        (A B C A B C ...) so clock or thermal drift during the run hits every one alike; short
-        kernels (~50 us) otherwise moved +-5% between blocks of the same run."""
+        so clock or thermal drift during the run hits every one alike (short kernels, ~50 us,
+        otherwise moved +-5% between blocks of the same run). The order rotates every round
+        (A B C, B C A, C A B, ...): with a fixed order the block after cuDNN's (the most
+        power-hungry kernel here) ran up to 10% slow at long sequences, which showed as a
+        "regression" of a build identical to the baseline (H200, 2026-11-29)."""
         live = {}
         for name, fn in fns.items():
             try:
@@ -142,9 +146,13 @@ class Timer:
                 live[name] = []
             except Exception as e:  # a peer backend that does not support the shape
                 print(f"    ({name} failed: {type(e).__name__}: {str(e)[:120]})", flush=True)
-        per_round = max(1, self.reps // rounds)
-        for _ in range(rounds):
-            for name in live:
+        names = list(live)
+        if names:  # every implementation in every position equally often
+            rounds = len(names) * -(-rounds // len(names))
+        per_round = max(1, -(-self.reps // rounds))
+        for r in range(rounds):
+            for i in range(len(names)):
+                name = names[(r + i) % len(names)]
                 live[name] += self.samples_ms(fns[name], per_round, flush, warmup=2)
         out = {}
         for name in fns:
@@ -306,8 +314,8 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
     L = [f"# fa4 vs peers: {meta['gpu']}, {meta['date']}", "",
          f"- commit: `{meta['commit']}`", f"- command: `{meta['command']}`",
          f"- torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}",
-         f"- timing: CUDA events, median of {meta['reps']} reps after warm-up, in 5 interleaved rounds of all"
-         " implementations; prefill: L2 flushed before each rep;"
+         f"- timing: CUDA events, median of {meta['reps']} reps after warm-up, in >= 5 interleaved rounds of all"
+         " implementations, order rotated every round; prefill: L2 flushed before each rep;"
          " decode: inputs are far larger than the L2", "",
          f"cuBLAS bf16 GEMM 8192^3: **{gemm:.0f} TFLOP/s**", "",
          "## Prefill, bf16, TFLOP/s (B*S = 16384, H*D = 2048)", "",
