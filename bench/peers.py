@@ -12,8 +12,8 @@ Sweeps:
            contiguous and paged (page 16, 64, 256); GB/s of K+V bytes read
 
 Timing: CUDA events around each call, median of >= 100 reps after warm-up, taken in >= 5 interleaved
-rounds whose order rotates (fa4 flash cudnn, flash cudnn fa4, ...) so drift and the power state
-left by the previous block hit every implementation alike; the L2 (60 MB) is
+rounds in a reshuffled order, each block after 30 ms of idle, so drift and the power state left
+by the previous block hit every implementation alike; the L2 (60 MB) is
 flushed before every prefill rep by writing a 256 MB buffer, outside the timed region.
 
 Usage: python3 bench/peers.py --lib build-cuda/libfa4.so --out DIR [--quick] [--reps N]
@@ -29,6 +29,8 @@ import datetime
 import json
 import math
 import os
+import random
+import time
 import subprocess
 import sys
 
@@ -131,13 +133,13 @@ class Timer:
         t = sorted(self.samples_ms(fn, self.reps, flush, warmup))
         return t[len(t) // 2]
 
-    def compare_ms(self, fns, flush=True, rounds=5):
+    def compare_ms(self, fns, flush=True, rounds=5, idle_s=0.03):
         """Median ms of each implementation (None where it fails), timed in interleaved rounds
         so clock or thermal drift during the run hits every one alike (short kernels, ~50 us,
-        otherwise moved +-5% between blocks of the same run). The order rotates every round
-        (A B C, B C A, C A B, ...): with a fixed order the block after cuDNN's (the most
-        power-hungry kernel here) ran up to 10% slow at long sequences, which showed as a
-        "regression" of a build identical to the baseline (H200, 2026-11-29)."""
+        otherwise moved +-5% between blocks of the same run). Before every block the GPU idles
+        idle_s, and the order is reshuffled every round: in a fixed cycle the block right after
+        cuDNN's (the most power-hungry kernel here) ran up to 9% slow at long sequences, which
+        showed as a "regression" of a copy of the same build (H200, 2026-11-29)."""
         live = {}
         for name, fn in fns.items():
             try:
@@ -147,12 +149,15 @@ class Timer:
             except Exception as e:  # a peer backend that does not support the shape
                 print(f"    ({name} failed: {type(e).__name__}: {str(e)[:120]})", flush=True)
         names = list(live)
-        if names:  # every implementation in every position equally often
-            rounds = len(names) * -(-rounds // len(names))
+        if names:  # at least one round per implementation
+            rounds = max(rounds, len(names))
         per_round = max(1, -(-self.reps // rounds))
-        for r in range(rounds):
-            for i in range(len(names)):
-                name = names[(r + i) % len(names)]
+        order = random.Random(len(names) * 1000 + rounds)  # reproducible orders
+        for _ in range(rounds):
+            order.shuffle(names)
+            for name in names:
+                torch.cuda.synchronize()
+                time.sleep(idle_s)
                 live[name] += self.samples_ms(fns[name], per_round, flush, warmup=2)
         out = {}
         for name in fns:
@@ -315,7 +320,7 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
          f"- commit: `{meta['commit']}`", f"- command: `{meta['command']}`",
          f"- torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}",
          f"- timing: CUDA events, median of {meta['reps']} reps after warm-up, in >= 5 interleaved rounds of all"
-         " implementations, order rotated every round; prefill: L2 flushed before each rep;"
+         " implementations, order reshuffled every round, 30 ms idle before each block; prefill: L2 flushed before each rep;"
          " decode: inputs are far larger than the L2", "",
          f"cuBLAS bf16 GEMM 8192^3: **{gemm:.0f} TFLOP/s**", "",
          "## Prefill, bf16, TFLOP/s (B*S = 16384, H*D = 2048)", "",
