@@ -30,9 +30,9 @@ import json
 import math
 import os
 import random
-import time
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -110,6 +110,9 @@ class Fa4:
             raise RuntimeError("fa4: " + self.lib.fa4_last_error().decode())
 
 
+IDLE_S = 0.03  # GPU idle before every timed block (Timer.compare_ms)
+
+
 class Timer:
     def __init__(self, reps, flush_mb=256):
         self.reps = reps
@@ -133,11 +136,11 @@ class Timer:
         t = sorted(self.samples_ms(fn, self.reps, flush, warmup))
         return t[len(t) // 2]
 
-    def compare_ms(self, fns, flush=True, rounds=5, idle_s=0.03):
+    def compare_ms(self, fns, flush=True, rounds=5):
         """Median ms of each implementation (None where it fails), timed in interleaved rounds
         so clock or thermal drift during the run hits every one alike (short kernels, ~50 us,
         otherwise moved +-5% between blocks of the same run). Before every block the GPU idles
-        idle_s, and the order is reshuffled every round: in a fixed cycle the block right after
+        IDLE_S, and the order is reshuffled every round: in a fixed cycle the block right after
         cuDNN's (the most power-hungry kernel here) ran up to 9% slow at long sequences, which
         showed as a "regression" of a copy of the same build (H200, 2026-11-29)."""
         live = {}
@@ -157,7 +160,7 @@ class Timer:
             order.shuffle(names)
             for name in names:
                 torch.cuda.synchronize()
-                time.sleep(idle_s)
+                time.sleep(IDLE_S)
                 live[name] += self.samples_ms(fns[name], per_round, flush, warmup=2)
         out = {}
         for name in fns:
@@ -320,7 +323,7 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
          f"- commit: `{meta['commit']}`", f"- command: `{meta['command']}`",
          f"- torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}",
          f"- timing: CUDA events, median of {meta['reps']} reps after warm-up, in >= 5 interleaved rounds of all"
-         " implementations, order reshuffled every round, 30 ms idle before each block; prefill: L2 flushed before each rep;"
+         f" implementations, order reshuffled every round, {IDLE_S * 1000:.0f} ms idle before each block; prefill: L2 flushed before each rep;"
          " decode: inputs are far larger than the L2", "",
          f"cuBLAS bf16 GEMM 8192^3: **{gemm:.0f} TFLOP/s**", "",
          "## Prefill, bf16, TFLOP/s (B*S = 16384, H*D = 2048)", "",
