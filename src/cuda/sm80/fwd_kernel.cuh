@@ -392,16 +392,18 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   // operands, so the swizzled chunk of logical chunk c = 2*kk + b (b: the lane's half) is
   // 8*(kk/4) + ((2*(kk%4)) ^ (b ^ lane%8)): four bases per operand (one per kk % 4) plus
   // compile-time offsets, instead of swizzle arithmetic per ldmatrix in the unrolled loop.
-  uint32_t q_addr[4], k_addr[4], v_addr[4];  // bytes; k / v relative to the stage base
+  // Q: one base, XOR'd per k step (the Q tile starts 128-byte aligned and the swizzle only moves
+  // bits 4..6, so base + ((2j ^ x) << 4) == (base + (x << 4)) ^ (j << 5)).
+  uint32_t q_addr0, k_addr[4], v_addr[4];  // bytes; k / v relative to the stage base
   {
     const int r7 = lane & 7;
     const int xq = (lane >> 4) ^ r7, xk = ((lane >> 3) & 1) ^ r7, xv = (lane >> 4) ^ r7;
     const uint32_t q_row = ptx::smem_u32(sQ) + (q_row0 + (lane & 15)) * kDqk * 2;
     const uint32_t k_row = (key0 + (lane & 7) + ((lane >> 4) << 3)) * kDqk * 2;
     const uint32_t v_row = (key0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kDv * 2;
+    q_addr0 = q_row + (xq << 4);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      q_addr[j] = q_row + (((2 * j) ^ xq) << 4);
       k_addr[j] = k_row + (((2 * j) ^ xk) << 4);
       v_addr[j] = v_row + (((2 * j) ^ xv) << 4);
     }
@@ -450,7 +452,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     auto load_qk_frags = [&](int buf, int kk) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
-        ptx::ldmatrix_x4(q_addr[kk & 3] + mt * 16 * kDqk * 2 + (kk >> 2) * 128, fa[buf][mt][0], fa[buf][mt][1],
+        ptx::ldmatrix_x4((q_addr0 ^ ((kk & 3) << 5)) + mt * 16 * kDqk * 2 + (kk >> 2) * 128, fa[buf][mt][0], fa[buf][mt][1],
                          fa[buf][mt][2], fa[buf][mt][3]);
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np)
