@@ -16,6 +16,12 @@ namespace fa4::cuda::sm80 {
 
 struct TileCfg {
   int m, n, warps_m, warps_n, stages;
+  // pair_dv: warps 2i and 2i + 1 each compute S = Q K^T for their own 16 rows (softmax stays
+  // warp-local), swap the 16-bit P fragments through shared memory, and each accumulates O for
+  // both warps' 32 rows over one half of Dv. Per 64 x 64 tile at D = 256 the warps read 240 KB of
+  // shared memory instead of 288 KB (each V byte feeds 32 rows instead of 16), with no extra
+  // barrier: the swap rides on the single-buffer schedule's mid-iteration __syncthreads.
+  int pair_dv = 0;
 };
 
 constexpr TileCfg prefill_cfg(int dqk, int dv) {
@@ -34,11 +40,15 @@ constexpr TileCfg prefill_cfg(int dqk, int dv) {
   // another CTA fills the gap. 64 x 48 tiles with K and V sharing a 3-slot ring (about one
   // iteration of lead time per load, 104 KB) measured 0.88-0.93x FA2 non-causal vs 0.97-1.06x
   // for this tile: per-tile overhead on 25% less work (docs/perf/h200-2026-11-29-b2af610.md).
+  // With pair_dv (same run, H200, 2026-11-29, docs/perf/h200-2026-11-29-pair-dv-landed.md):
+  // non-causal S = 512 / 1k +1.5 / +0.2%, S >= 2k -0.9..0.0%; causal +0.2..+1.6% at every S.
+  // 128 x 64 x 8 warps with single buffers (FlashAttention-2's own D = 256 tile, 1 CTA / SM)
+  // measured 0.87-0.93x of this tile without pair_dv.
   return dqk <= 64    ? TileCfg{128, 128, 4, 1, 2}
          : dqk <= 128 ? TileCfg{128, 64, 4, 1, 2}
          : dv <= 128  ? TileCfg{128, 64, 8, 1, 2}   // (192, 128)
          : dqk <= 192 ? TileCfg{128, 64, 8, 1, 2}
-                      : TileCfg{64, 64, 4, 1, 1};
+                      : TileCfg{64, 64, 4, 1, 1, 1};
 }
 
 constexpr TileCfg decode_cfg(int dqk, int dv) {
@@ -49,7 +59,10 @@ constexpr TileCfg decode_cfg(int dqk, int dv) {
 
 constexpr int smem_bytes(const TileCfg& c, int dqk, int dv) {
   // Q + K/V stages (16-bit) + the paged-KV row-offset ring (2 x n int64 for k and for v).
-  const int pipe = (c.m * dqk + c.stages * c.n * (dqk + dv)) * 2 + 4 * c.n * 8;
+  // pair_dv adds the P fragment swap [warps][n / 16][32 lanes] x 16 B and two [warps][32] float2
+  // exchanges (O rescale factors, final row scales).
+  const int pair = c.pair_dv ? c.warps_m * c.warps_n * 32 * (c.n / 16 * 16 + 2 * 8) : 0;
+  const int pipe = (c.m * dqk + c.stages * c.n * (dqk + dv)) * 2 + 4 * c.n * 8 + pair;
   const int epi = c.warps_n * c.m * (dv + 8) * 4 + 2 * c.warps_n * c.m * 4;
   return pipe > epi ? pipe : epi;
 }

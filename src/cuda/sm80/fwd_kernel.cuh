@@ -28,11 +28,13 @@
 
 namespace fa4::cuda::sm80 {
 
-template <typename Elem_, int kDqk_, int kDv_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_>
+template <typename Elem_, int kDqk_, int kDv_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_,
+          int kPairDv_ = 0>
 struct FwdTraits {
   using Elem = Elem_;
   static constexpr int kDqk = kDqk_, kDv = kDv_, kBlockM = kBlockM_, kBlockN = kBlockN_;
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kStages = kStages_;
+  static constexpr bool kPairDv = kPairDv_ != 0;  // TileCfg::pair_dv
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kWarpRows = kBlockM / kWarpsM;  // query rows of one warp
   static constexpr int kMT = kWarpRows / 16;           // m16 tiles per warp
@@ -43,7 +45,9 @@ struct FwdTraits {
   static constexpr int kKElems = kBlockN * kDqk;
   static constexpr int kVElems = kBlockN * kDv;
   static constexpr int kOStride = kDv + 8;  // fp32 staging row: +8 floats = 2-way (minimal) conflicts
-  static constexpr int kSmemBytes = smem_bytes(TileCfg{kBlockM, kBlockN, kWarpsM, kWarpsN, kStages}, kDqk, kDv);
+  static constexpr int kSmemBytes = smem_bytes(TileCfg{kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kPairDv_}, kDqk, kDv);
+  static_assert(!kPairDv || (kWarpsN == 1 && kWarpRows == 16 && kWarpsM % 2 == 0 && kStages == 1 && kDv % 32 == 0),
+                "pair_dv: 16-row warps in pairs, keys unsplit, the single-buffer schedule (its mid-iteration barrier)");
   static_assert(kWarpRows % 16 == 0 && kWarpKeys % 16 == 0, "warp tile must be whole m16 x k16 steps");
   static_assert(kDqk % 64 == 0 && kDv % 64 == 0, "swizzle needs rows of a multiple of 8 chunks");
   static_assert(kStages >= 1, "at least one K/V buffer");
@@ -195,6 +199,16 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   // Paged KV: element offsets of the tile's key rows in k and v, a 2-deep ring [2][kBlockN].
   int64_t* sOffK = reinterpret_cast<int64_t*>(sV + kStages * T::kVElems);
   int64_t* sOffV = sOffK + 2 * kBlockN;
+  // pair_dv: the O tile of a warp pair is [32 rows] x [Dv], split by columns: warp `ph` of the pair
+  // accumulates columns [ph * Dv / 2, (ph + 1) * Dv / 2) for its own 16 rows (o[0]) and its
+  // partner's (o[1]). The partner's P reaches it as mma A fragments in shared memory.
+  constexpr bool kPair = T::kPairDv;
+  constexpr int kOM = kPair ? 2 : kMT;        // m16 tiles of O per warp
+  constexpr int kOW = kPair ? kOT / 2 : kOT;  // n8 tiles of O per warp
+  constexpr int kPSteps = kBlockN / 16;       // k16 steps of P V
+  uint4* sPfrag = reinterpret_cast<uint4*>(sOffV + 2 * kBlockN);            // [warp][kPSteps][lane]
+  float2* sAlpha = reinterpret_cast<float2*>(sPfrag + (kThreads / 32) * kPSteps * 32);  // [warp][lane]
+  float2* sRowScale = sAlpha + kThreads;                                                 // [warp][lane]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;
@@ -369,13 +383,14 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     m_run[rr] = -INFINITY, l_run[rr] = 0.f;
     rmask.bounds(row_i(m0 + wm * T::kWarpRows + (rr >> 1) * 16 + g + (rr & 1) * 8), row_lo[rr], row_hi[rr]);
   }
-  float o[kMT][kOT][4];
+  float o[kOM][kOW][4];
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kOM; ++mt)
 #pragma unroll
-    for (int ot = 0; ot < kOT; ++ot)
+    for (int ot = 0; ot < kOW; ++ot)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[mt][ot][e] = 0.f;
+  const int ph = warp & 1;  // pair_dv: this warp's Dv half
 
   const bool softcap = kGeneral && p.softcap_log2 != 0.f;
   const bool fold = !softcap && p.scale_log2 > 0.f;
@@ -513,6 +528,9 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     // Online softmax: per-row max over the quad's 4 lanes; rescale only when some row of the warp
     // moved its max by more than the threshold (warp-uniform decision).
     float mx[2 * kMT];
+    float alpha_row[2 * kMT];  // pair_dv: this tile's O rescale of the warp's rows, for the partner
+#pragma unroll
+    for (int rr = 0; rr < 2 * kMT; ++rr) alpha_row[rr] = 1.f;
     bool grow = false;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -537,12 +555,13 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
           const float alpha = ptx::exp2_approx((m_run[rr] - m_use) * sc);
           m_run[rr] = m_new;
           l_run[rr] *= alpha;
+          if constexpr (kPair) alpha_row[rr] = alpha;
           // O is all zeros before the first P V: the first tile (every CTA takes this branch
           // there) skips kOT * 4 multiplies. Single-buffer tiles only: in the other instances
           // the branch made ptxas add ~20-40 register moves to the main loop.
           if (kStages != 1 || t != 0) {
 #pragma unroll
-            for (int ot = 0; ot < kOT; ++ot) {
+            for (int ot = 0; ot < kOW; ++ot) {
               o[mt][ot][2 * half] *= alpha;
               o[mt][ot][2 * half + 1] *= alpha;
             }
@@ -567,6 +586,22 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         l_run[rr] += sum;
       }
 
+    // pair_dv: P as mma A fragments, kept for this warp's rows and published (with this tile's
+    // O rescale of those rows) for the partner; the barrier below orders the stores before the
+    // partner's loads, and the next iteration's top barrier orders its loads before the next stores.
+    uint32_t pa[kPair ? kPSteps : 1][4];
+    if constexpr (kPair) {
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        pa[kk][0] = ptx::pack2<Elem>(s[0][2 * kk][0], s[0][2 * kk][1]);
+        pa[kk][1] = ptx::pack2<Elem>(s[0][2 * kk][2], s[0][2 * kk][3]);
+        pa[kk][2] = ptx::pack2<Elem>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        pa[kk][3] = ptx::pack2<Elem>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+        sPfrag[(warp * kPSteps + kk) * 32 + lane] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
+      }
+      sAlpha[warp * 32 + lane] = make_float2(alpha_row[0], alpha_row[1]);
+    }
+
     if constexpr (kStages == 1) {
       ptx::cp_async_wait<0>();
       __syncthreads();  // V_t landed; every warp is done with Q K_t (the K buffer is free)
@@ -574,6 +609,33 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       ptx::cp_async_commit();
     }
 
+    if constexpr (kPair) {
+      // The partner's rows in o[1] take the partner's rescale (warp-uniform skip, as for o[0]).
+      const float2 pal = sAlpha[(warp ^ 1) * 32 + lane];
+      if (t != 0 && __any_sync(0xffffffffu, pal.x != 1.f || pal.y != 1.f)) {
+#pragma unroll
+        for (int ot = 0; ot < kOW; ++ot) {
+          o[1][ot][0] *= pal.x, o[1][ot][1] *= pal.x;
+          o[1][ot][2] *= pal.y, o[1][ot][3] *= pal.y;
+        }
+      }
+      // O[32 rows][this Dv half] += P[32 rows][keys] V[keys][this Dv half]
+      const uint32_t tVh = tV + ph * kDv;  // + Dv / 2 columns (bytes): whole swizzle groups
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        const uint4 pp = sPfrag[((warp ^ 1) * kPSteps + kk) * 32 + lane];
+        const uint32_t ap[4] = {pp.x, pp.y, pp.z, pp.w};
+#pragma unroll
+        for (int dp = 0; dp < kDv / 32; ++dp) {
+          uint32_t b0, b1, b2, b3;
+          ptx::ldmatrix_x4_trans(tVh + v_addr[dp & 3] + kk * 16 * kDv * 2 + (dp >> 2) * 128, b0, b1, b2, b3);
+          ptx::mma_16816<Elem>(o[0][2 * dp], pa[kk], b0, b1);
+          ptx::mma_16816<Elem>(o[0][2 * dp + 1], pa[kk], b2, b3);
+          ptx::mma_16816<Elem>(o[1][2 * dp], ap, b0, b1);
+          ptx::mma_16816<Elem>(o[1][2 * dp + 1], ap, b2, b3);
+        }
+      }
+    } else {
     // O += P V   (P: the S accumulators, repacked as 16-bit A fragments)
 #pragma unroll
     for (int kk = 0; kk < T::kWarpKeys / 16; ++kk) {
@@ -596,6 +658,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         }
       }
     }
+    }  // !kPair
     if (kStages > 1 && paged) store_page();  // ordered before its use by the next iteration's barrier
   }
 
@@ -650,16 +713,36 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
 #pragma unroll
         for (int c = 0; c < 8; ++c) st_addr[c] = row_base + ((c ^ g) << 4);
       }
+      if constexpr (kPair) {
+        // o[0]: this warp's rows, o[1]: the partner's, both in this warp's Dv half; the partner
+        // computed its rows' 1 / l.
+        sRowScale[warp * 32 + lane] = make_float2(row_scale[0], row_scale[1]);
+        __syncthreads();
+        const float2 prs = sRowScale[(warp ^ 1) * 32 + lane];
+        const float scale_of[2][2] = {{row_scale[0], row_scale[1]}, {prs.x, prs.y}};
+        const int par_off = ((q_row0 ^ 16) - q_row0) * kDv * 2;
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const float sc_row = row_scale[2 * mt + half];
+          for (int half = 0; half < 2; ++half) {
+            const float sc_row = scale_of[mt][half];
 #pragma unroll
-          for (int ot = 0; ot < kOT; ++ot)
-            ptx::st_shared_b32(st_addr[ot & 7] + (ot >> 3) * 128 + (mt * 16 + 8 * half) * kDv * 2,
-                               ptx::pack2<Elem>(o[mt][ot][2 * half] * sc_row, o[mt][ot][2 * half + 1] * sc_row));
-        }
+            for (int ot = 0; ot < kOW; ++ot)
+              ptx::st_shared_b32(st_addr[ot & 7] + ph * kDv + (ot >> 3) * 128 + (mt ? par_off : 0) + 8 * half * kDv * 2,
+                                 ptx::pack2<Elem>(o[mt][ot][2 * half] * sc_row, o[mt][ot][2 * half + 1] * sc_row));
+          }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const float sc_row = row_scale[2 * mt + half];
+#pragma unroll
+            for (int ot = 0; ot < kOT; ++ot)
+              ptx::st_shared_b32(st_addr[ot & 7] + (ot >> 3) * 128 + (mt * 16 + 8 * half) * kDv * 2,
+                                 ptx::pack2<Elem>(o[mt][ot][2 * half] * sc_row, o[mt][ot][2 * half + 1] * sc_row));
+          }
+      }
       __syncthreads();
       // One 16-byte chunk of a row out (a partial chunk at the end of an unpadded head dim).
       auto store_chunk = [&](Elem* dst, const uint4& v, int valid) {
@@ -734,18 +817,19 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   float* sO = reinterpret_cast<float*>(smem_raw);       // [kWarpsN][kBlockM][kOStride]
   float* sM = sO + T::kWarpsN * kBlockM * T::kOStride;  // [kWarpsN][kBlockM], log2 units
   float* sL = sM + T::kWarpsN * kBlockM;                // [kWarpsN][kBlockM]
+  // (pair_dv: o[1] holds the partner's rows; each warp publishes m / l of its own rows only.)
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kOM; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int rr = 2 * mt + half;
-      const int row = q_row0 + mt * 16 + g + 8 * half;
+      const int rr = kPair ? half : 2 * mt + half;
+      const int row = (kPair ? (mt ? q_row0 ^ 16 : q_row0) : q_row0 + mt * 16) + g + 8 * half;
       const float l = quad_sum(l_run[rr]);
-      float* dst = sO + (wn * kBlockM + row) * T::kOStride + 2 * t4;
+      float* dst = sO + (wn * kBlockM + row) * T::kOStride + 2 * t4 + (kPair ? ph * (kDv / 2) : 0);
 #pragma unroll
-      for (int ot = 0; ot < kOT; ++ot)
+      for (int ot = 0; ot < kOW; ++ot)
         *reinterpret_cast<float2*>(dst + ot * 8) = make_float2(o[mt][ot][2 * half], o[mt][ot][2 * half + 1]);
-      if (t4 == 0) {
+      if (t4 == 0 && (!kPair || mt == 0)) {
         sM[wn * kBlockM + row] = m_run[rr] == -INFINITY ? -INFINITY : m_run[rr] * sc;
         sL[wn * kBlockM + row] = l;
       }

@@ -15,7 +15,7 @@ namespace {
 template <typename Elem, int Dqk, int Dv, bool Decode, Inst kInst>
 cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   constexpr TileCfg c = Decode ? decode_cfg(Dqk, Dv) : prefill_cfg(Dqk, Dv);
-  using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages>;
+  using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages, c.pair_dv>;
   // The dynamic shared-memory opt-in is per device; set it once per device and instance
   // (cudaFuncSetAttribute is not a stream operation, so this stays CUDA-graph safe).
   static bool configured[64] = {};
