@@ -40,7 +40,7 @@ constexpr TileCfg prefill_cfg(int dqk, int dv) {
   // another CTA fills the gap. 64 x 48 tiles with K and V sharing a 3-slot ring (about one
   // iteration of lead time per load, 104 KB) measured 0.88-0.93x FA2 non-causal vs 0.97-1.06x
   // for this tile: per-tile overhead on 25% less work (docs/perf/h200-2026-11-29-b2af610.md).
-  // With pair_dv (same run, H200, 2026-11-29, docs/perf/h200-2026-11-29-pair-dv-landed.md):
+  // With pair_dv (same run, H200, 2026-11-29, docs/perf/h200-2026-11-29-bbec67f.md):
   // non-causal S = 512 / 1k +1.5 / +0.2%, S >= 2k -0.9..0.0%; causal +0.2..+1.6% at every S.
   // 128 x 64 x 8 warps with single buffers (FlashAttention-2's own D = 256 tile, 1 CTA / SM)
   // measured 0.87-0.93x of this tile without pair_dv.
