@@ -6,7 +6,9 @@
 // computes S = Q K^T for its rows x keys, applies softcap / mask, updates a running max and sum
 // in registers (online softmax, log2 domain, exp2 on the MUFU unit) and accumulates O += P V with
 // P taken straight from the S accumulators (the m16n8 C fragment of two n-tiles is the A fragment
-// of one k16 step). The epilogue merges the warps' partial states through shared memory, adds the
+// of one k16 step). With pair_dv (D = 256) warps 2i and 2i + 1 still run their softmax alone but
+// swap P through shared memory and each accumulate O for both warps' rows over one half of Dv,
+// so every V fragment read from shared memory feeds 32 rows. The epilogue merges the warps' partial states through shared memory, adds the
 // sink, normalizes, and writes out (+ lse) or the fp32 partials of a split.
 //
 // Shared memory tiles are row-major [rows][D] with the 16-byte chunks of each row XOR-swizzled by
