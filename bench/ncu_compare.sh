@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DEFAULT=/tmp/fa4-ncu source bench/device_env.sh
 STALLS="barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle no_instruction wait not_selected dispatch_stall lg_throttle branch_resolving"
-METRICS="gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__average_warp_latency_per_inst_issued.ratio,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct"
+METRICS="gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__average_warp_latency_per_inst_issued.ratio,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__m_xbar2l1tex_read_bytes.sum"
 for s in $STALLS; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
 for c in "$@"; do
   set -- $c
@@ -28,7 +28,8 @@ short = {"gpu__time_duration.sum": "time", "launch__registers_per_thread": "regs
          "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tc%", "smsp__inst_executed.sum": "inst",
          "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "bankc", "smsp__average_warp_latency_per_inst_issued.ratio": "cpi",
          "dram__bytes_read.sum": "dram_rd", "dram__bytes_write.sum": "dram_wr", "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram%",
-         "lts__t_sector_hit_rate.pct": "l2hit%"}
+         "lts__t_sector_hit_rate.pct": "l2hit%",
+         "lts__throughput.avg.pct_of_peak_sustained_elapsed": "l2%", "l1tex__m_xbar2l1tex_read_bytes.sum": "l2_to_sm"}
 for (i, k), m in per.items():
     name = "fa4" if k.startswith("void fa4") or "fa4::" in k else "fa2"
     out = [sys.argv[2], name]
