@@ -59,6 +59,18 @@ if [[ $TESTS == 1 ]]; then
   FA4_CUDA_CASES=$CASES timeout 420 "$DIR/test_cuda" > "$OUT/tests.log" 2>&1
   rc=$?
   SUMMARY+=("tests ($CASES random cases + fixed sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.log" | tr '\n' ' ') ($(( $(date +%s) - start )) s)")
+  # A 99 KB GPU (sm_86 / sm_89 opt-in per block) emulated by the planner's cap: D = 192 / 256 then
+  # run on the compact tile, the other dims on tiles that fit.
+  start=$(date +%s)
+  FA4_CUDA_SMEM_OPTIN=101376 FA4_CUDA_CASES=$((CASES / 4)) timeout 300 "$DIR/test_cuda" \
+    --gtest_filter='CudaBackend.RandomVsReference:CudaBackend.PrefillShapes:CudaBackend.WideHeadDecode:CudaBackend.SingleBufferPrefill' \
+    > "$OUT/tests_99kb.log" 2>&1
+  rc=$?
+  # and a 60,000-byte cap: D = 256 must be refused cleanly, D = 64 prefill runs on its decode tile
+  FA4_CUDA_SMEM_OPTIN=60000 timeout 60 "$DIR/test_cuda" --gtest_filter='CudaBackend.SharedMemoryCap' \
+    >> "$OUT/tests_99kb.log" 2>&1
+  rc=$(( rc | $? ))
+  SUMMARY+=("tests as a 99 KB GPU ($((CASES / 4)) random cases + D >= 192 sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_99kb.log" | tr '\n' ' ') ($(( $(date +%s) - start )) s)")
   if [[ -x "$DIR/test_sm90_ptx" ]]; then
     start=$(date +%s)
     timeout 120 "$DIR/test_sm90_ptx" > "$OUT/sm90_ptx.log" 2>&1
@@ -90,6 +102,7 @@ fi
 echo "===== failures (first lines) ====="
 grep -E "Failure|error|FAILED|Error" "$OUT/tests.log" 2>/dev/null | head -15
 grep -B2 -A12 "Failure" "$OUT/tests.log" 2>/dev/null | head -60
+grep -B2 -A12 "Failure" "$OUT/tests_99kb.log" 2>/dev/null | head -40
 grep -B2 -A12 "Failure" "$OUT/sm90_ptx.log" 2>/dev/null | head -40
 echo "===== bench ====="
 [[ -f "$OUT/peers.md" ]] && cat "$OUT/peers.md" || tail -30 "$OUT/bench.log" 2>/dev/null

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -48,6 +49,16 @@ const DeviceProps& device_props(int dev) {
     p.minor = prop.minor;
     p.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
     p.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
+    // FA4_CUDA_SMEM_OPTIN=N: plan as if a block could opt in to at most N bytes of shared memory
+    // (how the device tests run the compact tile of 99 KB GPUs, sm_86 / sm_89, on an H100 / H200).
+    if (const char* cap = std::getenv("FA4_CUDA_SMEM_OPTIN")) {
+      char* end = nullptr;
+      const long v = std::strtol(cap, &end, 10);
+      if (end != cap && *end == '\0' && v > 0 && v < p.smem_optin) {
+        p.smem_optin = static_cast<int>(v);
+        p.smem_per_sm = std::min(p.smem_per_sm, p.smem_optin + 1024);
+      }
+    }
     p.name = prop.name;
     p.valid = true;
   });
@@ -93,7 +104,7 @@ Status device_error(const char* what, cudaError_t e) {
 struct Plan {
   sm80::DimPair dims{};  // the kernel's head dims (fp32: the actual ones; dims.dv = dv_pad)
   bool f32 = false;      // float32 inputs: the SIMT kernel (src/cuda/simt)
-  bool decode = false;
+  sm80::Tile tile = sm80::Tile::prefill;
   bool pack_gqa = false;
   int m = 0, n = 0;  // tile
   int64_t rows = 0;  // tile rows per (batch, grid head): max_sq or max_sq * group
@@ -198,18 +209,27 @@ Plan make_plan(const Problem& pb) {
   pl.dims = sm80::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv));
   const sm80::TileCfg pre = sm80::prefill_cfg(pl.dims.dqk, pl.dims.dv);
   const sm80::TileCfg dec = sm80::decode_cfg(pl.dims.dqk, pl.dims.dv);
-  // PackGQA when a query tile would be mostly empty otherwise (decode, short chunks).
-  pl.pack_gqa = pb.group > 1 && pb.max_sq < pre.m;
-  pl.rows = pl.pack_gqa ? pb.max_sq * pb.group : pb.max_sq;
+  const sm80::TileCfg cmp = sm80::compact_cfg(pl.dims.dqk, pl.dims.dv);
   const int pre_smem = sm80::smem_bytes(pre, pl.dims.dqk, pl.dims.dv);
   const int dec_smem = sm80::smem_bytes(dec, pl.dims.dqk, pl.dims.dv);
-  // Decode tile for short query tiles, and as the fallback where the prefill tile's shared
-  // memory does not fit (GPUs with less than H100/A100's opt-in limit).
-  pl.decode = pl.rows <= dec.m || (dp.valid && pre_smem > dp.smem_optin);
-  const sm80::TileCfg& c = pl.decode ? dec : pre;
+  const int cmp_smem = sm80::smem_bytes(cmp, pl.dims.dqk, pl.dims.dv);
+  auto fits = [&](int smem) { return !dp.valid || smem <= dp.smem_optin; };
+  // Decode tile for short query tiles (PackGQA rows), prefill tile otherwise; each falls back to
+  // the other where its shared memory does not fit the device's opt-in, and both to the compact
+  // tile (GPUs with 99 KB per block, sm_86 / sm_89, at D = 192 / 256).
+  const bool short_rows = (pb.group > 1 && pb.max_sq < pre.m ? pb.max_sq * pb.group : pb.max_sq) <= dec.m;
+  if (short_rows)
+    pl.tile = fits(dec_smem) ? sm80::Tile::decode : fits(pre_smem) ? sm80::Tile::prefill : sm80::Tile::compact;
+  else
+    pl.tile = fits(pre_smem) ? sm80::Tile::prefill : fits(dec_smem) ? sm80::Tile::decode : sm80::Tile::compact;
+  if (pl.tile == sm80::Tile::compact && !sm80::has_compact(pl.dims.dqk, pl.dims.dv)) pl.tile = sm80::Tile::decode;
+  const sm80::TileCfg& c = pl.tile == sm80::Tile::decode ? dec : pl.tile == sm80::Tile::compact ? cmp : pre;
+  pl.smem = pl.tile == sm80::Tile::decode ? dec_smem : pl.tile == sm80::Tile::compact ? cmp_smem : pre_smem;
+  // PackGQA when a query tile would be mostly empty otherwise (decode, short chunks).
+  pl.pack_gqa = pb.group > 1 && pb.max_sq < c.m;
+  pl.rows = pl.pack_gqa ? pb.max_sq * pb.group : pb.max_sq;
   pl.m = c.m;
   pl.n = c.n;
-  pl.smem = pl.decode ? dec_smem : pre_smem;
   pl.m_blocks = (pl.rows + c.m - 1) / c.m;
   pl.grid_heads = static_cast<int>(pl.pack_gqa ? pb.hkv : pb.hq);
   pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
@@ -220,7 +240,7 @@ Plan make_plan(const Problem& pb) {
   if (pb.p->num_splits > 0) {
     pl.splits = pb.p->num_splits;
   } else if (dp.valid && units > 0) {
-    const int64_t slots = static_cast<int64_t>(dp.sms) * ctas_per_sm(dp, c, pl.smem, pl.decode);
+    const int64_t slots = static_cast<int64_t>(dp.sms) * ctas_per_sm(dp, c, pl.smem, pl.tile == sm80::Tile::decode);
     pl.splits = choose_splits(units, slots, n_blocks);
   }
   finish_splits(pb, pl);
@@ -415,7 +435,7 @@ Status cuda_forward(const Problem& pb) {
   const dim3 grid(static_cast<unsigned>(pl.m_blocks), static_cast<unsigned>(pl.grid_heads),
                   static_cast<unsigned>((pl.varlen_tiles ? 1 : pb.batch) * pl.splits));
   cudaError_t e = pl.f32 ? cuda::simt::launch_fwd_f32(a, grid, stream)
-                         : sm80::launch_fwd(a, pl.dims, pb.dtype == DType::bfloat16, pl.decode, grid, stream);
+                         : sm80::launch_fwd(a, pl.dims, pb.dtype == DType::bfloat16, pl.tile, grid, stream);
   if (e != cudaSuccess) return device_error("attention kernel launch", e);
 
   if (pl.splits > 1) {

@@ -250,6 +250,59 @@ TEST(CudaBackend, DecodeShapes) {
     }
 }
 
+// Head dims 192 / 256 at decode and short-chunk shapes (1 and 5 query rows, GQA 4 -> PackGQA rows),
+// cache and paged KV, sinks, the split heuristic. Under FA4_CUDA_SMEM_OPTIN=101376 (99 KB, the
+// sm_86 / sm_89 limit: bench/device_run.sh runs this set a second time so) neither their decode
+// nor their prefill tile fits and these take the compact tile.
+TEST(CudaBackend, WideHeadDecode) {
+  int k = 0;
+  for (int64_t d : {192, 256})
+    for (int64_t sq : {1, 5})
+      for (int kv = 0; kv < 2; ++kv) {
+        const uint64_t seed = derive_seed(7500 + k++);
+        CaseConfig c;
+        c.dtype = (k & 1) ? DType::bfloat16 : DType::float16;
+        c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = d, c.dv = d;
+        c.sq = sq, c.sk = 900;
+        c.kv = kv ? KvMode::paged : KvMode::cache;
+        c.page_size = 16;
+        c.cache_seqlens = true;
+        c.causal = sq > 1;
+        c.sinks = k % 2 == 0;
+        c.num_splits = 0;
+        c.lse = true;
+        check_case(c, seed, k % 2 == 1);
+      }
+}
+
+// FA4_CUDA_SMEM_OPTIN caps the planner's view of a block's opt-in shared memory; bench/device_run.sh
+// runs this under 60000 bytes (WideHeadDecode and friends run under 101376, a 99 KB GPU). No
+// D = 256 tile fits (the compact one needs 100,352 bytes): a clear unsupported error, outputs
+// untouched. D = 64 prefill falls back to its decode tile (53,248 bytes) and stays exact. Without
+// the variable (or with a cap the compact tile fits) there is nothing to check: skipped.
+TEST(CudaBackend, SharedMemoryCap) {
+  const char* cap = std::getenv("FA4_CUDA_SMEM_OPTIN");
+  if (cap == nullptr || std::atol(cap) <= 0 || std::atol(cap) >= 100352)
+    GTEST_SKIP() << "runs under FA4_CUDA_SMEM_OPTIN below 100352 (bench/device_run.sh)";
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 2, c.hkv = 2, c.hq = 4, c.dqk = 256, c.dv = 256;
+  c.sq = 100, c.sk = 300;
+  Case t = make_gpu_case(c, derive_seed(7600));
+  t.poison_outputs();
+  DeviceCase dc(t);
+  const Status st = dc.run();
+  EXPECT_EQ(st.code, StatusCode::unsupported) << st.message;
+  EXPECT_EQ(st.argument, "q");
+  EXPECT_NE(st.message.find("shared memory"), std::string::npos) << st.message;
+  dc.download();
+  for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
+
+  CaseConfig s = c;
+  s.dqk = 64, s.dv = 64, s.sq = 300, s.sk = 517, s.causal = true, s.lse = true;
+  check_case(s, derive_seed(7601), false);
+}
+
 // Varlen q over many sequences: the kernel finds its sequence from a linear tile index with a
 // warp scan of cu_seqlens_q, 32 sequences per step, so batches past 32 / 64 and empty
 // sequences (no tiles) exercise the scan's carry; very short sequences with a GQA group take

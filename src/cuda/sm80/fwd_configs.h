@@ -57,6 +57,16 @@ constexpr TileCfg decode_cfg(int dqk, int dv) {
   return dqk + dv <= 256 ? TileCfg{16, 64, 1, 4, 3} : TileCfg{16, 64, 1, 4, 2};
 }
 
+// Which tile a launch uses. compact: the fallback for GPUs whose opt-in shared memory per block
+// (99 KB on sm_86 / sm_89) holds neither the prefill nor the decode tile of a head-dim pair.
+enum class Tile { prefill, decode, compact };
+
+// Compact tile: 64 x 64, 4 warps, single K / V buffers, no pair_dv: (64 * dqk + 64 * (dqk + dv))
+// * 2 bytes + the paged ring = 100,352 bytes at D = 256, 75,776 at D = 192 (<= 101,376, the
+// sm_86 / sm_89 opt-in). Only the dims whose other tiles both exceed that limit have it.
+constexpr bool has_compact(int dqk, int dv) { return dqk > 128 && dv > 128; }
+constexpr TileCfg compact_cfg(int, int) { return TileCfg{64, 64, 4, 1, 1}; }
+
 constexpr int smem_bytes(const TileCfg& c, int dqk, int dv) {
   // Q + K/V stages (16-bit) + the paged-KV row-offset ring (2 x n int64 for k and for v).
   // pair_dv adds the P fragment swap [warps][n / 16][32 lanes] x 16 B and two [warps][32] float2

@@ -2,7 +2,7 @@
 #include "cuda/sm80/fwd_launch_impl.cuh"
 
 namespace fa4::cuda::sm80 {
-cudaError_t launch_fwd_d64(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream) {
-  return launch_dims<64, 64>(p, bf16, decode, grid, stream);
+cudaError_t launch_fwd_d64(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream) {
+  return launch_dims<64, 64>(p, bf16, tile, grid, stream);
 }
 }  // namespace fa4::cuda::sm80

@@ -13,13 +13,13 @@ DimPair padded_dims(int dqk, int dv) {
   return {d, d};
 }
 
-cudaError_t launch_fwd(const FwdArgs& p, DimPair dims, bool bf16, bool decode, dim3 grid, cudaStream_t stream) {
-  if (dims.dqk == 192 && dims.dv == 128) return launch_fwd_d192_128(p, bf16, decode, grid, stream);
+cudaError_t launch_fwd(const FwdArgs& p, DimPair dims, bool bf16, Tile tile, dim3 grid, cudaStream_t stream) {
+  if (dims.dqk == 192 && dims.dv == 128) return launch_fwd_d192_128(p, bf16, tile, grid, stream);
   switch (dims.dqk) {
-    case 64: return launch_fwd_d64(p, bf16, decode, grid, stream);
-    case 128: return launch_fwd_d128(p, bf16, decode, grid, stream);
-    case 192: return launch_fwd_d192(p, bf16, decode, grid, stream);
-    case 256: return launch_fwd_d256(p, bf16, decode, grid, stream);
+    case 64: return launch_fwd_d64(p, bf16, tile, grid, stream);
+    case 128: return launch_fwd_d128(p, bf16, tile, grid, stream);
+    case 192: return launch_fwd_d192(p, bf16, tile, grid, stream);
+    case 256: return launch_fwd_d256(p, bf16, tile, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }

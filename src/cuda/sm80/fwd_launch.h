@@ -17,13 +17,13 @@ DimPair padded_dims(int dqk, int dv);
 
 // Launches the kernel for (dims, dtype, config). grid = (m_blocks, heads, batch * splits).
 // Returns cudaErrorInvalidConfiguration when the device's shared memory cannot hold the config.
-cudaError_t launch_fwd(const FwdArgs& p, DimPair dims, bool bf16, bool decode, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd(const FwdArgs& p, DimPair dims, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
 
 // Per-dim entry points (fwd_dXXX.cu).
-cudaError_t launch_fwd_d64(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream);
-cudaError_t launch_fwd_d128(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream);
-cudaError_t launch_fwd_d192(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream);
-cudaError_t launch_fwd_d256(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream);
-cudaError_t launch_fwd_d192_128(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d64(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d192(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d256(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d192_128(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
 
 }  // namespace fa4::cuda::sm80

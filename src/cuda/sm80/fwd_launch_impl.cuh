@@ -12,9 +12,11 @@ namespace fa4::cuda::sm80 {
 // cudaFuncSetAttribute and fail every launch over 48 KiB of shared memory ("invalid argument").
 namespace {
 
-template <typename Elem, int Dqk, int Dv, bool Decode, Inst kInst>
+template <typename Elem, int Dqk, int Dv, Tile kTile, Inst kInst>
 cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
-  constexpr TileCfg c = Decode ? decode_cfg(Dqk, Dv) : prefill_cfg(Dqk, Dv);
+  constexpr TileCfg c = kTile == Tile::decode    ? decode_cfg(Dqk, Dv)
+                        : kTile == Tile::compact ? compact_cfg(Dqk, Dv)
+                                                 : prefill_cfg(Dqk, Dv);
   using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages, c.pair_dv>;
   // The dynamic shared-memory opt-in is per device; set it once per device and instance
   // (cudaFuncSetAttribute is not a stream operation, so this stays CUDA-graph safe).
@@ -35,25 +37,41 @@ cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <typename Elem, int Dqk, int Dv, bool Decode>
+template <typename Elem, int Dqk, int Dv, Tile kTile>
 cudaError_t launch_features(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   // The common instance has no softcap, paged-KV or varlen-tile code (smaller, uniform-register
   // addressing); varlen q without softcap / paging takes the varlen instance (prefill tiles only:
   // varlen decode is rare enough not to be worth another instance); everything else the general.
+  // The compact tile (small-shared-memory GPUs) has the general instance only.
+  constexpr bool kDecode = kTile == Tile::decode;
   const bool general = p.softcap_log2 != 0.f || p.kv_mode == kKvPaged;
-  if (general || (Decode && p.varlen_tiles)) return launch_instance<Elem, Dqk, Dv, Decode, Inst::general>(p, grid, stream);
-  if constexpr (!Decode) {
-    if (p.varlen_tiles) return launch_instance<Elem, Dqk, Dv, Decode, Inst::varlen>(p, grid, stream);
+  if (kTile == Tile::compact || general || (kDecode && p.varlen_tiles))
+    return launch_instance<Elem, Dqk, Dv, kTile, Inst::general>(p, grid, stream);
+  if constexpr (kTile == Tile::prefill) {
+    if (p.varlen_tiles) return launch_instance<Elem, Dqk, Dv, kTile, Inst::varlen>(p, grid, stream);
   }
-  return launch_instance<Elem, Dqk, Dv, Decode, Inst::common>(p, grid, stream);
+  return launch_instance<Elem, Dqk, Dv, kTile, Inst::common>(p, grid, stream);
+}
+
+template <typename Elem, int Dqk, int Dv>
+cudaError_t launch_tile(const FwdArgs& p, Tile tile, dim3 grid, cudaStream_t stream) {
+  switch (tile) {
+    case Tile::prefill: return launch_features<Elem, Dqk, Dv, Tile::prefill>(p, grid, stream);
+    case Tile::decode: return launch_features<Elem, Dqk, Dv, Tile::decode>(p, grid, stream);
+    case Tile::compact:
+      if constexpr (has_compact(Dqk, Dv)) {
+        return launch_features<Elem, Dqk, Dv, Tile::compact>(p, grid, stream);
+      } else {
+        return cudaErrorInvalidConfiguration;  // the planner only picks compact where it exists
+      }
+  }
+  return cudaErrorInvalidValue;
 }
 
 template <int Dqk, int Dv>
-cudaError_t launch_dims(const FwdArgs& p, bool bf16, bool decode, dim3 grid, cudaStream_t stream) {
-  if (bf16) return decode ? launch_features<__nv_bfloat16, Dqk, Dv, true>(p, grid, stream)
-                          : launch_features<__nv_bfloat16, Dqk, Dv, false>(p, grid, stream);
-  return decode ? launch_features<__half, Dqk, Dv, true>(p, grid, stream)
-                : launch_features<__half, Dqk, Dv, false>(p, grid, stream);
+cudaError_t launch_dims(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream) {
+  return bf16 ? launch_tile<__nv_bfloat16, Dqk, Dv>(p, tile, grid, stream)
+              : launch_tile<__half, Dqk, Dv>(p, tile, grid, stream);
 }
 
 }  // namespace
