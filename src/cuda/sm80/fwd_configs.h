@@ -1,13 +1,14 @@
 // Tile configurations of the sm80 portable forward kernel (host- and device-visible).
 //
-// Two shapes per head-dim pair:
-//   prefill  M = 128 query rows per CTA, warps stacked along M (FlashAttention-2 layout: each
-//            warp owns 16 or 32 rows and all keys of a tile, so softmax needs no cross-warp
-//            exchange);
+// Two shapes per head-dim pair, and a third where both can exceed a small GPU's shared memory:
+//   prefill  M = 128 query rows per CTA (64 at D = 256), warps stacked along M (FlashAttention-2
+//            layout: each warp owns 16 or 32 rows and all keys of a tile, so softmax needs no
+//            cross-warp exchange);
 //   decode   M = 16 rows (one query token x the GQA group, PackGQA), warps side by side along
 //            the keys of a tile; each warp keeps its own running max / sum / O and the CTA merges
 //            them once at the end (the in-CTA LSE combine of FA4's 1Q variant). Deeper K/V
-//            pipeline: decode is a pure stream of K/V bytes.
+//            pipeline: decode is a pure stream of K/V bytes;
+//   compact  D = 192 / 256 on GPUs with 99 KB per block (sm_86 / sm_89), general instance only.
 // Head dims are instantiated for 64, 128, 192, 256 and (Dqk, Dv) = (192, 128); others are padded
 // up (zero-filled loads, guarded stores).
 #pragma once
