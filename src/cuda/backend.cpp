@@ -207,24 +207,21 @@ Plan make_plan(const Problem& pb) {
   Plan pl;
   const DeviceProps& dp = device_props(pb.p->q.device_index);
   pl.dims = sm80::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv));
-  const sm80::TileCfg pre = sm80::prefill_cfg(pl.dims.dqk, pl.dims.dv);
-  const sm80::TileCfg dec = sm80::decode_cfg(pl.dims.dqk, pl.dims.dv);
-  const sm80::TileCfg cmp = sm80::compact_cfg(pl.dims.dqk, pl.dims.dv);
-  const int pre_smem = sm80::smem_bytes(pre, pl.dims.dqk, pl.dims.dv);
-  const int dec_smem = sm80::smem_bytes(dec, pl.dims.dqk, pl.dims.dv);
-  const int cmp_smem = sm80::smem_bytes(cmp, pl.dims.dqk, pl.dims.dv);
-  auto fits = [&](int smem) { return !dp.valid || smem <= dp.smem_optin; };
+  const int dqk = pl.dims.dqk, dv = pl.dims.dv;
+  const sm80::TileCfg pre = sm80::prefill_cfg(dqk, dv), dec = sm80::decode_cfg(dqk, dv);
+  auto fits = [&](const sm80::TileCfg& c) { return !dp.valid || sm80::smem_bytes(c, dqk, dv) <= dp.smem_optin; };
   // Decode tile for short query tiles (PackGQA rows), prefill tile otherwise; each falls back to
   // the other where its shared memory does not fit the device's opt-in, and both to the compact
-  // tile (GPUs with 99 KB per block, sm_86 / sm_89, at D = 192 / 256).
+  // tile where the dims have one (GPUs with 99 KB per block, sm_86 / sm_89, at D = 192 / 256;
+  // without it the decode tile stays, and cuda_check refuses what does not fit).
   const bool short_rows = (pb.group > 1 && pb.max_sq < pre.m ? pb.max_sq * pb.group : pb.max_sq) <= dec.m;
+  const sm80::Tile last = sm80::has_compact(dqk, dv) ? sm80::Tile::compact : sm80::Tile::decode;
   if (short_rows)
-    pl.tile = fits(dec_smem) ? sm80::Tile::decode : fits(pre_smem) ? sm80::Tile::prefill : sm80::Tile::compact;
+    pl.tile = fits(dec) ? sm80::Tile::decode : fits(pre) ? sm80::Tile::prefill : last;
   else
-    pl.tile = fits(pre_smem) ? sm80::Tile::prefill : fits(dec_smem) ? sm80::Tile::decode : sm80::Tile::compact;
-  if (pl.tile == sm80::Tile::compact && !sm80::has_compact(pl.dims.dqk, pl.dims.dv)) pl.tile = sm80::Tile::decode;
-  const sm80::TileCfg& c = pl.tile == sm80::Tile::decode ? dec : pl.tile == sm80::Tile::compact ? cmp : pre;
-  pl.smem = pl.tile == sm80::Tile::decode ? dec_smem : pl.tile == sm80::Tile::compact ? cmp_smem : pre_smem;
+    pl.tile = fits(pre) ? sm80::Tile::prefill : fits(dec) ? sm80::Tile::decode : last;
+  const sm80::TileCfg c = sm80::tile_cfg(pl.tile, dqk, dv);
+  pl.smem = sm80::smem_bytes(c, dqk, dv);
   // PackGQA when a query tile would be mostly empty otherwise (decode, short chunks).
   pl.pack_gqa = pb.group > 1 && pb.max_sq < c.m;
   pl.rows = pl.pack_gqa ? pb.max_sq * pb.group : pb.max_sq;

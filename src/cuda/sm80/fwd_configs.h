@@ -68,6 +68,10 @@ enum class Tile { prefill, decode, compact };
 constexpr bool has_compact(int dqk, int dv) { return dqk > 128 && dv > 128; }
 constexpr TileCfg compact_cfg(int, int) { return TileCfg{64, 64, 4, 1, 1}; }
 
+constexpr TileCfg tile_cfg(Tile t, int dqk, int dv) {
+  return t == Tile::decode ? decode_cfg(dqk, dv) : t == Tile::compact ? compact_cfg(dqk, dv) : prefill_cfg(dqk, dv);
+}
+
 constexpr int smem_bytes(const TileCfg& c, int dqk, int dv) {
   // Q + K/V stages (16-bit) + the paged-KV row-offset ring (2 x n int64 for k and for v).
   // pair_dv adds the P fragment swap [warps][n / 16][32 lanes] x 16 B and two [warps][32] float2

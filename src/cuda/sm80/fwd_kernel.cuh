@@ -8,8 +8,9 @@
 // P taken straight from the S accumulators (the m16n8 C fragment of two n-tiles is the A fragment
 // of one k16 step). With pair_dv (D = 256) warps 2i and 2i + 1 still run their softmax alone but
 // swap P through shared memory and each accumulate O for both warps' rows over one half of Dv,
-// so every V fragment read from shared memory feeds 32 rows. The epilogue merges the warps' partial states through shared memory, adds the
-// sink, normalizes, and writes out (+ lse) or the fp32 partials of a split.
+// so every V fragment read from shared memory feeds 32 rows. The epilogue merges the warps'
+// partial states through shared memory, adds the sink, normalizes, and writes out (+ lse) or the
+// fp32 partials of a split.
 //
 // Shared memory tiles are row-major [rows][D] with the 16-byte chunks of each row XOR-swizzled by
 // (row % 8), so both the cp.async writes and the ldmatrix reads (8 rows x 16 bytes) hit 8
@@ -66,6 +67,13 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// The swizzled position of a fixed chunk in rows r0, r0 + step, r0 + 2 step, ... repeats with
+// period 8 / gcd(step, 8): a copy loop over such rows needs that many base addresses, the rest
+// are compile-time offsets from them.
+constexpr int swz_period(int row_step) {
+  return row_step % 8 == 0 ? 1 : row_step % 4 == 0 ? 2 : row_step % 2 == 0 ? 4 : 8;
+}
+
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][D] tile.
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
@@ -99,11 +107,10 @@ struct TileLoader {
   }
 
   // Contiguous rows (dense / varlen / cache): element offset of key j = base + j * step.
-  // With a fixed column, the swizzled column of row r0 + k * kRowStep repeats with period
-  // kPeriod = 8 / gcd(kRowStep, 8) in k, so every copy of this thread is one pointer add and a
-  // compile-time shared-memory offset away from one of kPeriod bases; whole tiles (the common
+  // With a fixed column, every copy of this thread is one pointer add and a compile-time
+  // shared-memory offset away from one of kPeriod bases (swz_period); whole tiles (the common
   // case) skip the row bound.
-  static constexpr int kPeriod = kRowStep % 8 == 0 ? 1 : kRowStep % 4 == 0 ? 2 : kRowStep % 2 == 0 ? 4 : 8;
+  static constexpr int kPeriod = swz_period(kRowStep);
   __device__ __forceinline__ void load_strided(Elem* s, const Elem* g, int64_t base, int64_t step, int n0,
                                                int len) const {
     if constexpr (kFixedCol) {
@@ -775,9 +782,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
             // could not be hoisted: ~1150 of 27400 warp samples at D = 256, S = 512 (ncu source
             // counters, H200) for 16 stores per thread. The O registers are dead here, so the
             // kRowsPer 16-byte chunks fit.
-            // The swizzled chunk of row r0 + k * kRowStep repeats with period kPeriod in k: kPeriod
-            // bases, then compile-time offsets (as TileLoader::load_strided).
-            constexpr int kPeriod = kRowStep % 8 == 0 ? 1 : kRowStep % 4 == 0 ? 2 : kRowStep % 2 == 0 ? 4 : 8;
+            // kPeriod bases, then compile-time offsets (as TileLoader::load_strided).
+            constexpr int kPeriod = swz_period(kRowStep);
             const Elem* src[kPeriod];
 #pragma unroll
             for (int q = 0; q < kPeriod; ++q) src[q] = sOut + swz<kDv>(r0 + q * kRowStep, ch) - q * kRowStep * kDv;

@@ -14,9 +14,7 @@ namespace {
 
 template <typename Elem, int Dqk, int Dv, Tile kTile, Inst kInst>
 cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
-  constexpr TileCfg c = kTile == Tile::decode    ? decode_cfg(Dqk, Dv)
-                        : kTile == Tile::compact ? compact_cfg(Dqk, Dv)
-                                                 : prefill_cfg(Dqk, Dv);
+  constexpr TileCfg c = tile_cfg(kTile, Dqk, Dv);
   using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages, c.pair_dv>;
   // The dynamic shared-memory opt-in is per device; set it once per device and instance
   // (cudaFuncSetAttribute is not a stream operation, so this stays CUDA-graph safe).
