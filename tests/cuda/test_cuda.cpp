@@ -154,6 +154,20 @@ Tol gpu_tol(DType dt, const Case& ref) {
   return t;
 }
 
+// Runs `t` (outputs poisoned) expecting an unsupported error that names `q` (and contains `what`
+// when given), with every output element still poisoned: nothing written.
+void expect_refused_untouched(Case& t, const char* what = nullptr) {
+  DeviceCase dc(t);
+  const Status st = dc.run();
+  EXPECT_EQ(st.code, StatusCode::unsupported) << st.message;
+  EXPECT_EQ(st.argument, "q");
+  if (what != nullptr) {
+    EXPECT_NE(st.message.find(what), std::string::npos) << st.message;
+  }
+  dc.download();
+  for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
+}
+
 void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
   SCOPED_TRACE(cfg.describe());
   FA4_SEED_TRACE(seed);
@@ -289,14 +303,7 @@ TEST(CudaBackend, SharedMemoryCap) {
   c.batch = 2, c.hkv = 2, c.hq = 4, c.dqk = 256, c.dv = 256;
   c.sq = 100, c.sk = 300;
   Case t = make_gpu_case(c, derive_seed(7600));
-  t.poison_outputs();
-  DeviceCase dc(t);
-  const Status st = dc.run();
-  EXPECT_EQ(st.code, StatusCode::unsupported) << st.message;
-  EXPECT_EQ(st.argument, "q");
-  EXPECT_NE(st.message.find("shared memory"), std::string::npos) << st.message;
-  dc.download();
-  for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
+  expect_refused_untouched(t, "shared memory");
 
   CaseConfig s = c;
   s.dqk = 64, s.dv = 64, s.sq = 300, s.sk = 517, s.causal = true, s.lse = true;
@@ -508,12 +515,7 @@ TEST(CudaBackend, RejectsFloat8Untouched) {
   c.dtype = DType::float8_e4m3, c.dqk = 64, c.dv = 64, c.sq = 4, c.sk = 8;
   Case t = make_case(c, 1);
   t.poison_outputs();
-  DeviceCase dc(t);
-  const Status st = dc.run();
-  EXPECT_EQ(st.code, StatusCode::unsupported);
-  EXPECT_EQ(st.argument, "q");
-  dc.download();
-  for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
+  expect_refused_untouched(t);
 }
 
 // ---------------------------------------------------------------- float32 (src/cuda/simt)
