@@ -20,6 +20,8 @@
 #include "cuda/common/kv_append.h"
 #include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
+#include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/fwd_launch.h"
 
 namespace fa4::core {
 namespace {
@@ -115,6 +117,8 @@ struct Plan {
   int64_t rows_total = 0;  // token rows of q
   size_t workspace = 0;    // bytes of split partials
   int smem = 0;
+  bool sm90 = false;           // the Hopper kernel (src/cuda/sm90); dims then holds its head dims
+  cuda::sm90::DimPair dims90{};
 };
 
 int ctas_per_sm(const DeviceProps& dp, const sm80::TileCfg& c, int smem, bool decode) {
@@ -202,6 +206,35 @@ Plan make_plan_f32(const Problem& pb) {
   return pl;
 }
 
+// FA4_CUDA_KERNEL=sm80 keeps every call on the portable kernel (the device tests run the same
+// suite once per kernel); unset or sm90: the Hopper kernel wherever it takes the problem.
+bool sm90_allowed() {
+  static const bool allowed = [] {
+    const char* k = std::getenv("FA4_CUDA_KERNEL");
+    return k == nullptr || std::string(k) != "sm80";
+  }();
+  return allowed;
+}
+
+// The Hopper kernel takes prefill-shaped problems: a compute capability 9.0 device (its sm_90a
+// image runs there only), 16-bit inputs, head dims it instantiates, no PackGQA (decode-shaped
+// tiles), no split-KV and no paged KV (the next issue's work).
+void plan_sm90(const Problem& pb, const DeviceProps& dp, Plan& pl) {
+  cuda::sm90::DimPair d{};
+  if (!sm90_allowed() || !dp.valid || dp.major != 9 || dp.minor != 0) return;
+  if (pl.f32 || pl.pack_gqa || pl.splits > 1 || pb.kv == KvLayout::paged) return;
+  if (!cuda::sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return;
+  const int smem = cuda::sm90::smem_bytes(d.dqk, d.dv);
+  if (smem > dp.smem_optin) return;
+  pl.sm90 = true;
+  pl.dims90 = d;
+  pl.smem = smem;
+  pl.m = cuda::sm90::kBlockM;
+  pl.n = cuda::sm90::tile_cfg(d.dqk, d.dv).block_n;
+  pl.m_blocks = (pl.rows + pl.m - 1) / pl.m;
+  plan_varlen_tiles(pb, pl);
+}
+
 Plan make_plan(const Problem& pb) {
   if (pb.dtype == DType::float32) return make_plan_f32(pb);
   Plan pl;
@@ -241,6 +274,7 @@ Plan make_plan(const Problem& pb) {
     pl.splits = choose_splits(units, slots, n_blocks);
   }
   finish_splits(pb, pl);
+  plan_sm90(pb, dp, pl);
   return pl;
 }
 
@@ -338,7 +372,7 @@ std::string cuda_info() {
   if (device_count() == 0) return "no CUDA device or driver";
   const DeviceProps& dp = device_props(0);
   return dp.name + ", sm_" + std::to_string(dp.major) + std::to_string(dp.minor) + ", " + std::to_string(dp.sms) +
-         " SMs, kernels: sm80 (mma.sync), simt (fp32)";
+         " SMs, kernels: " + std::string(dp.major == 9 && dp.minor == 0 && sm90_allowed() ? "sm90 (TMA + wgmma), " : "") + "sm80 (mma.sync), simt (fp32)";
 }
 
 Status cuda_check(const Problem& pb) {
@@ -431,8 +465,28 @@ Status cuda_forward(const Problem& pb) {
 
   const dim3 grid(static_cast<unsigned>(pl.m_blocks), static_cast<unsigned>(pl.grid_heads),
                   static_cast<unsigned>((pl.varlen_tiles ? 1 : pb.batch) * pl.splits));
-  cudaError_t e = pl.f32 ? cuda::simt::launch_fwd_f32(a, grid, stream)
-                         : sm80::launch_fwd(a, pl.dims, pb.dtype == DType::bfloat16, pl.tile, grid, stream);
+  cudaError_t e = cudaSuccess;
+  const bool bf16 = pb.dtype == DType::bfloat16;
+  bool launched = false;
+  if (pl.sm90) {
+    // Strides or extents outside TMA's rules: the portable kernel runs instead (same plan
+    // otherwise: no splits, no PackGQA; its grid has its own tile rows).
+    cuda::sm90::Sm90Params P;
+    if (cuda::sm90::make_params(a, pl.dims90, bf16, &P, nullptr)) {
+      e = cuda::sm90::launch_fwd(P, pl.dims90, bf16, grid, stream);
+      launched = true;
+    }
+  }
+  if (!launched) {
+    dim3 g80 = grid;
+    if (pl.sm90) {
+      const sm80::TileCfg c = sm80::tile_cfg(pl.tile, pl.dims.dqk, pl.dims.dv);
+      g80.x = static_cast<unsigned>(pb.varlen_q ? (pl.rows_total + c.m - 1) / c.m + pb.batch : (pl.rows + c.m - 1) / c.m);
+      a.varlen_tiles = pl.varlen_tiles;
+    }
+    e = pl.f32 ? cuda::simt::launch_fwd_f32(a, g80, stream)
+               : sm80::launch_fwd(a, pl.dims, bf16, pl.tile, g80, stream);
+  }
   if (e != cudaSuccess) return device_error("attention kernel launch", e);
 
   if (pl.splits > 1) {

@@ -25,6 +25,8 @@
 #include <cstdint>
 
 #include "cuda/common/fwd_args.h"
+#include "cuda/common/mask.cuh"
+#include "cuda/common/softmax.cuh"
 #include "cuda/common/seq_info.cuh"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/sm80/fwd_configs.h"
@@ -55,17 +57,6 @@ struct FwdTraits {
   static_assert(kDqk % 64 == 0 && kDv % 64 == 0, "swizzle needs rows of a multiple of 8 chunks");
   static_assert(kStages >= 1, "at least one K/V buffer");
 };
-
-// Reductions over the 4 lanes of a quad: in an m16n8 accumulator fragment those lanes (t4 = 0..3)
-// hold the columns of one row.
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 // The swizzled position of a fixed chunk in rows r0, r0 + step, r0 + 2 step, ... repeats with
 // period 8 / gcd(step, 8): a copy loop over such rows needs that many base addresses, the rest
@@ -155,35 +146,6 @@ struct TileLoader {
       const Elem* src = bytes ? g + base + row_off[r] + ch * 8 : g;
       ptx::cp_async_16(ptx::smem_u32(s + swz<kD>(r, ch)), src, bytes);
     }
-  }
-};
-
-// The mask's per-row key interval in 32-bit arithmetic (positions of one sequence are < 2^31;
-// the int64 SeqMask would pull a 64-bit division routine into the partial-tile path). Same
-// definition as core::SeqMask::row_lo / row_hi.
-struct RowMask32 {
-  int left, right, chunk, off, sk;
-  __device__ __forceinline__ void init(const core::Mask& m, int64_t sq, int sk_) {
-    const int64_t big = 1 << 30;
-    left = m.left < 0 ? -1 : static_cast<int>(m.left < big ? m.left : big);
-    right = m.right < 0 ? -1 : static_cast<int>(m.right < big ? m.right : big);
-    chunk = static_cast<int>(m.chunk < big ? m.chunk : big);
-    sk = sk_;
-    off = static_cast<int>(clamp64(sk_ - sq, -big, big));
-  }
-  __device__ __forceinline__ void bounds(int64_t i64, int& lo, int& hi) const {
-    const int i = static_cast<int>(i64 < (1 << 30) ? i64 : (1 << 30));
-    const int p = i + off;
-    lo = 0;
-    if (left >= 0 && p - left > lo) lo = p - left;
-    if (chunk > 0) {
-      const int q = p >= 0 ? p / chunk : -((-p + chunk - 1) / chunk);  // floor division
-      if (q * chunk > lo) lo = q * chunk;
-    }
-    hi = sk;
-    if (right >= 0 && p + right + 1 < hi) hi = p + right + 1;
-    if (hi < 0) hi = 0;
-    if (lo > sk) lo = sk;
   }
 };
 
@@ -405,10 +367,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   const bool fold = !softcap && p.scale_log2 > 0.f;
   const float sc = fold ? p.scale_log2 : 1.f;
   const float softcap_in2 = p.softcap_in * 2.f * 1.4426950408889634f;  // exp2 argument of e^{2y}
-  // Conditional rescaling (FA4): the running max only moves when a row's new max exceeds it by
-  // more than 2^8 in probability; until then P <= 2^8 (exact enough in fp32 sums and 16-bit P)
-  // and the O / l rescale of the whole warp is skipped.
-  constexpr float kRescaleThreshold = 8.f;
+  // Conditional rescaling (common/softmax.cuh): warp-uniform, so a skipped rescale skips the
+  // whole warp's O multiplies.
   const int q_row0 = wm * T::kWarpRows;
   const int key0 = wn * T::kWarpKeys;
 

@@ -1,0 +1,43 @@
+// Tile configurations of the sm90 (Hopper) forward kernel, host- and device-visible.
+//
+// One CTA = one producer warpgroup + two consumer warpgroups; each consumer owns 64 query rows
+// (wgmma M = 64), so a CTA covers kBlockM = 128 rows of one (batch, head). K and V stream through
+// separate mbarrier rings of `stages` slots of kBlockN keys.
+//
+// Registers per consumer thread (fp32 accumulators): S = kBlockN / 2, O = Dv / 2, P (16-bit A
+// fragments) = kBlockN / 4: D = 64: 64 + 32 + 32, D = 128: 64 + 64 + 32, D = 256 (kBlockN = 64):
+// 32 + 128 + 16, all inside the 240 registers setmaxnreg gives a consumer.
+// Shared memory = (128 * Dqk + stages * kBlockN * (Dqk + Dv)) * 2 bytes + barriers.
+#pragma once
+
+namespace fa4::cuda::sm90 {
+
+struct TileCfg {
+  int block_m, block_n, stages;
+};
+
+constexpr int kConsumers = 2;           // consumer warpgroups
+constexpr int kRowsPerConsumer = 64;    // wgmma M
+constexpr int kBlockM = kConsumers * kRowsPerConsumer;
+constexpr int kThreads = 128 * (1 + kConsumers);
+
+// Head-dim pairs with a kernel; other dims are padded up (zero-filled TMA boxes, guarded stores).
+constexpr bool has_kernel(int dqk, int dv) { return (dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256)); }
+
+constexpr TileCfg tile_cfg(int dqk, int dv) {
+  // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma
+  // N sizes the wrappers provide (64 / 128 / 256).
+  if (dqk <= 64) return {kBlockM, 128, 3};
+  if (dqk <= 128) return {kBlockM, 128, 2};
+  (void)dv;
+  return {kBlockM, 64, 2};
+}
+
+constexpr int smem_bytes(int dqk, int dv) {
+  const TileCfg c = tile_cfg(dqk, dv);
+  // tiles, the barriers (padded to the struct's 1024-byte alignment), and the 1024-byte
+  // alignment slack of the dynamic allocation (fwd_smem.cuh; fwd_kernel.cuh asserts equality)
+  return (c.block_m * dqk + c.stages * c.block_n * (dqk + dv)) * 2 + 1024 + 1024;
+}
+
+}  // namespace fa4::cuda::sm90

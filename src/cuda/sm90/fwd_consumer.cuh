@@ -1,0 +1,262 @@
+// The MMA + softmax role of the sm90 forward kernel: one consumer warpgroup, 64 query rows.
+//
+// Per key tile t (walked last to first, fwd_work.cuh), with the two consumers ping-ponging on
+// named barriers so one's GEMMs run on the tensor cores while the other does softmax (DESIGN §3):
+//
+//     turn: S_t = Q K_t^T (SS wgmma) ; O += P_{t-1} V_{t-1} (RS wgmma, P from registers) ; pass
+//     wait S_t -> release K_t ; mask / softcap ; online softmax -> P_t, alpha_t   (PV_{t-1} runs)
+//     wait PV_{t-1} -> release V_{t-1} ; O *= alpha_t (only when some row's max moved) ; pack P_t
+//
+// so inside a warpgroup the softmax of tile t overlaps the P V GEMM of tile t - 1, and across
+// warpgroups it overlaps the other consumer's GEMMs.
+//
+// Fragment layouts (sm90_ptx.cuh, Wgmma): thread (warp w, lane l = 4g + t) holds, of a
+// 64 x N accumulator, rows 16w + g (h = 0) and 16w + g + 8 (h = 1), and of column block cb the
+// columns 8cb + 2t, 8cb + 2t + 1: element i = 4cb + 2h + e. Two column blocks of the S
+// accumulator are exactly the 16-bit A fragment of one k16 step of P V.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/pipeline.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/ptx/sm80_ptx.cuh"
+#include "cuda/ptx/sm90_ptx.cuh"
+#include "cuda/sm90/fwd_params.h"
+#include "cuda/sm90/fwd_schedule.h"
+#include "cuda/sm90/fwd_work.cuh"
+
+namespace fa4::cuda::sm90 {
+
+template <class T>
+struct Consumer {
+  using Elem = typename T::Elem;
+  static constexpr int kDqk = T::kDqk, kDv = T::kDv, kBlockN = T::kBlockN, kStages = T::kStages;
+  static constexpr int kSRegs = kBlockN / 2;  // S accumulator, 64 x kBlockN
+  static constexpr int kORegs = kDv / 2;      // O accumulator, 64 x Dv
+  static constexpr int kPSteps = kBlockN / 16;
+  using Ring = PipelineState<kStages>;
+
+  typename T::Smem& sh;
+  const FwdArgs& p;
+  const TileWork& w;
+  int c;         // consumer index 0 / 1
+  int tid;       // thread in the warpgroup
+  int g, t4;     // fragment row group, column pair
+  float sc;      // multiplier from kept score units to log2 units (see softmax)
+  bool softcap, fold;
+  float softcap_in2;
+  FullKeyRange full;
+  int lo[2], hi[2];  // visible keys of this thread's rows [lo, hi)
+
+  float o[kORegs];
+  float s[kSRegs];
+  uint32_t pf[kPSteps][4];  // P of the previous tile as wgmma A fragments
+  float m_run[2], l_run[2];
+
+  __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_)
+      : sh(sh_), p(p_), w(w_), c(c_) {
+    tid = threadIdx.x % 128;
+    const int lane = tid % 32;
+    g = lane / 4, t4 = lane % 4;
+    softcap = p.softcap_log2 != 0.f;
+    fold = !softcap && p.scale_log2 > 0.f;
+    sc = fold ? p.scale_log2 : 1.f;
+    softcap_in2 = p.softcap_in * 2.f * kLog2e;
+    RowMask32 rm;
+    rm.init(p.mask, w.si.sq, w.sk);
+    const int i0 = w.m0 + c * kRowsPerConsumer;
+    const int i_last = i0 + kRowsPerConsumer - 1 < w.rows_seq - 1 ? i0 + kRowsPerConsumer - 1 : w.rows_seq - 1;
+    full.init(rm, i0, i_last >= i0 ? i_last : i0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rm.bounds(i0 + row_of(h), lo[h], hi[h]);
+      m_run[h] = -INFINITY, l_run[h] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
+  }
+  // Row (within the consumer's 64) of this thread's row half h.
+  __device__ __forceinline__ int row_of(int h) const { return 16 * (tid / 32) + g + 8 * h; }
+
+  // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the other consumer ----
+  __device__ __forceinline__ void turn_wait() { ptx::named_barrier_sync(bar_id(c ? Bar::turn1 : Bar::turn0), 256); }
+  __device__ __forceinline__ void turn_pass() { ptx::named_barrier_arrive(bar_id(c ? Bar::turn0 : Bar::turn1), 256); }
+
+  // ---- GEMMs ----
+  __device__ __forceinline__ void issue_s(const Ring& st) {
+    ptx::fence_operands(s);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kDqk / 16; ++k) {
+      const uint64_t da = ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[c][k / 4]) + 32 * (k % 4));
+      const uint64_t db = ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.k[st.index][k / 4]) + 32 * (k % 4));
+      ptx::wgmma_ss<kBlockN, Elem>(s, da, db, k > 0);
+    }
+    ptx::wgmma_commit_group();
+    ptx::fence_operands(s);
+  }
+  // V slot as the N-major B operand of O += P V (N = Dv, K = keys): 8-key core-matrix groups
+  // 1024 bytes apart (SBO), 64-column chunks kBlockN * 128 bytes apart (LBO); a k16 step is
+  // 16 rows = 2048 bytes.
+  __device__ __forceinline__ void issue_pv(const Ring& st) {
+    ptx::fence_operands(o);
+    ptx::wgmma_fence();
+    const uint32_t v0 = ptx::smem_u32(sh.v[st.index][0]);
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk) {
+      const uint64_t db = ptx::make_smem_desc(v0 + 2048 * kk, kBlockN * 128, 1024, ptx::SmemSwizzle::b128);
+      ptx::wgmma_rs<kDv, Elem, 1>(o, pf[kk], db, 1);
+    }
+    ptx::wgmma_commit_group();
+    ptx::fence_operands(o);
+  }
+  // The P fragments are read by the tensor cores until the P V group completes: keep the
+  // compiler from reusing their registers before then.
+  __device__ __forceinline__ void hold_p() {
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ptx::fence_operand(pf[kk][e]);
+  }
+
+  // ---- softmax of the S tile of keys [n0, n0 + kBlockN); alpha = O rescale of each row ----
+  __device__ __forceinline__ void softmax(int n0, float (&alpha)[2]) {
+    if (softcap) {
+#pragma unroll
+      for (int i = 0; i < kSRegs; ++i) {
+        // tanh(y) = 1 - 2 / (e^{2y} + 1) on ex2 (tanh.approx's 2^-11 relative error, times a
+        // softcap of ~30, would show in fp16 outputs).
+        const float e2 = ptx::exp2_approx(s[i] * softcap_in2);
+        s[i] = p.softcap_log2 * (1.f - __fdividef(2.f, e2 + 1.f));
+      }
+    } else if (!fold) {
+#pragma unroll
+      for (int i = 0; i < kSRegs; ++i) s[i] *= p.scale_log2;
+    }
+    if (full.needs_mask(n0, kBlockN)) {
+#pragma unroll
+      for (int i = 0; i < kSRegs; ++i) {
+        const int h = (i >> 1) & 1;
+        const int j = n0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
+        if (j < lo[h] || j >= hi[h]) s[i] = -INFINITY;
+      }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kSRegs; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    bool grow = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = quad_max(mx[h]);
+      grow |= rescale_needed(mx[h], m_run[h], sc);
+      alpha[h] = 1.f;
+    }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m_new = fmaxf(m_run[h], mx[h]);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // nothing visible yet: keep args finite
+        alpha[h] = ptx::exp2_approx((m_run[h] - m_use) * sc);
+        m_run[h] = m_new;
+        l_run[h] *= alpha[h];
+      }
+    }
+    float neg_m[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;
+#pragma unroll
+    for (int i = 0; i < kSRegs; ++i) {
+      const int h = (i >> 1) & 1;
+      s[i] = ptx::exp2_approx(fmaf(s[i], sc, neg_m[h]));
+      sum[h] += s[i];
+    }
+    l_run[0] += sum[0], l_run[1] += sum[1];
+  }
+  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
+  }
+  __device__ __forceinline__ void pack_p() {
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pf[kk][e] = ptx::pack2<Elem>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+  }
+
+  // V rows past the sequence's last key in the first-consumed (last) key tile: TMA filled them
+  // from memory beyond the sequence (the next sequence, unused cache slots) unless the tensor
+  // map itself ends there. P is 0 for them, but 0 * NaN / Inf garbage would still reach O, so
+  // both consumers zero them once (disjoint rows) before the first P V.
+  __device__ __forceinline__ void zero_v_tail(const Ring& st) {
+    const int n0 = w.tile_at(0) * kBlockN;
+    const int r0 = w.sk - n0;
+    ptx::mbarrier_wait_parity(&sh.v_ring.full[st.index], st.phase);
+    constexpr int kPieces = 8 * (kDv / 64);  // 16-byte pieces of one key row (all chunks)
+    const int ctid = c * 128 + tid;
+    for (int idx = ctid; idx < (kBlockN - r0) * kPieces; idx += 256) {
+      const int r = r0 + idx / kPieces, pc = idx % kPieces;
+      *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(sh.v[st.index][pc / 8]) + r * 128 + (pc % 8) * 16) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+    ptx::fence_proxy_async_shared_cta();  // generic stores -> the wgmma (async proxy) reads
+    ptx::named_barrier_sync(bar_id(Bar::consumers), 256);
+  }
+
+  __device__ __forceinline__ void mainloop() {
+    const int n = w.n_tiles();
+    if (n <= 0) return;
+    if (c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);  // consumer 0 starts
+    const bool v_tail = w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
+    ptx::mbarrier_wait_parity(&sh.q_full, 0);
+
+    Ring st;
+    sh.k_ring.wait(st);
+    turn_wait();
+    issue_s(st);
+    turn_pass();
+    if (v_tail) zero_v_tail(st);
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(s);
+    sh.k_ring.release(st, tid == 0);
+    float alpha[2];
+    softmax(w.tile_at(0) * kBlockN, alpha);  // O is still 0: alpha not needed
+    pack_p();
+
+    Ring stv = st;  // slot of the tile whose P is in pf
+#pragma unroll 1
+    for (int it = 1; it < n; ++it) {
+      st.advance();
+      sh.k_ring.wait(st);
+      turn_wait();
+      issue_s(st);
+      sh.v_ring.wait(stv);
+      issue_pv(stv);
+      turn_pass();
+      ptx::wgmma_wait_group<1>();
+      ptx::fence_operands(s);
+      sh.k_ring.release(st, tid == 0);
+      softmax(w.tile_at(it) * kBlockN, alpha);
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(o);
+      hold_p();
+      sh.v_ring.release(stv, tid == 0);
+      rescale_o(alpha);
+      pack_p();
+      stv = st;
+    }
+    sh.v_ring.wait(stv);
+    turn_wait();
+    issue_pv(stv);
+    turn_pass();
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(o);
+    hold_p();
+    sh.v_ring.release(stv, tid == 0);
+  }
+};
+
+}  // namespace fa4::cuda::sm90

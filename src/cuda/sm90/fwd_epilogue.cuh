@@ -1,0 +1,70 @@
+// The epilogue of one sm90 consumer warpgroup: sink fold, 1 / l, lse (common/softmax.cuh's
+// finalize_row), then O in the output dtype through 128-byte-swizzled shared memory (the
+// consumer's own Q tile, whose wgmma reads have completed) and out with 16-byte stores,
+// predicated on the sequence's last row and on a partial last chunk of an unpadded head dim.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/common/softmax.cuh"
+#include "cuda/ptx/sm80_ptx.cuh"
+#include "cuda/ptx/sm90_ptx.cuh"
+#include "cuda/sm90/fwd_consumer.cuh"
+
+namespace fa4::cuda::sm90 {
+
+template <class T>
+__device__ __forceinline__ void epilogue(Consumer<T>& cs) {
+  using Elem = typename T::Elem;
+  constexpr int kDv = T::kDv;
+  const FwdArgs& p = cs.p;
+  const TileWork& w = cs.w;
+  const int c = cs.c, tid = cs.tid;
+  const int row0 = w.m0 + c * kRowsPerConsumer;  // query row of this consumer's row 0
+  const float sink2 = p.sinks != nullptr ? p.sinks[w.head * p.sinks_st] * kLog2e : -INFINITY;
+
+  float scale[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(cs.l_run[h]);
+    const float m2 = cs.m_run[h] == -INFINITY ? -INFINITY : cs.m_run[h] * cs.sc;
+    const RowFinal f = finalize_row(m2, l, sink2);
+    scale[h] = f.scale;
+    const int i = row0 + cs.row_of(h);
+    if (cs.t4 == 0 && i < w.rows_seq && p.lse != nullptr) {
+      const int64_t lo = p.varlen_q ? (w.si.token0 + i) * p.lse_si : w.batch * p.lse_sb + i * p.lse_si;
+      p.lse[lo + w.head * p.lse_sh] = f.lse;
+    }
+  }
+
+  // Stage: element pair (i, i + 1) of O is (row_of(h), 8 cb + 2 t4 .. + 1), h = (i / 2) % 2.
+  uint8_t* stage = reinterpret_cast<uint8_t*>(cs.sh.q[c][0]);
+  constexpr int kChunkBytes = kRowsPerConsumer * 128;
+#pragma unroll
+  for (int i = 0; i < Consumer<T>::kORegs; i += 2) {
+    const int h = (i >> 1) & 1;
+    const int col = 8 * (i >> 2) + 2 * cs.t4;
+    const uint32_t off = (col / 64) * kChunkBytes + ptx::swizzle128_offset(cs.row_of(h), (col % 64) * 2);
+    *reinterpret_cast<uint32_t*>(stage + off) = ptx::pack2<Elem>(cs.o[i] * scale[h], cs.o[i + 1] * scale[h]);
+  }
+  ptx::named_barrier_sync(bar_id(c ? Bar::epilogue1 : Bar::epilogue0), 128);
+
+  constexpr int kPieces = kDv / 8;  // 16-byte pieces of a row
+  Elem* out = static_cast<Elem*>(p.out) + w.si.o_base + static_cast<int64_t>(w.head) * p.o_sh;
+#pragma unroll 1
+  for (int idx = tid; idx < kRowsPerConsumer * kPieces; idx += 128) {
+    const int r = idx / kPieces, pc = idx % kPieces;
+    if (row0 + r >= w.rows_seq) break;  // rows ascend with idx
+    const uint4 v = *reinterpret_cast<const uint4*>(stage + (pc / 8) * kChunkBytes + ptx::swizzle128_offset(r, (pc % 8) * 16));
+    Elem* dst = out + static_cast<int64_t>(row0 + r) * w.si.o_step + pc * 8;
+    const int valid = p.dv - pc * 8;
+    if (valid >= 8) {
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else if (valid > 0) {
+      const Elem* e = reinterpret_cast<const Elem*>(&v);
+      for (int x = 0; x < valid; ++x) dst[x] = e[x];
+    }
+  }
+}
+
+}  // namespace fa4::cuda::sm90

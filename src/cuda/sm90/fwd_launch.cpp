@@ -1,0 +1,81 @@
+// Host side of the sm90 forward kernel: head-dim padding, tensor-map encoding, dispatch.
+#include "cuda/sm90/fwd_launch.h"
+
+#include "cuda/common/tensor_map.h"
+#include "cuda/sm90/fwd_config.h"
+
+namespace fa4::cuda::sm90 {
+
+bool padded_dims(int dqk, int dv, DimPair* out) {
+  auto pad = [](int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; };
+  const int a = pad(dqk), b = pad(dv);
+  if (a == 0 || a != b) return false;
+  *out = {a, b};
+  return true;
+}
+
+namespace {
+
+// One 4-d map (fwd_params.h): (cols, heads, rows, batch-like) with element strides (head, row,
+// batch-like); boxes of 64 columns x box_rows rows. Extent-1 dimensions get a placeholder stride
+// (never stepped, but TMA still wants a 16-byte multiple).
+bool encode(CUtensorMap* m, const void* base, bool bf16, int64_t cols, int64_t heads, int64_t rows, int64_t bl,
+            int64_t s_head, int64_t s_row, int64_t s_bl, uint32_t box_rows, const char* name, std::string* why) {
+  TmaTiledDesc d;
+  d.base = base;
+  d.elem = bf16 ? TmaElem::bf16 : TmaElem::f16;
+  d.rank = 4;
+  const int64_t ext[4] = {cols, heads, rows, bl};
+  const int64_t st[3] = {s_head, s_row, s_bl};
+  for (int i = 0; i < 4; ++i) {
+    if (ext[i] < 1) {
+      if (why) *why = std::string(name) + ": empty dimension";
+      return false;
+    }
+    d.dims[i] = static_cast<uint64_t>(ext[i]);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const int64_t bytes = st[i] * 2;
+    d.strides_bytes[i] = ext[i + 1] == 1 ? 16 : (bytes > 0 ? static_cast<uint64_t>(bytes) : 1);  // 1: rejected below
+  }
+  d.box[0] = 64, d.box[1] = 1, d.box[2] = box_rows, d.box[3] = 1;
+  d.swizzle = TmaSwizzle::b128;
+  std::string e;
+  if (!encode_tma_tiled(m, d, &e)) {
+    if (why) *why = std::string(name) + ": " + e;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* P, std::string* why) {
+  const uint32_t block_n = static_cast<uint32_t>(tile_cfg(dims.dqk, dims.dv).block_n);
+  P->a = a;
+  // q: dense rows along dim 1 per batch; varlen tokens along dim 0.
+  const bool vq = a.varlen_q != 0;
+  if (!encode(&P->tm_q, a.q, bf16, a.dqk, a.hq, vq ? a.total_q : a.sq_dense, vq ? 1 : a.batch, a.q_sh, vq ? a.q_s0 : a.q_s1,
+              a.q_s0, kRowsPerConsumer, "q", why))
+    return false;
+  // k / v: dense (B, Sk), varlen (tokens), cache (cache sequences, slot rows).
+  const bool vk = a.kv_mode == kKvVarlen;
+  const int64_t rows = vk ? a.kv_rows0 : a.kv_slot;
+  const int64_t bl = vk ? 1 : a.kv_rows0;
+  if (!encode(&P->tm_k, a.k, bf16, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, block_n, "k", why))
+    return false;
+  if (!encode(&P->tm_v, a.v, bf16, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, block_n, "v", why))
+    return false;
+  return true;
+}
+
+cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, bool bf16, dim3 grid, cudaStream_t stream) {
+  switch (dims.dqk) {
+    case 64: return launch_fwd_d64(P, bf16, grid, stream);
+    case 128: return launch_fwd_d128(P, bf16, grid, stream);
+    case 256: return launch_fwd_d256(P, bf16, grid, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace fa4::cuda::sm90

@@ -1,0 +1,33 @@
+// Host interface of the sm90 forward kernel (one .cu file per head dim instantiates it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/common/fwd_args.h"
+#include "cuda/sm90/fwd_params.h"
+
+namespace fa4::cuda::sm90 {
+
+// The kernel head dims a problem's (dqk, dv) run on: both padded up to 64, 128 or 256 when
+// equal after padding; false when no sm90 instance covers them (e.g. Dqk != Dv).
+struct DimPair {
+  int dqk, dv;
+};
+bool padded_dims(int dqk, int dv, DimPair* out);
+
+// Encodes the q / k / v tensor maps for `a` (fwd_params.h). False, with the reason, when a
+// tensor's strides or extents do not fit TMA's rules (16-byte multiples, < 2^40 bytes, extents
+// < 2^32): the caller then runs the portable kernel.
+bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* out, std::string* why);
+
+// Launches the kernel; grid = (query tiles of 128 rows, Hq, batch) as cta_tile reads it.
+cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, bool bf16, dim3 grid, cudaStream_t stream);
+
+// Per-dim entry points (fwd_dXXX.cu).
+cudaError_t launch_fwd_d64(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d256(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+
+}  // namespace fa4::cuda::sm90

@@ -1,0 +1,27 @@
+// Kernel parameters of the sm90 forward kernel: the shared FwdArgs plus the TMA descriptors of
+// q, k and v. Passed as one `const __grid_constant__` struct so the descriptors live in
+// parameter space, where the TMA unit reads them (never a local copy).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (types only)
+
+#include <cstdint>
+
+#include "cuda/common/fwd_args.h"
+
+namespace fa4::cuda::sm90 {
+
+// Every tensor map is 4-d, innermost first: (head dim, head, row, batch-like), boxes of
+// 64 columns x rows x 1 head x 1 batch-like with 128-byte swizzle. A row / batch-like coordinate
+// pair per layout:
+//   q dense  (row = query i, b = batch)       q varlen (row = token0 + i, b = 0)
+//   k dense  (row = key j, b = batch)         k varlen (row = cu_seqlens_k[b] + j, b = 0)
+//   k cache  (row = key j, b = cache_batch_idx[b] or b)
+struct Sm90Params {
+  CUtensorMap tm_q;
+  CUtensorMap tm_k;
+  CUtensorMap tm_v;
+  FwdArgs a;
+};
+
+}  // namespace fa4::cuda::sm90

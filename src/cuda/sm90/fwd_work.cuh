@@ -1,0 +1,52 @@
+// The work of one CTA of the sm90 forward kernel, computed identically by every role: which
+// (batch, head, 128-row query tile), the sequence's lengths, and the key tiles its mask sees.
+// Producer and consumers derive the same loop bounds from it, so the rings stay in step.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include "cuda/common/fwd_args.h"
+#include "cuda/common/seq_info.cuh"
+#include "cuda/sm90/fwd_config.h"
+
+namespace fa4::cuda::sm90 {
+
+struct TileWork {
+  SeqInfo si;
+  int batch = 0, split = 0, m_block = 0;
+  int head = 0, hk = 0;   // query head, kv head
+  int rows_seq = 0;       // query rows of this sequence (< 2^31, cuda_check)
+  int m0 = 0;             // first tile row
+  int sk = 0;             // keys of this sequence
+  int n_lo = 0, n_hi = 0; // key tiles [n_lo, n_hi) the tile's rows see
+  // TMA coordinates (fwd_params.h): q rows start at q_row0 + i in batch-like index q_b; keys at
+  // kv_row0 + j in kv_b.
+  int q_row0 = 0, q_b = 0, kv_row0 = 0, kv_b = 0;
+
+  // False (uniform over the CTA) when the CTA has no rows to compute.
+  __device__ __forceinline__ bool init(const FwdArgs& p, int block_n) {
+    if (!cta_tile<true>(p, kBlockM, &m_block, &batch, &split)) return false;
+    si.init(p, batch);
+    head = blockIdx.y;
+    hk = head / p.group;
+    rows_seq = static_cast<int>(si.sq);
+    m0 = m_block * kBlockM;
+    if (m0 >= rows_seq) return false;
+    sk = static_cast<int>(si.sk < INT_MAX ? si.sk : INT_MAX);
+    const int m_last = (m0 + kBlockM < rows_seq ? m0 + kBlockM : rows_seq) - 1;
+    key_tiles(p, si, m0, m_last, sk, block_n, split, &n_lo, &n_hi);
+    if (p.varlen_q) q_row0 = static_cast<int>(si.token0), q_b = 0;
+    else q_row0 = 0, q_b = batch;
+    if (p.kv_mode == kKvVarlen) kv_row0 = static_cast<int>(si.kv_a), kv_b = 0;
+    else kv_row0 = 0, kv_b = static_cast<int>(si.kv_a);
+    return true;
+  }
+  __device__ __forceinline__ int n_tiles() const { return n_hi - n_lo; }
+  // Key tiles are walked from the last one down: the tiles that need a mask (the causal
+  // diagonal, the ragged end of the sequence) come first, the unmasked bulk after, and the
+  // ragged tile's V is the first one consumed (see the V tail zeroing in the consumer).
+  __device__ __forceinline__ int tile_at(int it) const { return n_hi - 1 - it; }
+};
+
+}  // namespace fa4::cuda::sm90
