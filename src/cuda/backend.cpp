@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -206,14 +207,19 @@ Plan make_plan_f32(const Problem& pb) {
   return pl;
 }
 
-// FA4_CUDA_KERNEL=sm80 keeps every call on the portable kernel (the device tests run the same
-// suite once per kernel); unset or sm90: the Hopper kernel wherever it takes the problem.
-bool sm90_allowed() {
-  static const bool allowed = [] {
-    const char* k = std::getenv("FA4_CUDA_KERNEL");
-    return k == nullptr || std::string(k) != "sm80";
-  }();
-  return allowed;
+// FA4_CUDA_KERNEL=sm80 keeps every call on the portable kernel, =sm90 takes the Hopper kernel
+// wherever it can run the problem even where the split heuristic would split (the device tests
+// run the same suite once per kernel); unset: the Hopper kernel for unsplit prefill.
+const char* kernel_env() {
+  static const char* k = std::getenv("FA4_CUDA_KERNEL");
+  return k ? k : "";
+}
+bool sm90_allowed() { return std::string(kernel_env()) != "sm80"; }
+bool sm90_forced() { return std::string(kernel_env()) == "sm90"; }
+// FA4_CUDA_LOG=1: one line per launch on stderr (kernel, head dims, tile, grid, splits).
+bool launch_log() {
+  static const bool on = std::getenv("FA4_CUDA_LOG") != nullptr;
+  return on;
 }
 
 // The Hopper kernel takes prefill-shaped problems: a compute capability 9.0 device (its sm_90a
@@ -222,11 +228,14 @@ bool sm90_allowed() {
 void plan_sm90(const Problem& pb, const DeviceProps& dp, Plan& pl) {
   cuda::sm90::DimPair d{};
   if (!sm90_allowed() || !dp.valid || dp.major != 9 || dp.minor != 0) return;
-  if (pl.f32 || pl.pack_gqa || pl.splits > 1 || pb.kv == KvLayout::paged) return;
+  if (pl.f32 || pl.pack_gqa || pb.kv == KvLayout::paged || pb.p->num_splits > 1) return;
+  if (pl.splits > 1 && !sm90_forced()) return;
   if (!cuda::sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return;
   const int smem = cuda::sm90::smem_bytes(d.dqk, d.dv);
   if (smem > dp.smem_optin) return;
   pl.sm90 = true;
+  pl.splits = 1;
+  pl.workspace = 0;
   pl.dims90 = d;
   pl.smem = smem;
   pl.m = cuda::sm90::kBlockM;
@@ -475,6 +484,9 @@ Status cuda_forward(const Problem& pb) {
     if (cuda::sm90::make_params(a, pl.dims90, bf16, &P, nullptr)) {
       e = cuda::sm90::launch_fwd(P, pl.dims90, bf16, grid, stream);
       launched = true;
+      if (launch_log())
+        std::fprintf(stderr, "fa4 cuda: sm90 d=%d/%d tile %dx%d grid %ux%ux%u\n", pl.dims90.dqk, pl.dims90.dv, pl.m, pl.n,
+                     grid.x, grid.y, grid.z);
     }
   }
   if (!launched) {
@@ -486,6 +498,9 @@ Status cuda_forward(const Problem& pb) {
     }
     e = pl.f32 ? cuda::simt::launch_fwd_f32(a, g80, stream)
                : sm80::launch_fwd(a, pl.dims, bf16, pl.tile, g80, stream);
+    if (launch_log())
+      std::fprintf(stderr, "fa4 cuda: %s d=%d/%d grid %ux%ux%u splits %d pack_gqa %d\n", pl.f32 ? "simt" : "sm80",
+                   pl.dims.dqk, pl.dims.dv, g80.x, g80.y, g80.z, pl.splits, int(pl.pack_gqa));
   }
   if (e != cudaSuccess) return device_error("attention kernel launch", e);
 
