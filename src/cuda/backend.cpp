@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/backends.h"
+#include "core/splits.h"
 #include "cuda/combine/combine.h"
 #include "cuda/common/fwd_args.h"
 #include "cuda/common/kv_append.h"
@@ -125,24 +126,6 @@ int ctas_per_sm(const DeviceProps& dp, const sm80::TileCfg& c, int smem, bool de
   return std::max(1, std::min(by_regs, by_smem));
 }
 
-// Split-KV count: FlashAttention-2's wave-efficiency rule. With `units` CTAs for the unsplit
-// problem and `slots` CTAs resident at once, pick the smallest split count whose last wave is
-// nearly as full as the best one, keeping >= 2 key tiles per split.
-int choose_splits(int64_t units, int64_t slots, int64_t n_blocks) {
-  if (units >= slots * 8 / 10 || n_blocks < 4) return 1;
-  const int max_s = static_cast<int>(std::min<int64_t>({128, n_blocks / 2, (2 * slots + units - 1) / units + 1}));
-  double eff[129] = {};
-  double best = 0.0;
-  for (int s = 1; s <= max_s; ++s) {
-    const double waves = static_cast<double>(units * s) / static_cast<double>(slots);
-    eff[s] = waves / std::ceil(waves);
-    best = std::max(best, eff[s]);
-  }
-  for (int s = 1; s <= max_s; ++s)
-    if (eff[s] >= 0.85 * best) return s;
-  return 1;
-}
-
 // Varlen q: the kernel walks the tiles of all sequences back to back (find_varlen_tile), so the
 // grid needs sum_b ceil(rows_b / m) <= ceil(total rows / m) + batch CTAs in x -- not
 // batch x ceil(total / m), which for 64 sequences was 64x the CTAs, nearly all exiting at once.
@@ -196,7 +179,7 @@ Plan make_plan_f32(const Problem& pb) {
     // kernel then divides its 32-key tiles among the chosen splits.
     const int by_smem = dp.smem_per_sm / (pl.smem + 1024);
     const int per_sm = std::max(1, std::min({2048 / simt::kF32Threads, 65536 / (simt::kF32Threads * 64), by_smem}));
-    pl.splits = choose_splits(units, static_cast<int64_t>(dp.sms) * per_sm, (pb.max_sk + 127) / 128);
+    pl.splits = choose_num_splits({.units = units, .slots = static_cast<int64_t>(dp.sms) * per_sm, .max_splits = (pb.max_sk + 127) / 128 / 2});
   }
   finish_splits(pb, pl);
   return pl;
@@ -238,7 +221,7 @@ Plan make_plan(const Problem& pb) {
     pl.splits = pb.p->num_splits;
   } else if (dp.valid && units > 0) {
     const int64_t slots = static_cast<int64_t>(dp.sms) * ctas_per_sm(dp, c, pl.smem, pl.tile == sm80::Tile::decode);
-    pl.splits = choose_splits(units, slots, n_blocks);
+    pl.splits = choose_num_splits({.units = units, .slots = slots, .max_splits = n_blocks / 2});  // >= 2 key tiles per split
   }
   finish_splits(pb, pl);
   return pl;
