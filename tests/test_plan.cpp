@@ -1,10 +1,12 @@
 // The cuda planner (src/cuda/plan.h) on the CPU: kernel and tile choice, the smem fallbacks of
 // small GPUs, PackGQA, the grid (varlen tile bound, grid.z clamp), split-KV counts and the
 // workspace. Expected values are worked out from the tile table (src/cuda/sm80/fwd_configs.h,
-// src/cuda/simt/fwd_f32_config.h) in the comments, not from the planner's code.
+// src/cuda/simt/fwd_f32_config.h) in the comments, not from the planner's code. And
+// fa4::describe_plan, through which every backend reports its choice.
 #include "cuda/plan.h"
 
 #include <optional>
+#include <vector>
 #include <utility>
 
 #include "core/problem.h"
@@ -274,6 +276,58 @@ TEST(CudaPlan, KernelPreferenceParsing) {
     EXPECT_FALSE(parse_kernel_preference(bad, &k)) << bad;
     EXPECT_EQ(k, Kernel::simt) << bad;  // untouched
   }
+}
+
+// fa4::describe_plan: every backend describes what attention_forward would run.
+TEST(DescribePlan, EachBackendDescribesItself) {
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 2, c.hq = 6, c.hkv = 2, c.dqk = 32, c.dv = 32, c.sq = 20, c.sk = 700;
+  c.num_splits = 0;
+  c.num_threads = 2;
+  Case t = make_case(c, derive_seed(96000));
+  fa4::PlanInfo info;
+  ASSERT_TRUE(fa4::describe_plan(t.params(Backend::cpu), &info));
+  EXPECT_EQ(info.backend, Backend::cpu);
+  EXPECT_TRUE(info.kernel == "avx2" || info.kernel == "generic") << info.kernel;
+  EXPECT_EQ(info.tile_m, 64);  // 20 rows x group 3 = 60, whole 8-row groups
+  EXPECT_EQ(info.tile_n, 32);
+  EXPECT_TRUE(info.pack_gqa);
+  EXPECT_EQ(info.splits, 1);  // 2 x 2 tiles fill both threads
+  // One kv head, one token, 2 threads: two splits (700 keys allow 5 of 4 x 32 keys).
+  c.batch = 1, c.hkv = 1, c.sq = 1;
+  Case d = make_case(c, derive_seed(96001));
+  ASSERT_TRUE(fa4::describe_plan(d.params(Backend::cpu), &info));
+  EXPECT_EQ(info.tile_m, 8);
+  EXPECT_EQ(info.splits, 2);
+  ASSERT_TRUE(fa4::describe_plan(d.params(Backend::reference), &info));
+  EXPECT_EQ(info.backend, Backend::reference);
+  EXPECT_EQ(info.kernel, "fp64");
+  EXPECT_EQ(info.tile_m, 0);
+  EXPECT_EQ(info.splits, 1);
+}
+
+TEST(DescribePlan, FailsLikeAttentionForwardAndWritesNothing) {
+  CaseConfig c;
+  c.hq = 4, c.hkv = 3;  // Hq % Hkv != 0
+  Case t = make_case(c, derive_seed(96002));
+  const std::vector<unsigned char> before = t.out.mem;
+  fa4::PlanInfo info;
+  info.kernel = "untouched";
+  const Status described = fa4::describe_plan(t.params(Backend::cpu), &info);
+  const Status forward = fa4::attention_forward(t.params(Backend::cpu));
+  EXPECT_EQ(described.code, StatusCode::invalid_argument);
+  EXPECT_EQ(described.code, forward.code);
+  EXPECT_EQ(described.message, forward.message);
+  EXPECT_EQ(info.kernel, "untouched");
+  EXPECT_EQ(t.out.mem, before);
+  // A valid problem asked of the cuda backend (host tensors here; in a CPU-only build also no
+  // backend): the same refusal as attention_forward's.
+  Case u = make_case(CaseConfig{}, derive_seed(96003));
+  const Status cuda_described = fa4::describe_plan(u.params(Backend::cuda), &info);
+  EXPECT_FALSE(cuda_described.ok());
+  EXPECT_EQ(cuda_described.message, fa4::attention_forward(u.params(Backend::cuda)).message);
+  EXPECT_EQ(info.kernel, "untouched");
 }
 
 }  // namespace

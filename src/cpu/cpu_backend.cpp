@@ -395,6 +395,10 @@ int num_splits(const Problem& pb, int workers, int64_t tile_rows) {
                             .requested = pb.p->num_splits});
 }
 
+// Packed rows per query tile: the group x Sq rows of a (batch, kv head), up to kTileRows, whole
+// 8-row groups.
+int64_t tile_rows_for(const Problem& pb) { return std::min(kTileRows, round_up(pb.group * pb.max_sq, 8)); }
+
 int resolve_threads(int32_t requested) { return requested > 0 ? requested : omp_get_max_threads(); }
 
 }  // namespace
@@ -422,7 +426,7 @@ Status forward(const Problem& pb) {
   plan.pb = &pb;
   plan.kern = &best_kernels();
   const int64_t g = pb.group;
-  plan.tile_rows = std::min(kTileRows, round_up(g * pb.max_sq, 8));
+  plan.tile_rows = tile_rows_for(pb);
   plan.nsplit = num_splits(pb, nt, plan.tile_rows);
   plan.rows_kernels = plan.kern->qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
                       pb.dtype != DType::int32;
@@ -528,6 +532,15 @@ Status cpu_combine(const CombineParams& c) {
     }
   }
   return Status::Ok();
+}
+
+void cpu_describe(const Problem& pb, PlanInfo* info) {
+  using namespace cpu;
+  info->kernel = best_kernels().name;
+  info->tile_m = tile_rows_for(pb);
+  info->tile_n = kTileKeys;
+  info->pack_gqa = pb.group > 1;  // the cpu tiles always pack the group's heads
+  info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m);
 }
 
 std::string cpu_info() {

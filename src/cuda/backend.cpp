@@ -274,6 +274,15 @@ size_t cuda_workspace_size(const Problem& pb) {
   return plan_for(pb).workspace;
 }
 
+void cuda_describe(const Problem& pb, PlanInfo* info) {
+  const Plan pl = plan_for(pb);
+  info->kernel = cuda::kernel_name(pl.kernel);
+  info->tile_m = pl.m;
+  info->tile_n = pl.n;
+  info->pack_gqa = pl.pack_gqa;
+  info->splits = pl.splits;
+}
+
 Status cuda_forward(const Problem& pb) {
   const AttentionParams& p = *pb.p;
   DeviceGuard guard(p.q.device_index);
