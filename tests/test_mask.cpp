@@ -1,11 +1,10 @@
 // The mask value type (src/core/mask.h) that every backend uses to skip and mask tiles:
 // visible() against the DESIGN formula, monotone row bounds, exact key ranges and tile classes
-// against brute force; and the split heuristic's contract.
+// against brute force.
 #include "core/mask.h"
 
 #include <sstream>
 
-#include "core/problem.h"
 #include "test_util.h"
 
 namespace fa4test {
@@ -139,37 +138,6 @@ TEST(Mask, DefaultMaskIsNone) {
   Mask m;
   m.right = 0;
   EXPECT_FALSE(m.is_none());
-}
-
-TEST(SplitHeuristic, ForcedCountsAreKeptAndTheHeuristicStaysInRange) {
-  const uint64_t seed = derive_seed(95003);
-  FA4_SEED_TRACE(seed);
-  std::mt19937_64 rng(seed);
-  for (int t = 0; t < 2000; ++t) {
-    AttentionParams p;
-    p.num_splits = static_cast<int32_t>(rng() % 3 == 0 ? 1 + rng() % 50 : 0);
-    fa4::core::Problem pb;
-    pb.p = &p;
-    pb.batch = static_cast<int64_t>(rng() % 5);
-    pb.hq = 1 + static_cast<int64_t>(rng() % 32);
-    pb.max_sq = static_cast<int64_t>(rng() % 300);
-    pb.max_sk = static_cast<int64_t>(rng() % 100000);
-    const int64_t workers = 1 + static_cast<int64_t>(rng() % 200);
-    const int n = fa4::core::choose_num_splits(pb, workers, 64, 128);
-    if (p.num_splits > 0) {
-      EXPECT_EQ(n, p.num_splits);
-    } else {
-      EXPECT_GE(n, 1);
-      EXPECT_LE(n, 128);
-      // Never more splits than key tiles of 4 x 128 keys (each split keeps >= 4 tiles), except 1.
-      if (n > 1) {
-        EXPECT_LE(n, pb.max_sk / (4 * 128));
-      }
-      if (workers == 1 || pb.max_sk == 0) {
-        EXPECT_EQ(n, 1);
-      }
-    }
-  }
 }
 
 }  // namespace

@@ -133,10 +133,14 @@ int cmd_run(int argc, char** argv, int first) {
   const fa4::Backend backend = resolve_backend(s.backend);
 
   Timing t;
-  st = time_problem(*hp, *dev, reps, warmup, &t);
+  fa4::PlanInfo plan;
+  st = time_problem(*hp, *dev, reps, warmup, &t, &plan);
   if (!st) return report_status(st);  // before any output: a rejected call prints one line only
   std::printf("fa4 run: backend %s, dtype %s, layout %s, mask %s\n", fa4::backend_name(backend),
               dtype_short(s.dtype), layout_name(s).c_str(), mask_name(s).c_str());
+  // The kernel and tile the call ran on (the cuda planner's choice, e.g. sm80 vs sm90).
+  std::printf("plan: kernel %s, tile %" PRId64 "x%" PRId64 ", PackGQA %s, splits %d\n", plan.kernel.c_str(), plan.tile_m,
+              plan.tile_n, plan.pack_gqa ? "yes" : "no", plan.splits);
   std::printf("shape: B=%" PRId64 " Sq=%" PRId64 " Sk=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " Dqk=%" PRId64
               " Dv=%" PRId64 "\n",
               s.batch, s.seqlen_q, s.seqlen_k, s.heads, s.kv_heads, s.head_dim, s.head_dim_v);
@@ -183,6 +187,8 @@ int cmd_run(int argc, char** argv, int first) {
     j << "{\n  \"tool\": \"fa4 run\",\n  \"version\": \"" << json_escape(fa4::version()) << "\",\n"
       << "  \"command\": \"" << json_escape(command_line(argc, argv)) << "\",\n"
       << "  \"backend\": \"" << fa4::backend_name(backend) << "\",\n"
+      << "  \"plan\": {\"kernel\": \"" << json_escape(plan.kernel) << "\", \"tile_m\": " << plan.tile_m << ", \"tile_n\": "
+      << plan.tile_n << ", \"pack_gqa\": " << (plan.pack_gqa ? "true" : "false") << ", \"splits\": " << plan.splits << "},\n"
       << "  \"dtype\": \"" << dtype_short(s.dtype) << "\",\n"
       << "  \"layout\": \"" << json_escape(layout_name(s)) << "\",\n"
       << "  \"mask\": \"" << json_escape(mask_name(s)) << "\",\n"

@@ -12,10 +12,11 @@
 
 namespace fa4cli {
 
-fa4::Status time_problem(HostProblem& hp, Device& dev, int reps, int warmup, Timing* t) {
+fa4::Status time_problem(HostProblem& hp, Device& dev, int reps, int warmup, Timing* t, fa4::PlanInfo* plan) {
   fa4::AttentionParams p;
   fa4::Status st = dev.bind(hp, &p);
   if (!st) return st;
+  if (plan != nullptr && !(st = fa4::describe_plan(p, plan))) return st;
   hp.poison_outputs();
   t->seconds.clear();
   for (int r = 0; r < warmup + reps; ++r) {

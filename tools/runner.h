@@ -16,8 +16,9 @@ struct Timing {
   double median = 0.0, min = 0.0;
 };
 
-// Runs `warmup` untimed and `reps` timed calls of hp on `dev` (outputs poisoned first).
-fa4::Status time_problem(HostProblem& hp, Device& dev, int reps, int warmup, Timing* t);
+// Runs `warmup` untimed and `reps` timed calls of hp on `dev` (outputs poisoned first); with
+// `plan`, also what the library chose for the call (fa4::describe_plan).
+fa4::Status time_problem(HostProblem& hp, Device& dev, int reps, int warmup, Timing* t, fa4::PlanInfo* plan = nullptr);
 
 // DESIGN.md section 4.
 struct Tolerance {

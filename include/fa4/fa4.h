@@ -37,6 +37,20 @@ struct CombineParams {
 };
 Status combine_partials(const CombineParams& params);
 
+// What attention_forward would run for these params: the backend and, within it, the kernel, tile
+// and split count its planner picks (for logs, benchmark records and tests that must know which
+// code path ran). Validates and checks exactly like attention_forward -- the same Status for bad
+// params or an unavailable / unsupported backend -- and writes nothing.
+struct PlanInfo {
+  Backend backend = Backend::automatic;  // resolved: reference, cpu or cuda
+  std::string kernel;  // cuda: "sm90", "sm80", "simt"; cpu: its ISA ("avx2", "generic"); reference: "fp64"
+  int64_t tile_m = 0;  // query rows per tile ((row, head) pairs with PackGQA); 0 = untiled (reference)
+  int64_t tile_n = 0;  // keys per tile
+  bool pack_gqa = false;  // the query heads of one kv head share tiles
+  int32_t splits = 1;     // KV splits (1 = none)
+};
+Status describe_plan(const AttentionParams& params, PlanInfo* info);
+
 // Bytes of scratch the cuda backend needs for split-KV with these params (0 if none).
 size_t attention_workspace_size(const AttentionParams& params);
 

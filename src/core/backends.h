@@ -12,11 +12,13 @@ namespace fa4::core {
 // reference: fp64, every feature (src/reference).
 Status reference_forward(const Problem& pb);
 Status reference_combine(const CombineParams& c);
+void reference_describe(const Problem& pb, PlanInfo* info);
 
 // cpu: tiled FlashAttention on all cores (src/cpu).
 Status cpu_forward(const Problem& pb);
 Status cpu_combine(const CombineParams& c);
 std::string cpu_info();  // e.g. "AVX2+FMA, 2 threads"
+void cpu_describe(const Problem& pb, PlanInfo* info);
 
 // Host-side KV append (reference and cpu): copies k_new/v_new into the cache at
 // cache_seqlens[b]. Called after all checks passed.
@@ -29,5 +31,6 @@ Status cuda_check(const Problem& pb);
 Status cuda_forward(const Problem& pb);
 Status cuda_combine(const CombineParams& c);
 size_t cuda_workspace_size(const Problem& pb);
+void cuda_describe(const Problem& pb, PlanInfo* info);  // after cuda_check passed
 
 }  // namespace fa4::core

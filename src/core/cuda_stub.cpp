@@ -10,5 +10,6 @@ Status cuda_check(const Problem&) { return Status::Error(StatusCode::backend_una
 Status cuda_forward(const Problem&) { return Status::Error(StatusCode::backend_unavailable, "cuda backend not built"); }
 Status cuda_combine(const CombineParams&) { return Status::Error(StatusCode::backend_unavailable, "cuda backend not built"); }
 size_t cuda_workspace_size(const Problem&) { return 0; }
+void cuda_describe(const Problem&, PlanInfo*) {}  // unreachable: cuda_available() is false
 
 }  // namespace fa4::core

@@ -88,6 +88,27 @@ Status combine_partials(const CombineParams& params) {
   return Status::Error(StatusCode::internal, "unresolved backend");
 }
 
+Status describe_plan(const AttentionParams& params, PlanInfo* info) {
+  core::Problem pb;
+  Status st = core::normalize(params, &pb);
+  if (!st) return st;
+  PlanInfo d;
+  d.backend = pb.backend;
+  switch (pb.backend) {
+    case Backend::reference: core::reference_describe(pb, &d); break;
+    case Backend::cpu: core::cpu_describe(pb, &d); break;
+    case Backend::cuda:
+      if (!core::cuda_available()) return cuda_unavailable();
+      st = core::cuda_check(pb);
+      if (!st) return st;
+      core::cuda_describe(pb, &d);
+      break;
+    default: return Status::Error(StatusCode::internal, "unresolved backend");
+  }
+  *info = d;
+  return Status::Ok();
+}
+
 size_t attention_workspace_size(const AttentionParams& params) {
   core::Problem pb;
   if (!core::normalize(params, &pb).ok() || pb.backend != Backend::cuda || !core::cuda_available()) return 0;

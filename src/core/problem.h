@@ -102,8 +102,4 @@ Status normalize(const AttentionParams& params, Problem* out);
 // Validates combine_partials arguments (shape rules of fa4.h).
 Status validate_combine(const CombineParams& params, Backend* resolved);
 
-// The heuristic split count for backends that split the KV range: at least one split, more when
-// (batch x heads x query tiles) leaves workers idle and sequences are long enough to share.
-int choose_num_splits(const Problem& pb, int64_t workers, int64_t q_tile_rows, int64_t k_tile);
-
 }  // namespace fa4::core

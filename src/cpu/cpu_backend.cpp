@@ -28,6 +28,7 @@
 
 #include "core/backends.h"
 #include "core/element.h"
+#include "core/splits.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_merge.h"
 
@@ -382,17 +383,21 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   }
 }
 
-// core::choose_num_splits counts work as batch x Hq x ceil(Sq / tile rows); with PackGQA a unit
-// is (batch, kv head, tile of group x Sq packed rows), so ask it about the packed problem:
-// Hq -> Hkv and Sq -> group x Sq. (Decode with one kv head is then 1 unit and gets split over
-// the cores instead of leaving all but one idle.)
+// Split-KV count (core/splits.h). A work unit is (batch, kv head, tile of group x Sq packed
+// rows), one thread each: decode with one kv head is 1 unit and gets split over the cores
+// instead of leaving all but one idle. Each split keeps >= 4 key tiles (the partial row write
+// and the merge then cost little next to the split's share of the scores).
 int num_splits(const Problem& pb, int workers, int64_t tile_rows) {
-  if (pb.p->num_splits > 0) return pb.p->num_splits;
-  Problem packed = pb;
-  packed.hq = pb.hkv;
-  packed.max_sq = pb.group * pb.max_sq;
-  return choose_num_splits(packed, workers, tile_rows, kTileKeys);
+  const int64_t q_tiles = (pb.group * pb.max_sq + tile_rows - 1) / tile_rows;
+  return choose_num_splits({.units = pb.batch * pb.hkv * q_tiles,
+                            .slots = workers,
+                            .max_splits = pb.max_sk / (4 * kTileKeys),
+                            .requested = pb.p->num_splits});
 }
+
+// Packed rows per query tile: the group x Sq rows of a (batch, kv head), up to kTileRows, whole
+// 8-row groups.
+int64_t tile_rows_for(const Problem& pb) { return std::min(kTileRows, round_up(pb.group * pb.max_sq, 8)); }
 
 int resolve_threads(int32_t requested) { return requested > 0 ? requested : omp_get_max_threads(); }
 
@@ -421,7 +426,7 @@ Status forward(const Problem& pb) {
   plan.pb = &pb;
   plan.kern = &best_kernels();
   const int64_t g = pb.group;
-  plan.tile_rows = std::min(kTileRows, round_up(g * pb.max_sq, 8));
+  plan.tile_rows = tile_rows_for(pb);
   plan.nsplit = num_splits(pb, nt, plan.tile_rows);
   plan.rows_kernels = plan.kern->qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
                       pb.dtype != DType::int32;
@@ -527,6 +532,15 @@ Status cpu_combine(const CombineParams& c) {
     }
   }
   return Status::Ok();
+}
+
+void cpu_describe(const Problem& pb, PlanInfo* info) {
+  using namespace cpu;
+  info->kernel = best_kernels().name;
+  info->tile_m = tile_rows_for(pb);
+  info->tile_n = kTileKeys;
+  info->pack_gqa = pb.group > 1;  // the cpu tiles always pack the group's heads
+  info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m);
 }
 
 std::string cpu_info() {

@@ -1,5 +1,6 @@
-// The cuda backend's entry points (core/backends.h): availability, the pre-flight check, and
-// the launch path (append -> attention -> split combine).
+// The cuda backend's entry points (core/backends.h): availability, device queries, the
+// pre-flight check, and the launch path (append -> attention -> split combine). What to launch
+// is decided by the planner (cuda/plan.h) from the device facts queried here.
 //
 // Launch-path rules: everything runs on the caller's stream; nothing here synchronizes with the
 // device or reads device memory, so a call can be captured into a CUDA graph; the only device
@@ -10,33 +11,63 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "core/backends.h"
 #include "cuda/combine/combine.h"
 #include "cuda/common/fwd_args.h"
 #include "cuda/common/kv_append.h"
+#include "cuda/plan.h"
 #include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
-#include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_launch.h"
 
 namespace fa4::core {
 namespace {
 
+using cuda::DeviceLimits;
 using cuda::FwdArgs;
+using cuda::Kernel;
+using cuda::Plan;
 namespace sm80 = cuda::sm80;
 
 constexpr int kMaxDevices = 64;
 
 struct DeviceProps {
-  bool valid = false;
-  int sms = 0, major = 0, minor = 0, smem_optin = 0, smem_per_sm = 0;
+  DeviceLimits limits;  // the planner's view (limits.known: the query succeeded)
   std::string name;
 };
+
+// FA4_CUDA_KERNEL=sm90|sm80|simt: the kernel to prefer wherever it supports the problem (how the
+// device tests run the same suite on each kernel). Read once; an unknown value fails every cuda
+// call (kernel_preference_status) rather than being silently ignored.
+struct KernelPreference {
+  bool valid = true;
+  std::string value;
+  std::optional<Kernel> kernel;
+};
+
+const KernelPreference& kernel_preference() {
+  static const KernelPreference pref = [] {
+    KernelPreference k;
+    if (const char* v = std::getenv("FA4_CUDA_KERNEL")) {
+      k.value = v;
+      k.valid = cuda::parse_kernel_preference(k.value, &k.kernel);
+    }
+    return k;
+  }();
+  return pref;
+}
+
+Status kernel_preference_status() {
+  const KernelPreference& k = kernel_preference();
+  if (k.valid) return Status::Ok();
+  return Status::Invalid("FA4_CUDA_KERNEL", "FA4_CUDA_KERNEL: unknown kernel '" + k.value +
+                                                "' (expected sm90, sm80, simt or auto)");
+}
 
 const DeviceProps& device_props(int dev) {
   static DeviceProps props[kMaxDevices];
@@ -45,28 +76,32 @@ const DeviceProps& device_props(int dev) {
   if (dev < 0 || dev >= kMaxDevices) return none;
   std::call_once(once[dev], [dev] {
     DeviceProps& p = props[dev];
+    DeviceLimits& l = p.limits;
+    l.prefer = kernel_preference().kernel;
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return;
-    p.sms = prop.multiProcessorCount;
-    p.major = prop.major;
-    p.minor = prop.minor;
-    p.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
-    p.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
+    l.sms = prop.multiProcessorCount;
+    l.cc_major = prop.major;
+    l.cc_minor = prop.minor;
+    l.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+    l.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
     // FA4_CUDA_SMEM_OPTIN=N: plan as if a block could opt in to at most N bytes of shared memory
     // (how the device tests run the compact tile of 99 KB GPUs, sm_86 / sm_89, on an H100 / H200).
     if (const char* cap = std::getenv("FA4_CUDA_SMEM_OPTIN")) {
       char* end = nullptr;
       const long v = std::strtol(cap, &end, 10);
-      if (end != cap && *end == '\0' && v > 0 && v < p.smem_optin) {
-        p.smem_optin = static_cast<int>(v);
-        p.smem_per_sm = std::min(p.smem_per_sm, p.smem_optin + 1024);
+      if (end != cap && *end == '\0' && v > 0 && v < l.smem_optin) {
+        l.smem_optin = static_cast<int>(v);
+        l.smem_per_sm = std::min(l.smem_per_sm, l.smem_optin + 1024);
       }
     }
     p.name = prop.name;
-    p.valid = true;
+    l.known = true;
   });
   return props[dev];
 }
+
+Plan plan_for(const Problem& pb) { return cuda::make_plan(pb, device_props(pb.p->q.device_index).limits); }
 
 int device_count() {
   static int count = [] {
@@ -101,190 +136,6 @@ class DeviceGuard {
 
 Status device_error(const char* what, cudaError_t e) {
   return Status::Error(StatusCode::device_error, std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
-}
-
-// Everything the launch needs that depends only on shapes (not on device data).
-struct Plan {
-  sm80::DimPair dims{};  // the kernel's head dims (fp32: the actual ones; dims.dv = dv_pad)
-  bool f32 = false;      // float32 inputs: the SIMT kernel (src/cuda/simt)
-  sm80::Tile tile = sm80::Tile::prefill;
-  bool pack_gqa = false;
-  int m = 0, n = 0;  // tile
-  int64_t rows = 0;  // tile rows per (batch, grid head): max_sq or max_sq * group
-  int64_t m_blocks = 0;  // grid.x: tiles per sequence, or (varlen_tiles) an upper bound on all sequences' tiles
-  bool varlen_tiles = false;
-  int grid_heads = 0;
-  int splits = 1;
-  int64_t rows_total = 0;  // token rows of q
-  size_t workspace = 0;    // bytes of split partials
-  int smem = 0;
-  bool sm90 = false;           // the Hopper kernel (src/cuda/sm90); dims then holds its head dims
-  cuda::sm90::DimPair dims90{};
-};
-
-int ctas_per_sm(const DeviceProps& dp, const sm80::TileCfg& c, int smem, bool decode) {
-  const int threads = 32 * c.warps_m * c.warps_n;
-  const int regs = decode ? 128 : 255;  // from the ptxas reports of the instances
-  const int by_regs = 65536 / (threads * ((regs + 7) / 8 * 8));
-  const int by_smem = dp.smem_per_sm / (smem + 1024);
-  return std::max(1, std::min(by_regs, by_smem));
-}
-
-// Split-KV count: FlashAttention-2's wave-efficiency rule. With `units` CTAs for the unsplit
-// problem and `slots` CTAs resident at once, pick the smallest split count whose last wave is
-// nearly as full as the best one, keeping >= 2 key tiles per split.
-int choose_splits(int64_t units, int64_t slots, int64_t n_blocks) {
-  if (units >= slots * 8 / 10 || n_blocks < 4) return 1;
-  const int max_s = static_cast<int>(std::min<int64_t>({128, n_blocks / 2, (2 * slots + units - 1) / units + 1}));
-  double eff[129] = {};
-  double best = 0.0;
-  for (int s = 1; s <= max_s; ++s) {
-    const double waves = static_cast<double>(units * s) / static_cast<double>(slots);
-    eff[s] = waves / std::ceil(waves);
-    best = std::max(best, eff[s]);
-  }
-  for (int s = 1; s <= max_s; ++s)
-    if (eff[s] >= 0.85 * best) return s;
-  return 1;
-}
-
-// Varlen q: the kernel walks the tiles of all sequences back to back (find_varlen_tile), so the
-// grid needs sum_b ceil(rows_b / m) <= ceil(total rows / m) + batch CTAs in x -- not
-// batch x ceil(total / m), which for 64 sequences was 64x the CTAs, nearly all exiting at once.
-// Both kernels (sm80, fp32 SIMT) take this plan; needs pl.m, pl.pack_gqa and pl.rows_total.
-void plan_varlen_tiles(const Problem& pb, Plan& pl) {
-  pl.varlen_tiles = pb.varlen_q;
-  if (pl.varlen_tiles) {
-    const int64_t rows_all = pl.pack_gqa ? pl.rows_total * pb.group : pl.rows_total;
-    pl.m_blocks = rows_all > 0 ? (rows_all + pl.m - 1) / pl.m + pb.batch : 0;
-  }
-}
-
-// CTAs of the unsplit problem (the split heuristic's work units).
-int64_t plan_units(const Problem& pb, const Plan& pl) {
-  return (pl.varlen_tiles ? 1 : pb.batch) * pl.grid_heads * pl.m_blocks;
-}
-
-// Clamps the chosen split count so grid.z = batch * splits (splits alone with varlen tiles)
-// stays within 65535, and sizes the fp32 partials of a split run.
-void finish_splits(const Problem& pb, Plan& pl) {
-  const int64_t z_per_split = pl.varlen_tiles ? 1 : pb.batch;
-  if (z_per_split > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / z_per_split)));
-  if (pl.splits > 1)
-    pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dims.dv + 1) * sizeof(float);
-}
-
-// float32: the SIMT kernel. One warp per tile row, kF32Rows rows per CTA, kF32Keys-key tiles;
-// partials use the actual Dv as their row stride.
-Plan make_plan_f32(const Problem& pb) {
-  namespace simt = cuda::simt;
-  Plan pl;
-  const DeviceProps& dp = device_props(pb.p->q.device_index);
-  pl.f32 = true;
-  pl.dims = {static_cast<int>(pb.dqk), static_cast<int>(pb.dv)};
-  pl.pack_gqa = pb.group > 1 && pb.max_sq < simt::kF32Rows;
-  pl.rows = pl.pack_gqa ? pb.max_sq * pb.group : pb.max_sq;
-  pl.m = simt::kF32Rows;
-  pl.n = simt::kF32Keys;
-  pl.smem = simt::fwd_f32_smem_bytes(pl.dims.dqk, pl.dims.dv);
-  pl.m_blocks = (pl.rows + pl.m - 1) / pl.m;
-  pl.grid_heads = static_cast<int>(pl.pack_gqa ? pb.hkv : pb.hq);
-  pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
-  plan_varlen_tiles(pb, pl);
-
-  const int64_t units = plan_units(pb, pl);
-  if (pb.p->num_splits > 0) {
-    pl.splits = pb.p->num_splits;
-  } else if (dp.valid && units > 0) {
-    // Resident CTAs per SM: 2048 threads, registers (<= 64 per thread at 256 threads), shared
-    // memory. The heuristic shares out 128-key blocks (so a split keeps >= 256 keys); the
-    // kernel then divides its 32-key tiles among the chosen splits.
-    const int by_smem = dp.smem_per_sm / (pl.smem + 1024);
-    const int per_sm = std::max(1, std::min({2048 / simt::kF32Threads, 65536 / (simt::kF32Threads * 64), by_smem}));
-    pl.splits = choose_splits(units, static_cast<int64_t>(dp.sms) * per_sm, (pb.max_sk + 127) / 128);
-  }
-  finish_splits(pb, pl);
-  return pl;
-}
-
-// FA4_CUDA_KERNEL=sm80 keeps every call on the portable kernel, =sm90 takes the Hopper kernel
-// wherever it can run the problem even where the split heuristic would split (the device tests
-// run the same suite once per kernel); unset: the Hopper kernel for unsplit prefill.
-const char* kernel_env() {
-  static const char* k = std::getenv("FA4_CUDA_KERNEL");
-  return k ? k : "";
-}
-bool sm90_allowed() { return std::string(kernel_env()) != "sm80"; }
-bool sm90_forced() { return std::string(kernel_env()) == "sm90"; }
-// FA4_CUDA_LOG=1: one line per launch on stderr (kernel, head dims, tile, grid, splits).
-bool launch_log() {
-  static const bool on = std::getenv("FA4_CUDA_LOG") != nullptr;
-  return on;
-}
-
-// The Hopper kernel takes prefill-shaped problems: a compute capability 9.0 device (its sm_90a
-// image runs there only), 16-bit inputs, head dims it instantiates, no PackGQA (decode-shaped
-// tiles), no split-KV and no paged KV (the next issue's work).
-void plan_sm90(const Problem& pb, const DeviceProps& dp, Plan& pl) {
-  cuda::sm90::DimPair d{};
-  if (!sm90_allowed() || !dp.valid || dp.major != 9 || dp.minor != 0) return;
-  if (pl.f32 || pl.pack_gqa || pb.kv == KvLayout::paged || pb.p->num_splits > 1) return;
-  if (pl.splits > 1 && !sm90_forced()) return;
-  if (!cuda::sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return;
-  const int smem = cuda::sm90::smem_bytes(d.dqk, d.dv);
-  if (smem > dp.smem_optin) return;
-  pl.sm90 = true;
-  pl.splits = 1;
-  pl.workspace = 0;
-  pl.dims90 = d;
-  pl.smem = smem;
-  pl.m = cuda::sm90::kBlockM;
-  pl.n = cuda::sm90::tile_cfg(d.dqk, d.dv).block_n;
-  pl.m_blocks = (pl.rows + pl.m - 1) / pl.m;
-  plan_varlen_tiles(pb, pl);
-}
-
-Plan make_plan(const Problem& pb) {
-  if (pb.dtype == DType::float32) return make_plan_f32(pb);
-  Plan pl;
-  const DeviceProps& dp = device_props(pb.p->q.device_index);
-  pl.dims = sm80::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv));
-  const int dqk = pl.dims.dqk, dv = pl.dims.dv;
-  const sm80::TileCfg pre = sm80::prefill_cfg(dqk, dv), dec = sm80::decode_cfg(dqk, dv);
-  auto fits = [&](const sm80::TileCfg& c) { return !dp.valid || sm80::smem_bytes(c, dqk, dv) <= dp.smem_optin; };
-  // Decode tile for short query tiles (PackGQA rows), prefill tile otherwise; each falls back to
-  // the other where its shared memory does not fit the device's opt-in, and both to the compact
-  // tile where the dims have one (GPUs with 99 KB per block, sm_86 / sm_89, at D = 192 / 256;
-  // without it the decode tile stays, and cuda_check refuses what does not fit).
-  const bool short_rows = (pb.group > 1 && pb.max_sq < pre.m ? pb.max_sq * pb.group : pb.max_sq) <= dec.m;
-  const sm80::Tile last = sm80::has_compact(dqk, dv) ? sm80::Tile::compact : sm80::Tile::decode;
-  if (short_rows)
-    pl.tile = fits(dec) ? sm80::Tile::decode : fits(pre) ? sm80::Tile::prefill : last;
-  else
-    pl.tile = fits(pre) ? sm80::Tile::prefill : fits(dec) ? sm80::Tile::decode : last;
-  const sm80::TileCfg c = sm80::tile_cfg(pl.tile, dqk, dv);
-  pl.smem = sm80::smem_bytes(c, dqk, dv);
-  // PackGQA when a query tile would be mostly empty otherwise (decode, short chunks).
-  pl.pack_gqa = pb.group > 1 && pb.max_sq < c.m;
-  pl.rows = pl.pack_gqa ? pb.max_sq * pb.group : pb.max_sq;
-  pl.m = c.m;
-  pl.n = c.n;
-  pl.m_blocks = (pl.rows + c.m - 1) / c.m;
-  pl.grid_heads = static_cast<int>(pl.pack_gqa ? pb.hkv : pb.hq);
-  pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
-  plan_varlen_tiles(pb, pl);
-
-  const int64_t n_blocks = (pb.max_sk + c.n - 1) / c.n;
-  const int64_t units = plan_units(pb, pl);
-  if (pb.p->num_splits > 0) {
-    pl.splits = pb.p->num_splits;
-  } else if (dp.valid && units > 0) {
-    const int64_t slots = static_cast<int64_t>(dp.sms) * ctas_per_sm(dp, c, pl.smem, pl.tile == sm80::Tile::decode);
-    pl.splits = choose_splits(units, slots, n_blocks);
-  }
-  finish_splits(pb, pl);
-  plan_sm90(pb, dp, pl);
-  return pl;
 }
 
 FwdArgs make_args(const Problem& pb, const Plan& pl) {
@@ -338,7 +189,7 @@ FwdArgs make_args(const Problem& pb, const Plan& pl) {
   a.varlen_tiles = pl.varlen_tiles;
   a.num_splits = pl.splits;
   a.rows_total = pl.rows_total;
-  a.dv_pad = pl.dims.dv;
+  a.dv_pad = pl.dv;
   return a;
 }
 
@@ -380,35 +231,38 @@ bool cuda_available() { return device_count() > 0; }
 std::string cuda_info() {
   if (device_count() == 0) return "no CUDA device or driver";
   const DeviceProps& dp = device_props(0);
-  return dp.name + ", sm_" + std::to_string(dp.major) + std::to_string(dp.minor) + ", " + std::to_string(dp.sms) +
-         " SMs, kernels: " + std::string(dp.major == 9 && dp.minor == 0 && sm90_allowed() ? "sm90 (TMA + wgmma), " : "") + "sm80 (mma.sync), simt (fp32)";
+  const DeviceLimits& l = dp.limits;
+  return dp.name + ", sm_" + std::to_string(l.cc_major) + std::to_string(l.cc_minor) + ", " + std::to_string(l.sms) +
+         " SMs, kernels: " +
+         (l.cc_major == 9 && l.cc_minor == 0 ? "sm90 (TMA + wgmma, prefill), " : "") + "sm80 (mma.sync), simt (fp32)";
 }
 
 Status cuda_check(const Problem& pb) {
   const AttentionParams& p = *pb.p;
+  if (Status st = kernel_preference_status(); !st) return st;
   if (!is_supported(pb.dtype))
     return Status::Unsupported("q", std::string("q: the cuda backend supports float16, bfloat16 and float32 inputs, got ") +
                                         dtype_name(pb.dtype) + " (use backend=cpu for float8)");
   const int dev = p.q.device_index;
   if (dev < 0 || dev >= device_count())
     return Status::Invalid("q", "q: device index " + std::to_string(dev) + " is not a visible CUDA device");
-  const DeviceProps& dp = device_props(dev);
-  if (!dp.valid) return Status::Error(StatusCode::device_error, "cuda: cannot query device " + std::to_string(dev));
-  if (dp.major < 8)
+  const DeviceLimits& dl = device_props(dev).limits;
+  if (!dl.known) return Status::Error(StatusCode::device_error, "cuda: cannot query device " + std::to_string(dev));
+  if (dl.cc_major < 8)
     return Status::Unsupported("q", "q: the cuda backend needs compute capability >= 8.0, device " + std::to_string(dev) +
-                                        " is sm_" + std::to_string(dp.major) + std::to_string(dp.minor));
+                                        " is sm_" + std::to_string(dl.cc_major) + std::to_string(dl.cc_minor));
   if (pb.batch > 65535) return Status::Unsupported("q", "q: batch > 65535 is not supported by the cuda backend");
   if (pb.hq > 65535) return Status::Unsupported("q", "q: more than 65535 heads is not supported by the cuda backend");
   if (pb.kv_slot > INT_MAX || (pb.kv == KvLayout::varlen && p.k.shape[0] > INT_MAX) || pb.max_sk > INT_MAX)
     return Status::Unsupported("k", "k: sequences longer than 2^31 - 1 keys are not supported by the cuda backend");
-  const Plan pl = make_plan(pb);
-  if (pl.smem > dp.smem_optin)
+  const Plan pl = cuda::make_plan(pb, dl);
+  if (pl.smem > dl.smem_optin)
     return Status::Unsupported("q", "q: head dims (" + std::to_string(pb.dqk) + ", " + std::to_string(pb.dv) +
                                         ") need " + std::to_string(pl.smem) + " bytes of shared memory; device has " +
-                                        std::to_string(dp.smem_optin));
+                                        std::to_string(dl.smem_optin));
   if (pl.rows >= INT_MAX) return Status::Unsupported("q", "q: 2^31 or more query rows (x GQA group) per sequence are not supported by the cuda backend");
   // grid.x (and find_varlen_tile's tile index) is an int; only reachable with varlen tiles.
-  if (pl.m_blocks > INT_MAX) return Status::Unsupported("q", "q: 2^31 or more query tiles are not supported by the cuda backend");
+  if (pl.grid.x > INT_MAX) return Status::Unsupported("q", "q: 2^31 or more query tiles are not supported by the cuda backend");
   if (pl.workspace > 0 && p.workspace != nullptr && p.workspace_bytes < pl.workspace)
     return Status::Invalid("workspace", "workspace: " + std::to_string(p.workspace_bytes) + " bytes given, " +
                                             std::to_string(pl.workspace) + " needed (attention_workspace_size)");
@@ -419,16 +273,25 @@ Status cuda_check(const Problem& pb) {
 
 size_t cuda_workspace_size(const Problem& pb) {
   if (!is_supported(pb.dtype)) return 0;
-  return make_plan(pb).workspace;
+  return plan_for(pb).workspace;
+}
+
+void cuda_describe(const Problem& pb, PlanInfo* info) {
+  const Plan pl = plan_for(pb);
+  info->kernel = cuda::kernel_name(pl.kernel);
+  info->tile_m = pl.m;
+  info->tile_n = pl.n;
+  info->pack_gqa = pl.pack_gqa;
+  info->splits = pl.splits;
 }
 
 Status cuda_forward(const Problem& pb) {
   const AttentionParams& p = *pb.p;
   DeviceGuard guard(p.q.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  const Plan pl = make_plan(pb);
+  const Plan pl = plan_for(pb);
   FwdArgs a = make_args(pb, pl);
-  const bool attend = !(pb.batch == 0 || pb.hq == 0 || pl.m_blocks == 0 || pl.rows_total == 0);
+  const bool attend = !(pb.batch == 0 || pb.hq == 0 || pl.grid.x == 0 || pl.rows_total == 0);
 
   // Split-KV scratch first: if it cannot be had, fail before anything is enqueued (the KV append
   // would otherwise already have modified the cache). Sources, in order: the caller's buffer,
@@ -458,7 +321,7 @@ Status cuda_forward(const Problem& pb) {
       if (ws == nullptr) return st;
     }
     a.o_part = static_cast<float*>(ws);
-    a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dims.dv;
+    a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dv;
   }
 
   if (pb.snew > 0 && pb.batch > 0 && pb.hkv > 0) {
@@ -472,41 +335,27 @@ Status cuda_forward(const Problem& pb) {
   }
   if (!attend) return Status::Ok();
 
-  const dim3 grid(static_cast<unsigned>(pl.m_blocks), static_cast<unsigned>(pl.grid_heads),
-                  static_cast<unsigned>((pl.varlen_tiles ? 1 : pb.batch) * pl.splits));
+  const dim3 grid(static_cast<unsigned>(pl.grid.x), static_cast<unsigned>(pl.grid.y), static_cast<unsigned>(pl.grid.z));
   cudaError_t e = cudaSuccess;
-  const bool bf16 = pb.dtype == DType::bfloat16;
-  bool launched = false;
-  if (pl.sm90) {
-    // Strides or extents outside TMA's rules: the portable kernel runs instead (same plan
-    // otherwise: no splits, no PackGQA; its grid has its own tile rows).
-    cuda::sm90::Sm90Params P;
-    if (cuda::sm90::make_params(a, pl.dims90, bf16, &P, nullptr)) {
-      e = cuda::sm90::launch_fwd(P, pl.dims90, bf16, grid, stream);
-      launched = true;
-      if (launch_log())
-        std::fprintf(stderr, "fa4 cuda: sm90 d=%d/%d tile %dx%d grid %ux%ux%u\n", pl.dims90.dqk, pl.dims90.dv, pl.m, pl.n,
-                     grid.x, grid.y, grid.z);
+  switch (pl.kernel) {
+    case Kernel::sm90: {
+      cuda::sm90::Sm90Params P;
+      std::string why;
+      if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, &P, &why))
+        return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
+      e = cuda::sm90::launch_fwd(P, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, grid, stream);
+      break;
     }
-  }
-  if (!launched) {
-    dim3 g80 = grid;
-    if (pl.sm90) {
-      const sm80::TileCfg c = sm80::tile_cfg(pl.tile, pl.dims.dqk, pl.dims.dv);
-      g80.x = static_cast<unsigned>(pb.varlen_q ? (pl.rows_total + c.m - 1) / c.m + pb.batch : (pl.rows + c.m - 1) / c.m);
-      a.varlen_tiles = pl.varlen_tiles;
-    }
-    e = pl.f32 ? cuda::simt::launch_fwd_f32(a, g80, stream)
-               : sm80::launch_fwd(a, pl.dims, bf16, pl.tile, g80, stream);
-    if (launch_log())
-      std::fprintf(stderr, "fa4 cuda: %s d=%d/%d grid %ux%ux%u splits %d pack_gqa %d\n", pl.f32 ? "simt" : "sm80",
-                   pl.dims.dqk, pl.dims.dv, g80.x, g80.y, g80.z, pl.splits, int(pl.pack_gqa));
+    case Kernel::sm80:
+      e = sm80::launch_fwd(a, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, pl.sm80_tile, grid, stream);
+      break;
+    case Kernel::simt: e = cuda::simt::launch_fwd_f32(a, grid, stream); break;
   }
   if (e != cudaSuccess) return device_error("attention kernel launch", e);
 
   if (pl.splits > 1) {
     cuda::CombineArgs c;
-    const int64_t row_elems = pb.hq * static_cast<int64_t>(pl.dims.dv);
+    const int64_t row_elems = pb.hq * static_cast<int64_t>(pl.dv);
     c.o_part = a.o_part;
     c.lse_part = a.lse_part;
     c.out = p.out.data;
@@ -514,7 +363,7 @@ Status cuda_forward(const Problem& pb) {
     c.out_dtype = static_cast<int32_t>(pb.out_dtype);
     c.splits = pl.splits, c.heads = static_cast<int32_t>(pb.hq), c.dv = a.dv;
     c.rows = pl.rows_total;
-    c.op_s = pl.rows_total * row_elems, c.op_i = row_elems, c.op_h = pl.dims.dv;
+    c.op_s = pl.rows_total * row_elems, c.op_i = row_elems, c.op_h = pl.dv;
     c.lp_s = pl.rows_total * pb.hq, c.lp_i = pb.hq, c.lp_h = 1;
     c.o_h = pb.os.head, c.l_h = pb.lse_sh;
     if (pb.varlen_q) {
@@ -534,6 +383,7 @@ Status cuda_forward(const Problem& pb) {
 }
 
 Status cuda_combine(const CombineParams& c) {
+  if (Status st = kernel_preference_status(); !st) return st;
   if (c.out_partials.device_index < 0 || c.out_partials.device_index >= device_count())
     return Status::Invalid("out_partials", "out_partials: not on a visible CUDA device");
   DeviceGuard guard(c.out_partials.device_index);

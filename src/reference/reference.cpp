@@ -112,4 +112,7 @@ Status reference_combine(const CombineParams& c) {
   return Status::Ok();
 }
 
+// The oracle has no tiles or splits: every row is one fp64 pass over its visible keys.
+void reference_describe(const Problem&, PlanInfo* info) { info->kernel = "fp64"; }
+
 }  // namespace fa4::core

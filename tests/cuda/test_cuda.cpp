@@ -5,6 +5,11 @@
 // fp16/bf16), copied back and compared with the reference run of the same case: DESIGN §4
 // tolerances, empty rows exact, every output element written, no byte outside the outputs
 // written, appended caches equal. Seeds are fresh per process and printed on failure.
+//
+// Per kernel: FA4_CUDA_KERNEL=sm90|sm80|simt makes the library prefer that kernel wherever it
+// supports a case (bench/device_run.sh runs the suite once per value). Every checked case asks
+// fa4::describe_plan which kernel it runs on, checks the preference was honoured, and the
+// process ends with a count of cases per kernel, so a log shows what each run covered.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +17,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -28,6 +35,29 @@ int env_int(const char* name, int dflt) {
   const char* e = std::getenv(name);
   return (e && *e) ? std::atoi(e) : dflt;
 }
+
+// FA4_CUDA_KERNEL as the library reads it ("" = automatic choice).
+std::string preferred_kernel() {
+  const char* e = std::getenv("FA4_CUDA_KERNEL");
+  return e != nullptr && std::string(e) != "auto" ? e : "";
+}
+
+// Cases checked per kernel (describe_plan's name), printed when the test program ends.
+std::map<std::string, int>& kernel_counts() {
+  static std::map<std::string, int> n;
+  return n;
+}
+
+class KernelReport : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const std::string pref = preferred_kernel();
+    std::printf("cases per kernel (FA4_CUDA_KERNEL=%s):", pref.empty() ? "auto" : pref.c_str());
+    for (const auto& [kernel, n] : kernel_counts()) std::printf(" %s %d", kernel.c_str(), n);
+    std::printf("\n");
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kKernelReport = ::testing::AddGlobalTestEnvironment(new KernelReport);
 
 // Device copies of every tensor of a Case (same bytes, same strides).
 class DeviceCase {
@@ -168,6 +198,24 @@ void expect_refused_untouched(Case& t, const char* what = nullptr) {
   for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
 }
 
+// The kernel a case runs on: simt for float32 (the only fp32 kernel), sm80 or sm90 for 16-bit
+// inputs, sm80 for every 16-bit case under FA4_CUDA_KERNEL=sm80 (it supports them all). Which
+// cases sm90 takes is its planner's call; the per-kernel count shows it.
+void expect_preferred_kernel(const fa4::AttentionParams& p, DType dt) {
+  fa4::PlanInfo info;
+  const Status st = fa4::describe_plan(p, &info);
+  ASSERT_TRUE(st.ok()) << st.message;
+  ++kernel_counts()[info.kernel];
+  if (dt == DType::float32) {
+    EXPECT_EQ(info.kernel, "simt");
+  } else {
+    EXPECT_TRUE(info.kernel == "sm80" || info.kernel == "sm90") << info.kernel;
+    if (preferred_kernel() == "sm80") {
+      EXPECT_EQ(info.kernel, "sm80");
+    }
+  }
+}
+
 void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
   SCOPED_TRACE(cfg.describe());
   FA4_SEED_TRACE(seed);
@@ -177,6 +225,7 @@ void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
   ASSERT_TRUE(rs.ok()) << rs.message;
 
   DeviceCase dc(test);
+  expect_preferred_kernel(dc.params(), cfg.dtype);
   const Status ts = dc.run();
   ASSERT_TRUE(ts.ok()) << ts.message;
   CUDA_OK(cudaDeviceSynchronize());

@@ -43,27 +43,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 static_assert(kKeys == 32, "one key per lane in the score phase");
 static_assert(kKeys % kRows == 0, "the tile's rows split evenly over the warps");
 
-__host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
-
-// Shared-memory layout (bytes from the base; every part 16-byte aligned):
-//   sOff [2][kKeys] int64   element offsets of the tile's key rows in k and in v (-1 = no key)
-//   sQ   [kRows][dqk4]      the warps' q rows, zero-padded to a multiple of 4 (float4 reads)
-//   sK   [kKeys][dqk4 + 1]  odd row stride: lane l reading row l, column d hits bank (l + d) % 32
-//   sV   [kKeys][dv32]      zero-padded to whole 32-column groups (no column guard in P V)
-struct Smem {
-  int dqk4, kst, dv32;
-  int q_off, k_off, v_off, bytes;
-  __host__ __device__ Smem(int dqk, int dv) {
-    dqk4 = round_up(dqk > 0 ? dqk : 1, 4);
-    kst = dqk4 + 1;
-    dv32 = round_up(dv > 0 ? dv : 1, 32);
-    q_off = 2 * kKeys * 8;
-    k_off = q_off + kRows * dqk4 * 4;
-    v_off = k_off + round_up(kKeys * kst * 4, 16);
-    bytes = v_off + kKeys * dv32 * 4;
-  }
-};
-
 // tanh(y) to a few fp32 ulp without tanh.approx / __fdividef (which --use_fast_math would
 // otherwise pick): odd Taylor series of sinh / cosh for |y| < 0.55 (truncation < 1e-9
 // relative), 1 - 2 / (e^{2|y|} + 1) above (tanh >= 0.5 there, so no cancellation). NaN
@@ -113,7 +92,7 @@ __device__ __forceinline__ void copy_rows(float* s, int stride, int cols, const 
 
 __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_constant__ FwdArgs p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const Smem L(p.dqk, p.dv);
+  const F32Smem L(p.dqk, p.dv);
   int64_t* sOffK = reinterpret_cast<int64_t*>(smem_raw);
   int64_t* sOffV = sOffK + kKeys;
   float* sQ = reinterpret_cast<float*>(smem_raw + L.q_off);
@@ -289,8 +268,6 @@ __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_const
 }
 
 }  // namespace
-
-int fwd_f32_smem_bytes(int dqk, int dv) { return Smem(dqk, dv).bytes; }
 
 cudaError_t launch_fwd_f32(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   if (p.dqk > kF32MaxDim || p.dv > kF32MaxDim || p.num_splits < 1) return cudaErrorInvalidValue;

@@ -9,16 +9,9 @@
 #include <cstdint>
 
 #include "cuda/common/fwd_args.h"
+#include "cuda/simt/fwd_f32_config.h"
 
 namespace fa4::cuda::simt {
-
-constexpr int kF32Rows = 8;   // tile rows (query rows, or (row, head) pairs with PackGQA) per CTA: one warp each
-constexpr int kF32Keys = 32;  // keys per shared-memory K/V tile: one per lane in the score phase
-constexpr int kF32Threads = 32 * kF32Rows;
-constexpr int kF32MaxDim = 256;
-
-// Dynamic shared memory of one CTA for head dims (dqk, dv).
-int fwd_f32_smem_bytes(int dqk, int dv);
 
 // Launches the fp32 kernel on `stream` over `grid`, the decomposition of the sm80 kernel (the
 // backend plans both): grid.y = heads (hkv with PackGQA, else hq); grid.x = the row blocks of

@@ -9,11 +9,10 @@
 
 namespace fa4::cuda::sm80 {
 
-// Head-dim pairs with a kernel. Other dims are padded up to one of these.
+// Head-dim pairs with a kernel (cuda/plan.cpp pads other dims up to one of these).
 struct DimPair {
   int dqk, dv;
 };
-DimPair padded_dims(int dqk, int dv);
 
 // Launches the kernel for (dims, dtype, config). grid = (m_blocks, heads, batch * splits).
 // Returns cudaErrorInvalidConfiguration when the device's shared memory cannot hold the config.

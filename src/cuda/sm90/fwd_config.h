@@ -21,8 +21,19 @@ constexpr int kRowsPerConsumer = 64;    // wgmma M
 constexpr int kBlockM = kConsumers * kRowsPerConsumer;
 constexpr int kThreads = 128 * (1 + kConsumers);
 
-// Head-dim pairs with a kernel; other dims are padded up (zero-filled TMA boxes, guarded stores).
-constexpr bool has_kernel(int dqk, int dv) { return (dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256)); }
+// The kernel head dims a problem's (dqk, dv) run on: both padded up to 64, 128 or 256 (zero-filled
+// TMA boxes, guarded stores) when equal after padding; false where no sm90 instance covers them
+// (e.g. (192, 128), which stays on sm80).
+struct DimPair {
+  int dqk, dv;
+};
+constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
+  auto pad = [](int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; };
+  const int a = pad(dqk), b = pad(dv);
+  if (a == 0 || a != b) return false;
+  *out = {a, b};
+  return true;
+}
 
 constexpr TileCfg tile_cfg(int dqk, int dv) {
   // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma

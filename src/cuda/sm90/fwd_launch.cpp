@@ -6,14 +6,6 @@
 
 namespace fa4::cuda::sm90 {
 
-bool padded_dims(int dqk, int dv, DimPair* out) {
-  auto pad = [](int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; };
-  const int a = pad(dqk), b = pad(dv);
-  if (a == 0 || a != b) return false;
-  *out = {a, b};
-  return true;
-}
-
 namespace {
 
 // One 4-d map (fwd_params.h): (cols, heads, rows, batch-like) with element strides (head, row,

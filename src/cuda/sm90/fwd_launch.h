@@ -6,20 +6,14 @@
 #include <string>
 
 #include "cuda/common/fwd_args.h"
+#include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_params.h"
 
 namespace fa4::cuda::sm90 {
 
-// The kernel head dims a problem's (dqk, dv) run on: both padded up to 64, 128 or 256 when
-// equal after padding; false when no sm90 instance covers them (e.g. Dqk != Dv).
-struct DimPair {
-  int dqk, dv;
-};
-bool padded_dims(int dqk, int dv, DimPair* out);
-
 // Encodes the q / k / v tensor maps for `a` (fwd_params.h). False, with the reason, when a
 // tensor's strides or extents do not fit TMA's rules (16-byte multiples, < 2^40 bytes, extents
-// < 2^32): the caller then runs the portable kernel.
+// < 2^32); the planner (cuda/plan.cpp, sm90_supports) only picks sm90 where they do.
 bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* out, std::string* why);
 
 // Launches the kernel; grid = (query tiles of 128 rows, Hq, batch) as cta_tile reads it.

@@ -1,0 +1,236 @@
+#include "cuda/plan.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "core/splits.h"
+#include "cuda/simt/fwd_f32_config.h"
+#include "cuda/sm90/fwd_config.h"
+
+namespace fa4::cuda {
+
+using core::Problem;
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::sm90: return "sm90";
+    case Kernel::sm80: return "sm80";
+    case Kernel::simt: return "simt";
+  }
+  return "?";
+}
+
+bool parse_kernel_preference(std::string_view v, std::optional<Kernel>* out) {
+  if (v.empty() || v == "auto") *out = std::nullopt;
+  else if (v == "sm90") *out = Kernel::sm90;
+  else if (v == "sm80") *out = Kernel::sm80;
+  else if (v == "simt") *out = Kernel::simt;
+  else return false;
+  return true;
+}
+
+namespace {
+
+bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
+
+// TMA's rules for one tensor map of the sm90 kernel (fwd_params.h: (cols, heads, rows,
+// batch-like)): every stride of a dimension with more than one element a multiple of 16 bytes
+// below 2^40, every extent below 2^31 (the kernel's coordinates are signed 32-bit).
+bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_head, int64_t s_row, int64_t s_bl) {
+  const int64_t ext[3] = {heads, rows, bl}, st[3] = {s_head, s_row, s_bl};
+  if (cols > INT32_MAX) return false;
+  for (int i = 0; i < 3; ++i) {
+    if (ext[i] > INT32_MAX) return false;
+    if (ext[i] > 1 && (st[i] <= 0 || (st[i] * 2) % 16 != 0 || st[i] >= (int64_t(1) << 39))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// The sm90 kernel's feature set: a compute capability 9.0 device (its sm_90a image runs there
+// only), fp16 / bf16, head dims with an instance (sm90/fwd_config.h), a shared-memory fit, no
+// paged KV and no split-KV (the inference issue's work), prefill-shaped tiles (decode-sized
+// query tiles take sm80's PackGQA tiles), and strides TMA can address.
+bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
+  sm90::DimPair d{};
+  if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !is_16bit(pb.dtype)) return false;
+  if (!sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return false;
+  if (sm90::smem_bytes(d.dqk, d.dv) > dl.smem_optin) return false;
+  if (pb.kv == core::KvLayout::paged || pb.p->num_splits > 1) return false;
+  if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer) return false;
+  const bool vq = pb.varlen_q, vk = pb.kv == core::KvLayout::varlen;
+  const AttentionParams& p = *pb.p;
+  return tma_fits(pb.dqk, pb.hq, vq ? p.q.shape[0] : pb.sq_dense, vq ? 1 : pb.batch, pb.qs.head, vq ? pb.qs.s0 : pb.qs.s1,
+                  pb.qs.s0) &&
+         tma_fits(pb.dqk, pb.hkv, vk ? p.k.shape[0] : pb.kv_slot, vk ? 1 : p.k.shape[0], pb.ks.head,
+                  vk ? pb.ks.s0 : pb.ks.s1, pb.ks.s0) &&
+         tma_fits(pb.dv, pb.hkv, vk ? p.v.shape[0] : pb.kv_slot, vk ? 1 : p.v.shape[0], pb.vs.head,
+                  vk ? pb.vs.s0 : pb.vs.s1, pb.vs.s0);
+}
+
+namespace {
+
+// Automatic choice: sm90 where its unsplit grid fills the device at least once; below that
+// (few query tiles, long keys) sm80's split-KV spreads the keys over the idle SMs instead.
+bool sm90_fills_device(const Problem& pb, const DeviceLimits& dl) {
+  const int64_t tiles = pb.varlen_q ? (pb.p->q.shape[0] + sm90::kBlockM - 1) / sm90::kBlockM
+                                    : pb.batch * ((pb.max_sq + sm90::kBlockM - 1) / sm90::kBlockM);
+  return tiles * pb.hq >= dl.sms;
+}
+
+bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
+  switch (k) {
+    case Kernel::sm90: return sm90_supports(pb, dl);
+    case Kernel::sm80: return is_16bit(pb.dtype);
+    case Kernel::simt: return pb.dtype == DType::float32;
+  }
+  return false;
+}
+
+// The preference where it applies, else sm90 where it applies, else the kernel of the dtype.
+// (Inputs no kernel takes, float8, are planned as sm80; cuda_check refuses them first.)
+Kernel choose_kernel(const Problem& pb, const DeviceLimits& dl) {
+  if (dl.prefer && supports(*dl.prefer, pb, dl)) return *dl.prefer;
+  if (sm90_supports(pb, dl) && sm90_fills_device(pb, dl)) return Kernel::sm90;
+  return pb.dtype == DType::float32 ? Kernel::simt : Kernel::sm80;
+}
+
+// The head-dim pair of the sm80 instance that runs (dqk, dv): each dim padded up to 64 / 128 /
+// 192 / 256 (zero-filled loads, guarded stores), then to the instances that exist: (192, <= 128)
+// has its own, everything else runs on the square instance of the larger dim.
+void sm80_dims(const Problem& pb, Plan& pl) {
+  auto pad = [](int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 192 ? 192 : 256; };
+  const int pq = pad(pb.dqk), pv = pad(pb.dv);
+  if (pq == 192 && pv <= 128) {
+    pl.dqk = 192, pl.dv = 128;
+  } else {
+    pl.dqk = pl.dv = std::max(pq, pv);
+  }
+}
+
+// The tile decomposition, from pl.m and pl.pack_gqa: rows per (batch, grid head), grid x / y.
+// Varlen q: the kernels walk the tiles of all sequences back to back (find_varlen_tile), so
+// grid.x needs sum_b ceil(rows_b / m) <= ceil(total rows / m) + batch CTAs -- not
+// batch x ceil(max rows / m), which for 64 sequences was 64x the CTAs, nearly all exiting at once.
+void decompose(const Problem& pb, Plan& pl) {
+  pl.rows = pl.pack_gqa ? pb.max_sq * pb.group : pb.max_sq;
+  pl.rows_total = pb.varlen_q ? pb.p->q.shape[0] : pb.batch * pb.sq_dense;
+  pl.varlen_tiles = pb.varlen_q;
+  pl.grid.y = pl.pack_gqa ? pb.hkv : pb.hq;
+  if (pl.varlen_tiles) {
+    const int64_t rows_all = pl.pack_gqa ? pl.rows_total * pb.group : pl.rows_total;
+    pl.grid.x = rows_all > 0 ? (rows_all + pl.m - 1) / pl.m + pb.batch : 0;
+  } else {
+    pl.grid.x = (pl.rows + pl.m - 1) / pl.m;
+  }
+}
+
+// grid.z per split: batch, or 1 with varlen tiles (the batch is walked in grid.x).
+int64_t z_per_split(const Problem& pb, const Plan& pl) { return pl.varlen_tiles ? 1 : pb.batch; }
+
+// The split count (forced, or the heuristic over the unsplit grid's CTAs and `slots` resident
+// CTAs), clamped so grid.z stays within 65535, and the fp32 partials it needs.
+void plan_splits(const Problem& pb, const DeviceLimits& dl, int64_t slots_per_sm, int64_t max_splits, Plan& pl) {
+  const int64_t zs = z_per_split(pb, pl);
+  // An unknown device has no slots to fill: no heuristic split.
+  const int64_t slots = dl.known ? dl.sms * slots_per_sm : 0;
+  pl.splits = core::choose_num_splits(
+      {.units = zs * pl.grid.y * pl.grid.x, .slots = slots, .max_splits = max_splits, .requested = pb.p->num_splits});
+  if (zs > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / zs)));
+  pl.grid.z = zs * pl.splits;
+  if (pl.splits > 1)
+    pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dv + 1) * sizeof(float);
+}
+
+// Resident sm80 CTAs per SM: by registers (255 per thread for prefill / compact tiles, 128 for
+// the decode tile, from the ptxas reports of the instances) and by shared memory (+ 1 KB the
+// runtime reserves per block).
+int sm80_ctas_per_sm(const DeviceLimits& dl, const sm80::TileCfg& c, int smem, bool decode) {
+  const int threads = 32 * c.warps_m * c.warps_n;
+  const int regs = decode ? 128 : 255;
+  const int by_regs = 65536 / (threads * ((regs + 7) / 8 * 8));
+  const int by_smem = dl.smem_per_sm / (smem + 1024);
+  return std::max(1, std::min(by_regs, by_smem));
+}
+
+Plan plan_sm80(const Problem& pb, const DeviceLimits& dl) {
+  Plan pl;
+  pl.kernel = Kernel::sm80;
+  sm80_dims(pb, pl);
+  const int dqk = pl.dqk, dv = pl.dv;
+  const sm80::TileCfg pre = sm80::prefill_cfg(dqk, dv), dec = sm80::decode_cfg(dqk, dv);
+  auto fits = [&](const sm80::TileCfg& c) { return !dl.known || sm80::smem_bytes(c, dqk, dv) <= dl.smem_optin; };
+  // Decode tile for short query tiles (PackGQA rows), prefill tile otherwise; each falls back to
+  // the other where its shared memory does not fit the device's opt-in, and both to the compact
+  // tile where the dims have one (GPUs with 99 KB per block, sm_86 / sm_89, at D = 192 / 256;
+  // without it the decode tile stays, and cuda_check refuses what does not fit).
+  const bool short_rows = (pb.group > 1 && pb.max_sq < pre.m ? pb.max_sq * pb.group : pb.max_sq) <= dec.m;
+  const sm80::Tile last = sm80::has_compact(dqk, dv) ? sm80::Tile::compact : sm80::Tile::decode;
+  if (short_rows)
+    pl.sm80_tile = fits(dec) ? sm80::Tile::decode : fits(pre) ? sm80::Tile::prefill : last;
+  else
+    pl.sm80_tile = fits(pre) ? sm80::Tile::prefill : fits(dec) ? sm80::Tile::decode : last;
+  const sm80::TileCfg c = sm80::tile_cfg(pl.sm80_tile, dqk, dv);
+  pl.smem = sm80::smem_bytes(c, dqk, dv);
+  pl.m = c.m;
+  pl.n = c.n;
+  // PackGQA when a query tile would be mostly empty otherwise (decode, short chunks).
+  pl.pack_gqa = pb.group > 1 && pb.max_sq < c.m;
+  decompose(pb, pl);
+  const int64_t n_blocks = (pb.max_sk + c.n - 1) / c.n;
+  // >= 2 key tiles per split.
+  plan_splits(pb, dl, sm80_ctas_per_sm(dl, c, pl.smem, pl.sm80_tile == sm80::Tile::decode), n_blocks / 2, pl);
+  return pl;
+}
+
+// float32: the SIMT kernel. One warp per tile row, kF32Rows rows per CTA, kF32Keys-key tiles;
+// partials use the actual Dv as their row stride.
+Plan plan_simt(const Problem& pb, const DeviceLimits& dl) {
+  Plan pl;
+  pl.kernel = Kernel::simt;
+  pl.dqk = static_cast<int>(pb.dqk);
+  pl.dv = static_cast<int>(pb.dv);
+  pl.m = simt::kF32Rows;
+  pl.n = simt::kF32Keys;
+  pl.smem = simt::fwd_f32_smem_bytes(pl.dqk, pl.dv);
+  pl.pack_gqa = pb.group > 1 && pb.max_sq < pl.m;
+  decompose(pb, pl);
+  // Resident CTAs per SM: 2048 threads, registers (<= 64 per thread at 256 threads), shared
+  // memory. The heuristic shares out 128-key blocks, >= 2 per split (so a split keeps >= 256
+  // keys); the kernel then divides its 32-key tiles among the chosen splits.
+  const int by_smem = dl.smem_per_sm / (pl.smem + 1024);
+  const int per_sm = std::max(1, std::min({2048 / simt::kF32Threads, 65536 / (simt::kF32Threads * 64), by_smem}));
+  plan_splits(pb, dl, per_sm, (pb.max_sk + 127) / 128 / 2, pl);
+  return pl;
+}
+
+// sm90 (src/cuda/sm90): tiles of 128 query rows (two consumer warpgroups) x the config's keys,
+// no PackGQA, no split-KV yet (sm90_supports).
+Plan plan_sm90(const Problem& pb, const DeviceLimits&) {
+  Plan pl;
+  pl.kernel = Kernel::sm90;
+  sm90::DimPair d{};
+  sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
+  pl.dqk = d.dqk, pl.dv = d.dv;
+  pl.m = sm90::kBlockM;
+  pl.n = sm90::tile_cfg(d.dqk, d.dv).block_n;
+  pl.smem = sm90::smem_bytes(d.dqk, d.dv);
+  pl.pack_gqa = false;
+  decompose(pb, pl);
+  pl.grid.z = z_per_split(pb, pl);
+  return pl;
+}
+
+}  // namespace
+
+Plan make_plan(const Problem& pb, const DeviceLimits& dl) {
+  switch (choose_kernel(pb, dl)) {
+    case Kernel::sm90: return plan_sm90(pb, dl);
+    case Kernel::simt: return plan_simt(pb, dl);
+    case Kernel::sm80: break;
+  }
+  return plan_sm80(pb, dl);
+}
+
+}  // namespace fa4::cuda

@@ -1,0 +1,73 @@
+// The cuda backend's planner (DESIGN §3): Plan = f(Problem, device facts). Which kernel runs, on
+// which tile, with PackGQA or not, how many KV splits, the grid and the split workspace.
+//
+// A pure function of the validated problem and a plain struct of device facts: no CUDA runtime
+// calls here (backend.cpp queries the device and reads FA4_CUDA_KERNEL), so this file is compiled
+// into the CPU-only build's tests/test_plan and the planner is unit-tested without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "core/problem.h"
+#include "cuda/sm80/fwd_configs.h"
+
+namespace fa4::cuda {
+
+// The forward kernels of the cuda backend:
+//   sm90  Hopper fast path (TMA + wgmma + warp specialization, src/cuda/sm90), sm_90 only;
+//   sm80  portable mma.sync + cp.async kernel (src/cuda/sm80), fp16 / bf16, every feature;
+//   simt  CUDA-core fp32 kernel (src/cuda/simt), float32 inputs.
+enum class Kernel { sm90, sm80, simt };
+const char* kernel_name(Kernel k);  // "sm90", "sm80", "simt"
+
+// The value of FA4_CUDA_KERNEL: "sm90", "sm80" or "simt" name a preferred kernel; "" and "auto"
+// mean none. Returns false (and leaves *out alone) for anything else.
+bool parse_kernel_preference(std::string_view value, std::optional<Kernel>* out);
+
+// What the planner knows about the device, queried once per device by backend.cpp.
+struct DeviceLimits {
+  // false: the device could not be queried. The plan then assumes every tile fits and picks no
+  // heuristic split count (only attention_workspace_size plans such a problem; cuda_check
+  // refuses it).
+  bool known = false;
+  int sms = 0;                // multiprocessors
+  int cc_major = 0, cc_minor = 0;
+  int smem_optin = 0;         // bytes of shared memory one block may opt in to (FA4_CUDA_SMEM_OPTIN may cap it)
+  int smem_per_sm = 0;        // bytes of shared memory per SM
+  // FA4_CUDA_KERNEL: used wherever that kernel supports the problem, else the automatic choice.
+  std::optional<Kernel> prefer;
+};
+
+// CUDA grid extents of the attention launch (checked against the launch limits by cuda_check).
+struct Grid {
+  int64_t x = 0;  // query tiles per (batch, head), or with varlen tiles an upper bound on all sequences' tiles
+  int64_t y = 0;  // heads: Hkv with PackGQA, else Hq
+  int64_t z = 0;  // batch x splits (splits alone with varlen tiles)
+};
+
+// Everything the launch needs that depends only on shapes (not on device data).
+struct Plan {
+  Kernel kernel = Kernel::sm80;
+  int dqk = 0, dv = 0;  // the kernel instance's head dims: sm80 pads up to an instantiated pair,
+                        // simt uses the actual ones. dv is the split partials' row stride.
+  sm80::Tile sm80_tile = sm80::Tile::prefill;  // kernel == sm80: which of its tiles
+  int m = 0, n = 0;     // tile: m query rows ((row, head) pairs with PackGQA) x n keys
+  int smem = 0;         // bytes of dynamic shared memory per CTA
+  bool pack_gqa = false;   // the group's query heads share a tile (rows = Sq x group per kv head)
+  int64_t rows = 0;        // tile rows per (batch, grid head): max_sq, or max_sq x group with PackGQA
+  bool varlen_tiles = false;  // varlen q: grid.x walks the tiles of all sequences back to back
+  int splits = 1;          // KV splits (1 = none)
+  int64_t rows_total = 0;  // token rows of q (all sequences)
+  size_t workspace = 0;    // bytes of fp32 split partials (O and lse), 0 without splits
+  Grid grid;
+};
+
+// The sm90 kernel's feature set. The lead's kernel fills this in; false until it lands.
+bool sm90_supports(const core::Problem& pb, const DeviceLimits& dl);
+
+Plan make_plan(const core::Problem& pb, const DeviceLimits& dl);
+
+}  // namespace fa4::cuda

@@ -1,0 +1,334 @@
+// The cuda planner (src/cuda/plan.h) on the CPU: kernel and tile choice, the smem fallbacks of
+// small GPUs, PackGQA, the grid (varlen tile bound, grid.z clamp), split-KV counts and the
+// workspace. Expected values are worked out from the tile table (src/cuda/sm80/fwd_configs.h,
+// src/cuda/simt/fwd_f32_config.h) in the comments, not from the planner's code. And
+// fa4::describe_plan, through which every backend reports its choice.
+#include "cuda/plan.h"
+
+#include <optional>
+#include <vector>
+#include <utility>
+
+#include "core/problem.h"
+#include "test_util.h"
+
+namespace fa4test {
+namespace {
+
+using fa4::core::Problem;
+using fa4::cuda::DeviceLimits;
+using fa4::cuda::Kernel;
+using fa4::cuda::make_plan;
+using fa4::cuda::Plan;
+using fa4::cuda::sm80::Tile;
+
+// The Problem fields the planner reads, for a problem of this shape (varlen: q packed to total_q rows).
+struct Shape {
+  DType dtype = DType::bfloat16;
+  int64_t batch = 1, hq = 1, hkv = 1, dqk = 128, dv = 128, sq = 1, sk = 1;
+  bool varlen = false;
+  int64_t total_q = 0;
+  int32_t num_splits = 0;
+};
+
+class Planned {
+ public:
+  explicit Planned(const Shape& s) {
+    params_.num_splits = s.num_splits;
+    params_.q.shape[0] = s.varlen ? s.total_q : s.batch;
+    pb_.p = &params_;
+    pb_.backend = Backend::cuda;
+    pb_.dtype = pb_.out_dtype = s.dtype;
+    pb_.batch = s.batch, pb_.hq = s.hq, pb_.hkv = s.hkv, pb_.group = s.hq / s.hkv;
+    pb_.dqk = s.dqk, pb_.dv = s.dv;
+    pb_.varlen_q = s.varlen;
+    pb_.sq_dense = s.varlen ? 0 : s.sq;
+    pb_.max_sq = s.sq, pb_.max_sk = s.sk, pb_.kv_slot = s.sk;
+  }
+  Plan on(const DeviceLimits& dl) const { return make_plan(pb_, dl); }
+  const Problem& problem() const { return pb_; }
+
+ private:
+  AttentionParams params_;
+  Problem pb_;
+};
+
+DeviceLimits h200() {
+  DeviceLimits d;
+  d.known = true;
+  d.sms = 132, d.cc_major = 9, d.cc_minor = 0;
+  d.smem_optin = 232448, d.smem_per_sm = 233472;
+  return d;
+}
+// sm_86 / sm_89: 99 KB per block.
+DeviceLimits ampere_99kb() {
+  DeviceLimits d;
+  d.known = true;
+  d.sms = 82, d.cc_major = 8, d.cc_minor = 6;
+  d.smem_optin = 101376, d.smem_per_sm = 102400;
+  return d;
+}
+DeviceLimits capped(int bytes) {  // FA4_CUDA_SMEM_OPTIN=bytes on an H200
+  DeviceLimits d = h200();
+  d.smem_optin = bytes, d.smem_per_sm = bytes + 1024;
+  return d;
+}
+
+TEST(CudaPlan, PrefillTileNoSplitWhenTheGridFillsTheGpu) {
+  const Plan pl = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096}).on(h200());
+  EXPECT_EQ(pl.kernel, Kernel::sm80);
+  EXPECT_EQ(pl.sm80_tile, Tile::prefill);
+  EXPECT_EQ(pl.m, 128);
+  EXPECT_EQ(pl.n, 64);
+  EXPECT_EQ(pl.smem, 100352);  // (128 x 128 + 2 stages x 64 x 256) x 2 B + 2 KB paged ring
+  EXPECT_FALSE(pl.pack_gqa);
+  EXPECT_EQ(pl.grid.x, 32);
+  EXPECT_EQ(pl.grid.y, 16);
+  EXPECT_EQ(pl.grid.z, 2);
+  EXPECT_EQ(pl.splits, 1);  // 1024 CTAs >= 80% of 132 x 2 resident
+  EXPECT_EQ(pl.workspace, 0u);
+  EXPECT_EQ(pl.rows_total, 2 * 4096);
+}
+
+TEST(CudaPlan, DecodeTilePackGqaAndSplits) {
+  // One token, Hq / Hkv = 32 / 8: 4 (row, head) pairs per kv head on the 16-row decode tile.
+  const Plan pl = Planned({.batch = 1, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192}).on(h200());
+  EXPECT_EQ(pl.sm80_tile, Tile::decode);
+  EXPECT_EQ(pl.m, 16);
+  EXPECT_EQ(pl.n, 64);
+  EXPECT_EQ(pl.smem, 104448);  // (16 x 128 + 3 stages x 64 x 256) x 2 B + 2 KB
+  EXPECT_TRUE(pl.pack_gqa);
+  EXPECT_EQ(pl.rows, 4);
+  EXPECT_EQ(pl.grid.x, 1);
+  EXPECT_EQ(pl.grid.y, 8);
+  // 8 CTAs on 264 slots (2 per SM by shared memory): 29 splits are the first count whose wave
+  // is >= 85% of the best (33: one full wave); 128 key tiles allow 64.
+  EXPECT_EQ(pl.splits, 29);
+  EXPECT_EQ(pl.grid.z, 29);
+  EXPECT_EQ(pl.workspace, size_t{29} * 1 * 32 * (128 + 1) * 4);  // splits x rows x Hq x (Dv + lse) fp32
+}
+
+TEST(CudaPlan, HeadDimsPadToAnInstance) {
+  auto dims = [](int64_t dqk, int64_t dv) {
+    const Plan pl = Planned({.dqk = dqk, .dv = dv, .sq = 512, .sk = 512}).on(h200());
+    return std::pair<int, int>(pl.dqk, pl.dv);
+  };
+  EXPECT_EQ(dims(40, 24), std::make_pair(64, 64));
+  EXPECT_EQ(dims(96, 96), std::make_pair(128, 128));
+  EXPECT_EQ(dims(64, 128), std::make_pair(128, 128));
+  EXPECT_EQ(dims(192, 128), std::make_pair(192, 128));
+  EXPECT_EQ(dims(160, 100), std::make_pair(192, 128));
+  EXPECT_EQ(dims(128, 192), std::make_pair(192, 192));
+  EXPECT_EQ(dims(200, 8), std::make_pair(256, 256));
+}
+
+TEST(CudaPlan, SmallSharedMemoryFallsBackToTilesThatFit) {
+  // 99 KB: D = 256's prefill (110,592 B with the pair_dv exchange) and decode (141,312 B) tiles
+  // do not fit, the compact 64 x 64 tile (100,352 B) does -- for prefill and decode shapes alike.
+  const Shape prefill256{.batch = 2, .hq = 4, .hkv = 4, .dqk = 256, .dv = 256, .sq = 1000, .sk = 1000};
+  const Shape decode256{.batch = 2, .hq = 8, .hkv = 2, .dqk = 256, .dv = 256, .sq = 1, .sk = 1000};
+  for (const Shape& s : {prefill256, decode256}) {
+    const Plan pl = Planned(s).on(ampere_99kb());
+    EXPECT_EQ(pl.sm80_tile, Tile::compact);
+    EXPECT_EQ(pl.m, 64);
+    EXPECT_EQ(pl.smem, 100352);
+  }
+  EXPECT_EQ(Planned(prefill256).on(h200()).sm80_tile, Tile::prefill);
+  EXPECT_EQ(Planned(decode256).on(h200()).sm80_tile, Tile::decode);
+  // D = 192: compact 75,776 B.
+  Shape p192 = prefill256;
+  p192.dqk = p192.dv = 192;
+  EXPECT_EQ(Planned(p192).on(ampere_99kb()).smem, 75776);
+  // D = 128 decode: its 3-stage decode tile (104,448 B) does not fit 99 KB; prefill (100,352 B) does.
+  const Plan d128 = Planned({.batch = 1, .hq = 8, .hkv = 2, .sq = 1, .sk = 4096}).on(ampere_99kb());
+  EXPECT_EQ(d128.sm80_tile, Tile::prefill);
+  EXPECT_EQ(d128.m, 128);
+  EXPECT_TRUE(d128.pack_gqa);  // 1 row x group 4 < 128
+  // 60,000 bytes: D = 64 prefill (86,016 B) runs on its decode tile (53,248 B); D = 256 has no
+  // tile that fits and keeps the compact one (cuda_check refuses: smem > opt-in).
+  const Plan d64 = Planned({.hq = 2, .hkv = 2, .dqk = 64, .dv = 64, .sq = 300, .sk = 517}).on(capped(60000));
+  EXPECT_EQ(d64.sm80_tile, Tile::decode);
+  EXPECT_EQ(d64.m, 16);
+  EXPECT_EQ(d64.smem, 53248);
+  EXPECT_EQ(d64.grid.x, 19);  // ceil(300 / 16)
+  const Plan d256 = Planned(prefill256).on(capped(60000));
+  EXPECT_EQ(d256.sm80_tile, Tile::compact);
+  EXPECT_GT(d256.smem, 60000);
+  // D = 64 has no compact tile: with nothing fitting, the decode tile stays.
+  EXPECT_EQ(Planned({.dqk = 64, .dv = 64, .sq = 300, .sk = 517}).on(capped(40000)).sm80_tile, Tile::decode);
+}
+
+TEST(CudaPlan, UnknownDeviceAssumesEveryTileFitsAndDoesNotSplit) {
+  const DeviceLimits none;
+  const Plan pl = Planned({.hq = 8, .hkv = 1, .dqk = 256, .dv = 256, .sq = 1, .sk = 100000}).on(none);
+  EXPECT_EQ(pl.sm80_tile, Tile::decode);
+  EXPECT_EQ(pl.splits, 1);
+  EXPECT_EQ(Planned({.dqk = 256, .dv = 256, .sq = 1, .sk = 100000, .num_splits = 4}).on(none).splits, 4);
+}
+
+TEST(CudaPlan, PackGqaOnlyWhenATileWouldBeMostlyEmpty) {
+  // Short chunk (10 rows x group 8 = 80 pairs): PackGQA on the prefill tile, grid over kv heads.
+  const Plan chunk = Planned({.batch = 3, .hq = 16, .hkv = 2, .sq = 10, .sk = 2048}).on(h200());
+  EXPECT_TRUE(chunk.pack_gqa);
+  EXPECT_EQ(chunk.sm80_tile, Tile::prefill);
+  EXPECT_EQ(chunk.rows, 80);
+  EXPECT_EQ(chunk.grid.x, 1);
+  EXPECT_EQ(chunk.grid.y, 2);
+  // A full tile of rows per head: no packing, grid over query heads.
+  const Plan full = Planned({.batch = 3, .hq = 16, .hkv = 2, .sq = 128, .sk = 2048}).on(h200());
+  EXPECT_FALSE(full.pack_gqa);
+  EXPECT_EQ(full.rows, 128);
+  EXPECT_EQ(full.grid.y, 16);
+  // MHA never packs.
+  EXPECT_FALSE(Planned({.hq = 4, .hkv = 4, .sq = 1, .sk = 2048}).on(h200()).pack_gqa);
+}
+
+TEST(CudaPlan, VarlenTilesBoundTheGridByTotalRows) {
+  // 64 sequences, 1000 q tokens: ceil(1000 / 128) + 64 tiles, not 64 x ceil(max_sq / 128).
+  Shape s{.batch = 64, .hq = 4, .hkv = 4, .dqk = 64, .dv = 64, .sq = 300, .sk = 400, .varlen = true, .total_q = 1000};
+  Plan pl = Planned(s).on(h200());
+  EXPECT_TRUE(pl.varlen_tiles);
+  EXPECT_EQ(pl.grid.x, 8 + 64);
+  EXPECT_EQ(pl.grid.z, pl.splits);  // the batch is walked in grid.x
+  EXPECT_EQ(pl.rows_total, 1000);
+  // With PackGQA the packed rows count: 1000 tokens x group 4.
+  s.hq = 16, s.sq = 10;
+  pl = Planned(s).on(h200());
+  EXPECT_TRUE(pl.pack_gqa);
+  EXPECT_EQ(pl.grid.x, 4000 / 128 + 1 + 64);
+  EXPECT_EQ(pl.grid.y, 4);
+  // No tokens: no tiles.
+  s.total_q = 0;
+  EXPECT_EQ(Planned(s).on(h200()).grid.x, 0);
+}
+
+TEST(CudaPlan, ForcedSplitsAndTheGridZClamp) {
+  Plan pl = Planned({.batch = 3, .hq = 4, .hkv = 4, .dv = 128, .sq = 50, .sk = 300, .num_splits = 7}).on(h200());
+  EXPECT_EQ(pl.splits, 7);
+  EXPECT_EQ(pl.grid.z, 21);
+  EXPECT_EQ(pl.workspace, size_t{7} * (3 * 50) * 4 * (128 + 1) * 4);
+  // grid.z = batch x splits <= 65535: 20000 sequences keep 3 of 5 forced splits.
+  pl = Planned({.batch = 20000, .hq = 1, .hkv = 1, .sq = 1, .sk = 300, .num_splits = 5}).on(h200());
+  EXPECT_EQ(pl.splits, 3);
+  EXPECT_EQ(pl.grid.z, 60000);
+  // With varlen tiles grid.z is the split count alone: nothing to clamp.
+  pl = Planned({.batch = 20000, .sq = 1, .sk = 300, .varlen = true, .total_q = 20000, .num_splits = 5}).on(h200());
+  EXPECT_EQ(pl.splits, 5);
+  EXPECT_EQ(pl.grid.z, 5);
+  // num_splits = 1: off, whatever the heuristic would say.
+  pl = Planned({.hq = 8, .hkv = 1, .sq = 1, .sk = 100000, .num_splits = 1}).on(h200());
+  EXPECT_EQ(pl.splits, 1);
+  EXPECT_EQ(pl.workspace, 0u);
+}
+
+TEST(CudaPlan, Fp32RunsTheSimtKernel) {
+  // Actual dims (no padding): smem = 8 B x 2 x 32 offsets + q 8 x 100 + k 32 x 101 + v 32 x 64 floats.
+  const Plan pl = Planned({.dtype = DType::float32, .batch = 2, .hq = 6, .hkv = 2, .dqk = 100, .dv = 40, .sq = 5, .sk = 70}).on(h200());
+  EXPECT_EQ(pl.kernel, Kernel::simt);
+  EXPECT_EQ(pl.dqk, 100);
+  EXPECT_EQ(pl.dv, 40);
+  EXPECT_EQ(pl.m, 8);
+  EXPECT_EQ(pl.n, 32);
+  EXPECT_EQ(pl.smem, 24832);
+  EXPECT_TRUE(pl.pack_gqa);  // 5 rows < 8, group 3
+  EXPECT_EQ(pl.rows, 15);
+  EXPECT_EQ(pl.grid.x, 2);
+  EXPECT_EQ(pl.grid.y, 2);
+  // Decode, one kv head of 8: 1 CTA, 528 slots (4 CTAs / SM by registers): 109 splits, the first
+  // within 85% of 128 (the cap); 782 128-key blocks allow 391.
+  const Plan dec = Planned({.dtype = DType::float32, .hq = 8, .hkv = 1, .sq = 1, .sk = 100000}).on(h200());
+  EXPECT_EQ(dec.splits, 109);
+  EXPECT_EQ(dec.workspace, size_t{109} * 1 * 8 * (128 + 1) * 4);
+}
+
+TEST(CudaPlan, KernelPreferenceAppliesWhereTheKernelSupportsTheProblem) {
+  const Planned bf16({.hq = 4, .hkv = 4, .sq = 256, .sk = 256});
+  const Planned f32({.dtype = DType::float32, .hq = 4, .hkv = 4, .sq = 256, .sk = 256});
+  DeviceLimits dl = h200();
+  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
+  EXPECT_EQ(f32.on(dl).kernel, Kernel::simt);
+  dl.prefer = Kernel::sm80;  // f32 has no sm80 instance: the automatic choice
+  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
+  EXPECT_EQ(f32.on(dl).kernel, Kernel::simt);
+  dl.prefer = Kernel::simt;  // the simt kernel takes fp32 only
+  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
+  dl.prefer = Kernel::sm90;  // not built yet: supports nothing
+  EXPECT_FALSE(fa4::cuda::sm90_supports(bf16.problem(), dl));
+  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
+  EXPECT_EQ(f32.on(dl).kernel, Kernel::simt);
+}
+
+TEST(CudaPlan, KernelPreferenceParsing) {
+  using fa4::cuda::kernel_name;
+  using fa4::cuda::parse_kernel_preference;
+  std::optional<Kernel> k;
+  for (Kernel want : {Kernel::sm90, Kernel::sm80, Kernel::simt}) {
+    ASSERT_TRUE(parse_kernel_preference(kernel_name(want), &k));
+    EXPECT_EQ(k, want);
+  }
+  EXPECT_TRUE(parse_kernel_preference("auto", &k));
+  EXPECT_FALSE(k.has_value());
+  k = Kernel::sm80;
+  EXPECT_TRUE(parse_kernel_preference("", &k));
+  EXPECT_FALSE(k.has_value());
+  k = Kernel::simt;
+  for (const char* bad : {"sm100", "SM80", "sm80 ", "fast"}) {
+    EXPECT_FALSE(parse_kernel_preference(bad, &k)) << bad;
+    EXPECT_EQ(k, Kernel::simt) << bad;  // untouched
+  }
+}
+
+// fa4::describe_plan: every backend describes what attention_forward would run.
+TEST(DescribePlan, EachBackendDescribesItself) {
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 2, c.hq = 6, c.hkv = 2, c.dqk = 32, c.dv = 32, c.sq = 20, c.sk = 700;
+  c.num_splits = 0;
+  c.num_threads = 2;
+  Case t = make_case(c, derive_seed(96000));
+  fa4::PlanInfo info;
+  ASSERT_TRUE(fa4::describe_plan(t.params(Backend::cpu), &info));
+  EXPECT_EQ(info.backend, Backend::cpu);
+  EXPECT_TRUE(info.kernel == "avx2" || info.kernel == "generic") << info.kernel;
+  EXPECT_EQ(info.tile_m, 64);  // 20 rows x group 3 = 60, whole 8-row groups
+  EXPECT_EQ(info.tile_n, 32);
+  EXPECT_TRUE(info.pack_gqa);
+  EXPECT_EQ(info.splits, 1);  // 2 x 2 tiles fill both threads
+  // One kv head, one token, 2 threads: two splits (700 keys allow 5 of 4 x 32 keys).
+  c.batch = 1, c.hkv = 1, c.sq = 1;
+  Case d = make_case(c, derive_seed(96001));
+  ASSERT_TRUE(fa4::describe_plan(d.params(Backend::cpu), &info));
+  EXPECT_EQ(info.tile_m, 8);
+  EXPECT_EQ(info.splits, 2);
+  ASSERT_TRUE(fa4::describe_plan(d.params(Backend::reference), &info));
+  EXPECT_EQ(info.backend, Backend::reference);
+  EXPECT_EQ(info.kernel, "fp64");
+  EXPECT_EQ(info.tile_m, 0);
+  EXPECT_EQ(info.splits, 1);
+}
+
+TEST(DescribePlan, FailsLikeAttentionForwardAndWritesNothing) {
+  CaseConfig c;
+  c.hq = 4, c.hkv = 3;  // Hq % Hkv != 0
+  Case t = make_case(c, derive_seed(96002));
+  const std::vector<unsigned char> before = t.out.mem;
+  fa4::PlanInfo info;
+  info.kernel = "untouched";
+  const Status described = fa4::describe_plan(t.params(Backend::cpu), &info);
+  const Status forward = fa4::attention_forward(t.params(Backend::cpu));
+  EXPECT_EQ(described.code, StatusCode::invalid_argument);
+  EXPECT_EQ(described.code, forward.code);
+  EXPECT_EQ(described.message, forward.message);
+  EXPECT_EQ(info.kernel, "untouched");
+  EXPECT_EQ(t.out.mem, before);
+  // A valid problem asked of the cuda backend (host tensors here; in a CPU-only build also no
+  // backend): the same refusal as attention_forward's.
+  Case u = make_case(CaseConfig{}, derive_seed(96003));
+  const Status cuda_described = fa4::describe_plan(u.params(Backend::cuda), &info);
+  EXPECT_FALSE(cuda_described.ok());
+  EXPECT_EQ(cuda_described.message, fa4::attention_forward(u.params(Backend::cuda)).message);
+  EXPECT_EQ(info.kernel, "untouched");
+}
+
+}  // namespace
+}  // namespace fa4test
