@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <vector>
+#include <tuple>
 #include <utility>
 
 #include "core/problem.h"
@@ -29,6 +30,8 @@ struct Shape {
   bool varlen = false;
   int64_t total_q = 0;
   int32_t num_splits = 0;
+  bool paged = false;
+  int64_t q_head_stride = 0;  // 0: contiguous BSHD (dqk)
 };
 
 class Planned {
@@ -44,6 +47,13 @@ class Planned {
     pb_.varlen_q = s.varlen;
     pb_.sq_dense = s.varlen ? 0 : s.sq;
     pb_.max_sq = s.sq, pb_.max_sk = s.sk, pb_.kv_slot = s.sk;
+    pb_.kv = s.paged ? fa4::core::KvLayout::paged : fa4::core::KvLayout::dense;
+    params_.k.shape[0] = params_.v.shape[0] = s.batch;
+    // Contiguous BSHD strides (varlen q: tokens along dim 0), which TMA can address.
+    const int64_t qh = s.q_head_stride ? s.q_head_stride : s.dqk;
+    pb_.qs = {s.varlen ? s.hq * qh : s.sq * s.hq * qh, s.hq * qh, qh, 1};
+    pb_.ks = {s.sk * s.hkv * s.dqk, s.hkv * s.dqk, s.dqk, 1};
+    pb_.vs = {s.sk * s.hkv * s.dv, s.hkv * s.dv, s.dv, 1};
   }
   Plan on(const DeviceLimits& dl) const { return make_plan(pb_, dl); }
   const Problem& problem() const { return pb_; }
@@ -53,11 +63,18 @@ class Planned {
   Problem pb_;
 };
 
-DeviceLimits h200() {
+// An H200 as the automatic choice sees it (sm90 for prefill that fills the GPU).
+DeviceLimits h200_auto() {
   DeviceLimits d;
   d.known = true;
   d.sms = 132, d.cc_major = 9, d.cc_minor = 0;
   d.smem_optin = 232448, d.smem_per_sm = 233472;
+  return d;
+}
+// The sm80 tests: an H200 under FA4_CUDA_KERNEL=sm80.
+DeviceLimits h200() {
+  DeviceLimits d = h200_auto();
+  d.prefer = Kernel::sm80;
   return d;
 }
 // sm_86 / sm_89: 99 KB per block.
@@ -252,10 +269,69 @@ TEST(CudaPlan, KernelPreferenceAppliesWhereTheKernelSupportsTheProblem) {
   EXPECT_EQ(f32.on(dl).kernel, Kernel::simt);
   dl.prefer = Kernel::simt;  // the simt kernel takes fp32 only
   EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
-  dl.prefer = Kernel::sm90;  // not built yet: supports nothing
-  EXPECT_FALSE(fa4::cuda::sm90_supports(bf16.problem(), dl));
-  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
+  dl.prefer = Kernel::sm90;  // 8 CTAs: the automatic choice is sm80 (splits), the preference wins
+  EXPECT_TRUE(fa4::cuda::sm90_supports(bf16.problem(), dl));
+  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm90);
+  EXPECT_EQ(bf16.on(dl).splits, 1);
   EXPECT_EQ(f32.on(dl).kernel, Kernel::simt);
+  dl.prefer.reset();
+  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
+}
+
+// sm90 (src/cuda/sm90/fwd_config.h): 128 query rows x 128 keys (D = 64: 3 K/V stages; 128: 2),
+// 128 x 64 at D = 256; smem = (128 x D + stages x N x 2D) x 2 B + 1 KB barriers + 1 KB slack.
+TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
+  const Plan pl = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096}).on(h200_auto());
+  EXPECT_EQ(pl.kernel, Kernel::sm90);
+  EXPECT_EQ(pl.m, 128);
+  EXPECT_EQ(pl.n, 128);
+  EXPECT_EQ(pl.smem, (128 * 128 + 2 * 128 * 256) * 2 + 2048);
+  EXPECT_FALSE(pl.pack_gqa);
+  EXPECT_EQ(pl.grid.x, 32);
+  EXPECT_EQ(pl.grid.y, 16);
+  EXPECT_EQ(pl.grid.z, 2);
+  EXPECT_EQ(pl.splits, 1);
+  EXPECT_EQ(pl.workspace, 0u);
+  auto tile = [](int64_t d) {
+    const Plan p = Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = d, .dv = d, .sq = 1024, .sk = 1024}).on(h200_auto());
+    return std::make_tuple(p.kernel, p.dqk, p.n, p.smem);
+  };
+  EXPECT_EQ(tile(64), std::make_tuple(Kernel::sm90, 64, 128, (128 * 64 + 3 * 128 * 128) * 2 + 2048));
+  EXPECT_EQ(tile(96), std::make_tuple(Kernel::sm90, 128, 128, (128 * 128 + 2 * 128 * 256) * 2 + 2048));
+  EXPECT_EQ(tile(256), std::make_tuple(Kernel::sm90, 256, 64, (128 * 256 + 2 * 64 * 512) * 2 + 2048));
+  // GQA prefill: one CTA per query head, K/V of its kv head.
+  const Plan gqa = Planned({.batch = 4, .hq = 32, .hkv = 8, .sq = 1024, .sk = 1024}).on(h200_auto());
+  EXPECT_EQ(gqa.kernel, Kernel::sm90);
+  EXPECT_EQ(gqa.grid.y, 32);
+}
+
+TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
+  const Shape big{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096};
+  auto kernel = [](Shape s, DeviceLimits dl) { return Planned(s).on(dl).kernel; };
+  Shape s = big;
+  s.paged = true;  // paged KV: the inference issue
+  EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
+  s = big, s.num_splits = 2;  // forced split-KV
+  EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
+  s = big, s.dqk = 192, s.dv = 128;  // no (192, 128) instance yet
+  EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
+  s = big, s.q_head_stride = 132;  // 264-byte head stride: not a multiple of TMA's 16 bytes
+  EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
+  s = big, s.dtype = DType::float32;
+  EXPECT_EQ(kernel(s, h200_auto()), Kernel::simt);
+  // Decode-shaped GQA (PackGQA tiles), and a grid below one wave (split-KV on sm80 fills it).
+  EXPECT_EQ(kernel({.batch = 4, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192}, h200_auto()), Kernel::sm80);
+  EXPECT_EQ(kernel({.batch = 1, .hq = 8, .hkv = 8, .sq = 1024, .sk = 1024}, h200_auto()), Kernel::sm80);
+  // Not a compute capability 9.0 device (the sm_90a image runs nowhere else).
+  DeviceLimits a100 = h200_auto();
+  a100.cc_major = 8;
+  EXPECT_EQ(kernel(big, a100), Kernel::sm80);
+  // Its shared memory must fit the opt-in (FA4_CUDA_SMEM_OPTIN caps).
+  DeviceLimits cap = capped(101376);
+  cap.prefer.reset();
+  EXPECT_EQ(kernel(big, cap), Kernel::sm80);
+  cap.smem_optin = 232448;
+  EXPECT_EQ(kernel(big, cap), Kernel::sm90);
 }
 
 TEST(CudaPlan, KernelPreferenceParsing) {
