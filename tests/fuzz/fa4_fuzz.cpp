@@ -190,7 +190,7 @@ void store_elem(unsigned char* p, int32_t dt, double x) {
     case FA4_FLOAT8_E4M3: *p = float_to_e4m3(static_cast<float>(x)); return;
     case FA4_INT32: { const int32_t i = static_cast<int32_t>(x); std::memcpy(p, &i, 4); return; }
   }
-  *p = static_cast<unsigned char>(static_cast<int64_t>(x));
+  *p = static_cast<unsigned char>(std::isfinite(x) ? static_cast<int64_t>(std::clamp(x, -128.0, 255.0)) : 0);
 }
 // Output poison: a NaN with a payload no computation produces (inputs never carry it), so
 // "not written" is distinguishable from any written value, NaN included.
@@ -446,14 +446,18 @@ void make_strides(Builder& b, int t, Reader& r) {
   }
 }
 
+// Wrapping arithmetic for mutations: the harness itself must be free of UB whatever it derives.
+int64_t wadd(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
+int64_t wmul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+
 int64_t mut_shape(Reader& r, int64_t cur) {
-  const int64_t tab[] = {0, 1, 2, cur - 1, cur + 1, cur * 2, 255, 256, 257, kI32Max, kI32Max + 1, int64_t(1) << 32,
+  const int64_t tab[] = {0, 1, 2, wadd(cur, -1), wadd(cur, 1), wmul(cur, 2), 255, 256, 257, kI32Max, kI32Max + 1, int64_t(1) << 32,
                          int64_t(1) << 33, int64_t(1) << 40, int64_t(1) << 62, kI64Max, kI64Max - 1, -1, kI64Min,
                          static_cast<int64_t>(r.u64())};
   return r.from(tab);
 }
 int64_t mut_stride(Reader& r, int64_t cur) {
-  const int64_t tab[] = {0, 1, -1, -cur, cur - 1, cur + 1, cur / 2, 2 * cur, kI32Max, int64_t(1) << 31,
+  const int64_t tab[] = {0, 1, -1, wmul(cur, -1), wadd(cur, -1), wadd(cur, 1), cur / 2, wmul(cur, 2), kI32Max, int64_t(1) << 31,
                          int64_t(1) << 32, int64_t(1) << 40, int64_t(1) << 62, kI64Max, kI64Min,
                          static_cast<int64_t>(r.u64())};
   return r.from(tab);
@@ -465,7 +469,7 @@ float mut_float(Reader& r) {
   return r.from(tab);
 }
 int64_t mut_window(Reader& r, int64_t cur) {
-  const int64_t tab[] = {-2, -1, 0, 1, 2, cur + 1, 1000, kI32Max, kI32Max + 1, int64_t(1) << 32, int64_t(1) << 62,
+  const int64_t tab[] = {-2, -1, 0, 1, 2, wadd(cur, 1), 1000, kI32Max, kI32Max + 1, int64_t(1) << 32, int64_t(1) << 62,
                          kI64Max, kI64Max - 1, kI64Min};
   return r.from(tab);
 }
@@ -710,7 +714,7 @@ void mutate(Spec& s, Reader& r) {
       if (t.vals.empty()) { t.fill = r.from({int64_t(-1), int64_t(1), kI32Max, kI32Min}); break; }
       const size_t e = r.pick(static_cast<int>(std::min<size_t>(t.vals.size(), 255)));
       const int64_t c = t.vals[e];
-      t.vals[e] = r.from({int64_t(-1), int64_t(0), int64_t(1), c - 1, c + 1, kI32Max, kI32Min, 2 * c, c + 1000});
+      t.vals[e] = r.from({int64_t(-1), int64_t(0), int64_t(1), wadd(c, -1), wadd(c, 1), kI32Max, kI32Min, wmul(c, 2), wadd(c, 1000)});
       break;
     }
     case 10: s.scale = mut_float(r); break;
@@ -1070,7 +1074,7 @@ bool materialize(const Spec& s, const Model& m, World& w) {
     }
     if (!backed) continue;
     if (t.dtype == FA4_INT32 || !is_float(t.dtype)) {
-      const int64_t n = std::min<int64_t>(static_cast<int64_t>(t.vals.size()), static_cast<int64_t>(e.elems));
+      const int64_t n = static_cast<int64_t>(std::min<double>(static_cast<double>(t.vals.size()), e.elems));
       for_each_elem(t, n, [&](int64_t k, int64_t o) {
         store_elem(w.data[i] + o * es, t.dtype, static_cast<double>(static_cast<int32_t>(t.vals[static_cast<size_t>(k)])));
       });
@@ -1080,7 +1084,7 @@ bool materialize(const Spec& s, const Model& m, World& w) {
     const TSpec& t = s.t[sp.t];
     const Ext& e = m.ext[sp.t];
     if (!t.present() || e.empty || e.overflow || w.region_of[sp.t] < 0 || !is_float(t.dtype) || e.elems < 1) continue;
-    const int64_t idx = sp.idx % static_cast<int64_t>(std::min<double>(e.elems, 1e18));
+    const int64_t idx = static_cast<int64_t>(static_cast<uint64_t>(sp.idx) % static_cast<uint64_t>(std::min<double>(e.elems, 1e18)));
     store_elem(w.data[sp.t] + offset_of(t, idx) * e.es, t.dtype, sp.v);
   }
   for (Region& g : w.regions)
