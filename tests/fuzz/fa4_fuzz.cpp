@@ -758,7 +758,7 @@ void mutate(Spec& s, Reader& r) {
         const int64_t B = s.t[Q].ndim == 4 ? s.t[Q].shape[0] : 1;
         x.ndim = o == PT ? 2 : (o == QD || o == KNEW || o == VNEW) ? (o == QD ? 2 : 4) : 1;
         x.dtype = (o == LSE || o == SINKS || o == QD) ? FA4_FLOAT32 : (o == KNEW || o == VNEW) ? s.t[Q].dtype : FA4_INT32;
-        for (int d = 0; d < x.ndim; ++d) x.shape[d] = d == 0 ? B + (o == CUQ || o == CUK) : 1, x.stride[d] = 1;
+        for (int d = 0; d < x.ndim; ++d) x.shape[d] = d == 0 ? wadd(B, o == CUQ || o == CUK) : 1, x.stride[d] = 1;
         if (x.dtype == FA4_INT32) x.vals.assign(static_cast<size_t>(std::clamp<int64_t>(x.shape[0], 0, 64)), 0);
       }
       break;
