@@ -35,16 +35,21 @@ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFA4_CUDA=OFF -DFA4_
 cmake --build build-fuzz -j"$jobs" --target fa4_fuzzer
 secs=${FUZZ_SECONDS:-180}
 work=build-fuzz/corpus-work   # new inputs libFuzzer finds (the repository corpus stays read-only)
+# findings/ holds this run's reproducers only (an old one would fail the run).
+rm -rf build-fuzz/findings
 mkdir -p "$work" build-fuzz/findings
 export ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:abort_on_error=1:symbolize=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "fa4 fuzz: ${secs} s, corpus tests/fuzz/corpus"
 # -timeout: one input may take at most 20 s (a hang or work scaled by a claimed size is a
 # finding); -rss_limit_mb / -malloc_limit_mb: memory beyond the real work is one too.
+# Parallel jobs log to fuzz-N.log in the working directory: keep those out of the tree.
+par=()
+[ "${FUZZ_JOBS:-1}" -gt 1 ] && par=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS" -close_fd_mask=1)
 set +e
 build-fuzz/tests/fuzz/fa4_fuzzer "$work" tests/fuzz/corpus -max_total_time="$secs" -timeout=20 \
   -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=4096 -print_final_stats=1 \
-  -artifact_prefix=build-fuzz/findings/ -jobs="${FUZZ_JOBS:-1}" -workers="${FUZZ_JOBS:-1}" 2>&1 | tail -n 60
+  -artifact_prefix=build-fuzz/findings/ "${par[@]}" 2>&1 | tail -n 60
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -ne 0 ] || [ -n "$(ls -A build-fuzz/findings 2>/dev/null)" ]; then
