@@ -1,6 +1,8 @@
 // The C ABI (include/fa4/fa4_c.h): converts the plain C structs to the C++ ones, runs, and
-// keeps the last error message per thread.
+// keeps the last error message per thread. No C++ exception crosses it: a C caller cannot catch
+// one (it would abort the process), so every entry point that can allocate runs under guarded().
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "fa4/fa4.h"
@@ -15,6 +17,29 @@ int record(const fa4::Status& st) {
   g_error = st.message;
   g_error_arg = st.argument;
   return static_cast<int>(st.code);
+}
+
+// record() for the exception paths, where even copying a message may fail.
+int record_failure(fa4_status_code code, const char* msg) noexcept {
+  g_error_arg.clear();
+  try {
+    g_error = msg;
+  } catch (...) {
+    g_error.clear();
+  }
+  return code;
+}
+
+// Runs an entry point; an exception becomes a status (bad_alloc: FA4_OUT_OF_MEMORY).
+template <typename F>
+int guarded(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return record_failure(FA4_OUT_OF_MEMORY, "out of host memory");
+  } catch (...) {
+    return record_failure(FA4_INTERNAL, "internal error: unexpected C++ exception");
+  }
 }
 
 // Enum values arrive as raw integers from other languages: reject unknown ones by name.
@@ -104,42 +129,58 @@ void fa4_combine_params_init(fa4_combine_params* p) {
 }
 
 int fa4_attention_forward(const fa4_params* c) {
-  fa4::AttentionParams p;
-  fa4::Status err;
-  if (!convert_params(c, &p, &err)) return record(err);
-  return record(fa4::attention_forward(p));
+  return guarded([&] {
+    fa4::AttentionParams p;
+    fa4::Status err;
+    if (!convert_params(c, &p, &err)) return record(err);
+    return record(fa4::attention_forward(p));
+  });
 }
 
 int fa4_combine_partials(const fa4_combine_params* c) {
-  fa4::Status err;
-  if (!c) return record(fa4::Status::Invalid("params", "params: null pointer"));
-  fa4::CombineParams p;
-  if (!convert(c->out_partials, "out_partials", &p.out_partials, &err) ||
-      !convert(c->lse_partials, "lse_partials", &p.lse_partials, &err) ||
-      !convert(c->out, "out", &p.out, &err) || !convert(c->lse, "lse", &p.lse, &err) ||
-      !convert_backend(c->backend, &p.backend, &err))
-    return record(err);
-  p.num_threads = c->num_threads;
-  p.stream = c->stream;
-  return record(fa4::combine_partials(p));
+  return guarded([&] {
+    fa4::Status err;
+    if (!c) return record(fa4::Status::Invalid("params", "params: null pointer"));
+    fa4::CombineParams p;
+    if (!convert(c->out_partials, "out_partials", &p.out_partials, &err) ||
+        !convert(c->lse_partials, "lse_partials", &p.lse_partials, &err) ||
+        !convert(c->out, "out", &p.out, &err) || !convert(c->lse, "lse", &p.lse, &err) ||
+        !convert_backend(c->backend, &p.backend, &err))
+      return record(err);
+    p.num_threads = c->num_threads;
+    p.stream = c->stream;
+    return record(fa4::combine_partials(p));
+  });
 }
 
 size_t fa4_attention_workspace_size(const fa4_params* c) {
-  fa4::AttentionParams p;
-  fa4::Status err;
-  if (!convert_params(c, &p, &err)) return 0;
-  return fa4::attention_workspace_size(p);
+  try {
+    fa4::AttentionParams p;
+    fa4::Status err;
+    if (!convert_params(c, &p, &err)) return 0;
+    return fa4::attention_workspace_size(p);
+  } catch (...) {  // no status to return: 0 = "no scratch", and the forward call reports the error
+    return 0;
+  }
 }
 
 int fa4_backend_available(int backend) {
   if (backend < FA4_BACKEND_AUTO || backend > FA4_BACKEND_CUDA) return 0;
-  return fa4::backend_available(static_cast<fa4::Backend>(backend)) ? 1 : 0;
+  try {
+    return fa4::backend_available(static_cast<fa4::Backend>(backend)) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
 }
 
 size_t fa4_backend_info(char* buf, size_t cap) {
   std::string s;
-  for (const auto& b : fa4::backend_info())
-    s += std::string(fa4::backend_name(b.backend)) + ": " + (b.available ? "available" : "unavailable") + " (" + b.detail + ")\n";
+  try {
+    for (const auto& b : fa4::backend_info())
+      s += std::string(fa4::backend_name(b.backend)) + ": " + (b.available ? "available" : "unavailable") + " (" + b.detail + ")\n";
+  } catch (...) {  // out of memory: report nothing rather than abort the caller
+    s.clear();
+  }
   if (buf && cap > 0) {
     const size_t n = s.size() < cap - 1 ? s.size() : cap - 1;
     std::memcpy(buf, s.data(), n);

@@ -1,5 +1,8 @@
 // attention_forward / combine_partials: validate once, pick the backend, run it.
 #include <cmath>
+#include <exception>
+#include <new>
+#include <string>
 
 #include "core/backends.h"
 #include "fa4/fa4.h"
@@ -52,17 +55,34 @@ Status cuda_unavailable() {
 }
 }  // namespace
 
-Status attention_forward(const AttentionParams& params) {
+namespace {
+// The public entry points never throw (DESIGN §1): the only exceptions fa4 code can meet are
+// std::bad_alloc from its host containers and whatever a standard-library call throws; both
+// become a Status here, once, for every backend.
+template <typename F>
+Status guarded(const char* what, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return Status::Error(StatusCode::out_of_memory, std::string(what) + ": out of host memory");
+  } catch (const std::exception& e) {
+    return Status::Error(StatusCode::internal, std::string(what) + ": " + e.what());
+  } catch (...) {
+    return Status::Error(StatusCode::internal, std::string(what) + ": unknown exception");
+  }
+}
+
+Status forward(const AttentionParams& params) {
   core::Problem pb;
   Status st = core::normalize(params, &pb);
   if (!st) return st;
   switch (pb.backend) {
     case Backend::reference:
-      core::append_kv_host(pb);
-      return core::reference_forward(pb);
     case Backend::cpu:
       core::append_kv_host(pb);
-      return core::cpu_forward(pb);
+      // No query rows: nothing to compute (normalize did not even fill per-sequence lengths).
+      if (pb.max_sq == 0) return Status::Ok();
+      return pb.backend == Backend::reference ? core::reference_forward(pb) : core::cpu_forward(pb);
     case Backend::cuda:
       if (!core::cuda_available()) return cuda_unavailable();
       st = core::cuda_check(pb);
@@ -73,10 +93,12 @@ Status attention_forward(const AttentionParams& params) {
   return Status::Error(StatusCode::internal, "unresolved backend");
 }
 
-Status combine_partials(const CombineParams& params) {
+Status combine(const CombineParams& params) {
   Backend b = Backend::cpu;
-  Status st = core::validate_combine(params, &b);
+  int64_t rows = 0;
+  Status st = core::validate_combine(params, &b, &rows);
   if (!st) return st;
+  if (rows == 0) return Status::Ok();  // e.g. Dv = 0 without lse: nothing to write
   switch (b) {
     case Backend::reference: return core::reference_combine(params);
     case Backend::cpu: return core::cpu_combine(params);
@@ -86,6 +108,15 @@ Status combine_partials(const CombineParams& params) {
     default: break;
   }
   return Status::Error(StatusCode::internal, "unresolved backend");
+}
+}  // namespace
+
+Status attention_forward(const AttentionParams& params) {
+  return guarded("attention_forward", [&] { return forward(params); });
+}
+
+Status combine_partials(const CombineParams& params) {
+  return guarded("combine_partials", [&] { return combine(params); });
 }
 
 Status describe_plan(const AttentionParams& params, PlanInfo* info) {
@@ -110,9 +141,13 @@ Status describe_plan(const AttentionParams& params, PlanInfo* info) {
 }
 
 size_t attention_workspace_size(const AttentionParams& params) {
-  core::Problem pb;
-  if (!core::normalize(params, &pb).ok() || pb.backend != Backend::cuda || !core::cuda_available()) return 0;
-  return core::cuda_workspace_size(pb);
+  try {
+    core::Problem pb;
+    if (!core::normalize(params, &pb).ok() || pb.backend != Backend::cuda || !core::cuda_available()) return 0;
+    return core::cuda_workspace_size(pb);
+  } catch (...) {  // out of memory while validating: no launch will happen either
+    return 0;
+  }
 }
 
 bool backend_available(Backend b) {

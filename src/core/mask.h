@@ -22,12 +22,6 @@ namespace fa4::core {
 
 enum class TileKind : int { empty = 0, partial = 1, full = 2 };
 
-// floor(a / b) for b > 0 (C++ division truncates toward zero).
-FA4_HD int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
 struct Mask {
   int64_t left = -1;   // keys to the left of the diagonal, -1 = unbounded
   int64_t right = -1;  // keys to the right of the diagonal, -1 = unbounded; causal = 0
@@ -43,21 +37,26 @@ struct SeqMask {
 
   FA4_HD int64_t off() const { return sk - sq; }
 
+  // The bounds below are written so that no intermediate overflows for any window or chunk
+  // value >= -1 / >= 0 (validation also clamps them to 2^32, see validate.cpp): the window and
+  // chunk only ever appear compared with, or subtracted from, a position that exceeds them.
+
   // First visible key of query row i (may be >= row_hi(i): the row is then empty).
   FA4_HD int64_t row_lo(int64_t i) const {
     const int64_t p = i + off();
     int64_t lo = 0;
-    if (m.left >= 0 && p - m.left > lo) lo = p - m.left;
-    if (m.chunk > 0) {
-      const int64_t c = floor_div(p, m.chunk) * m.chunk;
+    if (m.left >= 0 && p > m.left) lo = p - m.left;  // p - left in (0, p]
+    if (m.chunk > 0 && p >= m.chunk) {               // else the chunk starts at or before key 0
+      const int64_t c = p - p % m.chunk;             // p > 0: truncation is floor
       if (c > lo) lo = c;
     }
     return lo;
   }
   // One past the last visible key of query row i.
   FA4_HD int64_t row_hi(int64_t i) const {
+    const int64_t p = i + off();
     int64_t hi = sk;
-    if (m.right >= 0 && i + off() + m.right + 1 < hi) hi = i + off() + m.right + 1;
+    if (m.right >= 0 && m.right < sk - p - 1) hi = p + m.right + 1;  // p + right + 1 < sk: no overflow
     return hi < 0 ? 0 : hi;
   }
   FA4_HD bool visible(int64_t i, int64_t j) const { return j >= row_lo(i) && j < row_hi(i); }

@@ -99,7 +99,8 @@ struct Problem {
 // Validates `params` and fills `*out`. On failure nothing has been written anywhere.
 Status normalize(const AttentionParams& params, Problem* out);
 
-// Validates combine_partials arguments (shape rules of fa4.h).
-Status validate_combine(const CombineParams& params, Backend* resolved);
+// Validates combine_partials arguments (shape rules of fa4.h); *rows = the number of (b, i, h)
+// rows there is anything to write for (0: the call has no work).
+Status validate_combine(const CombineParams& params, Backend* resolved, int64_t* rows);
 
 }  // namespace fa4::core

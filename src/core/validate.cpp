@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <string>
 
+#include "core/checked.h"
 #include "core/problem.h"
 
 namespace fa4::core {
@@ -53,23 +54,46 @@ std::string dims_str(std::initializer_list<int64_t> d, int ndim) {
 
 const char* device_str(DeviceType d) { return d == DeviceType::cuda ? "cuda" : "cpu"; }
 
-// Largest element offset reachable in t, and its byte size, checked against int64 overflow.
+// Every element offset of a non-empty t, times its byte size, fits int64 (checked: a wrapped
+// product once let a [2^63-1, ...] tensor with huge strides pass, and the kernels read outside it).
 bool extent_fits(const TensorView& t) {
-  __int128 last = 0;
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] == 0) return true;
-    last += static_cast<__int128>(t.shape[i] - 1) * t.stride[i];
-  }
-  const __int128 bytes = (last + 1) * static_cast<__int128>(dtype_size(t.dtype));
-  return bytes < static_cast<__int128>(std::numeric_limits<int64_t>::max());
+  int64_t last = 0, bytes = 0;
+  return checked_last_offset(t, &last) && checked_add(last, 1, &last) &&
+         checked_mul(last, static_cast<int64_t>(dtype_size(t.dtype)), &bytes);
 }
 
-// Generic per-tensor checks: rank, dtype, device, strides, pointer, size overflow. `output`
-// tensors may not have zero strides over dimensions of size > 1 (elements would alias and the
-// result would depend on write order). `gpu_rows` tensors (q, k, v, out, k_new, v_new) are moved
-// in 16-byte vectors by the GPU kernels, so on a GPU their rows must be contiguous and 16-byte
-// aligned; the small fp32/int32 tensors (lse, sinks, descales, indices) are accessed element by
-// element and take any strides.
+// Whether two distinct indices of a non-empty output can reach the same element. Exact for every
+// "nested" layout: sort the dims of extent > 1 by stride; each stride must exceed the largest
+// offset the smaller-strided dims reach (so the offsets form a mixed-radix number with no carry
+// collisions). Every permutation, slice or padding of a contiguous tensor is nested; a zero or
+// repeated stride over extent > 1 is not. Interleaved layouts that happen not to collide (rare,
+// and never produced by a framework) are rejected too: the rule is the documented one
+// (DESIGN §1), O(ndim^2), and needs no enumeration. extent_fits() bounds every sum here.
+bool elements_overlap(const TensorView& t) {
+  int dims[kMaxDims];
+  int n = 0;
+  for (int i = 0; i < t.ndim; ++i) {  // insertion sort by stride (at most 6 dims)
+    if (t.shape[i] <= 1) continue;
+    int k = n++;
+    for (; k > 0 && t.stride[dims[k - 1]] > t.stride[i]; --k) dims[k] = dims[k - 1];
+    dims[k] = i;
+  }
+  int64_t reach = 0;  // largest offset of the dims taken so far
+  for (int k = 0; k < n; ++k) {
+    const int d = dims[k];
+    if (t.stride[d] <= reach) return true;
+    reach += (t.shape[d] - 1) * t.stride[d];
+  }
+  return false;
+}
+
+// Generic per-tensor checks: rank, dtype, device, strides, size overflow, pointer (non-null and
+// aligned to the element size: the backends load whole elements through typed pointers).
+// `output` tensors may not reach one element through two indices (the result would depend on
+// write order). `gpu_rows` tensors (q, k, v, out, k_new, v_new) are moved in 16-byte vectors by
+// the GPU kernels, so on a GPU their rows must be contiguous and 16-byte aligned; the small
+// fp32/int32 tensors (lse, sinks, descales, indices) are accessed element by element and take
+// any strides.
 Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType dev, int dev_idx,
                     bool output, bool gpu_rows = false) {
   if (t.ndim != ndim) {
@@ -83,8 +107,9 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
       << device_str(dev) << ":" << dev_idx << " (all tensors must be on one device)";
     return Status::Invalid(name, s.str());
   }
-  // An empty tensor has no elements that could alias: row-major strides of a shape with a zero
-  // dimension are 0 in the outer dims, and such outputs are valid (zero-size problems).
+  // An empty tensor has no elements that could alias or be misaligned: row-major strides of a
+  // shape with a zero dimension are 0 in the outer dims, and such outputs are valid (zero-size
+  // problems).
   bool empty = false;
   for (int i = 0; i < t.ndim; ++i) empty = empty || t.shape[i] == 0;
   for (int i = 0; i < t.ndim; ++i) {
@@ -98,26 +123,35 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
       s << name << ": negative stride in dim " << i << " (" << t.stride[i] << ")";
       return Status::Invalid(name, s.str());
     }
-    if (output && !empty && t.stride[i] == 0 && t.shape[i] > 1) {
-      Msg s;
-      s << name << ": zero stride in dim " << i << " of an output (elements would alias)";
-      return Status::Invalid(name, s.str());
-    }
   }
+  if (empty) return Status::Ok();
   if (!extent_fits(t)) {
     Msg s;
     s << name << ": shape " << shape_str(t) << " with its strides overflows 64-bit byte offsets";
     return Status::Invalid(name, s.str());
   }
-  if (!empty && t.data == nullptr) return Status::Invalid(name, std::string(name) + ": data pointer is null");
-  if (gpu_rows && dev == DeviceType::cuda && !empty) {
-    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+  if (output && elements_overlap(t)) {
+    Msg s;
+    s << name << ": strides [";
+    for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.stride[i];
+    s << "] of an output with shape " << shape_str(t)
+      << " overlap (two elements share memory; each stride must exceed the span of the smaller-strided dims)";
+    return Status::Invalid(name, s.str());
+  }
+  if (t.data == nullptr) return Status::Invalid(name, std::string(name) + ": data pointer is null");
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+  if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(es) != 0) {
+    Msg s;
+    s << name << ": data pointer is not aligned to its " << es << "-byte " << dtype_name(t.dtype) << " elements";
+    return Status::Invalid(name, s.str());
+  }
+  if (gpu_rows && dev == DeviceType::cuda) {
     if (t.stride[ndim - 1] != 1 && t.shape[ndim - 1] > 1)
       return Status::Invalid(name, std::string(name) + ": the last dimension must be contiguous (stride 1) on the GPU");
     if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
       return Status::Invalid(name, std::string(name) + ": data pointer must be 16-byte aligned on the GPU");
     for (int i = 0; i < ndim - 1; ++i)
-      if ((t.stride[i] * es) % 16 != 0 && t.shape[i] > 1) {
+      if (t.shape[i] > 1 && (t.stride[i] * es) % 16 != 0) {  // shape > 1: extent_fits bounds the product
         Msg s;
         s << name << ": stride of dim " << i << " (" << t.stride[i] << " elements) must be a multiple of 16 bytes on the GPU";
         return Status::Invalid(name, s.str());
@@ -155,7 +189,9 @@ Status expect_shape(const TensorView& t, const char* name, const char* pattern,
 
 // Checks a cu_seqlens tensor's contents: first 0, non-decreasing, last <= total.
 Status check_cu_seqlens(const TensorView& t, const char* name, int64_t total, const char* total_what) {
-  const int64_t n = t.shape[0];
+  // A zero stride repeats one entry (which must be 0): checking it once is exact, and keeps the
+  // cost bounded by memory the caller has (a stride-0 tensor of 2^33 entries is 4 bytes).
+  const int64_t n = t.stride[0] == 0 ? 1 : t.shape[0];
   if (Problem::idx1(t, 0) != 0) return Status::Invalid(name, std::string(name) + ": first entry must be 0, got " + std::to_string(Problem::idx1(t, 0)));
   for (int64_t i = 1; i < n; ++i) {
     if (Problem::idx1(t, i) < Problem::idx1(t, i - 1)) {
@@ -287,7 +323,12 @@ Status normalize(const AttentionParams& p, Problem* out) {
     case KvLayout::varlen:
       FA4_TRY(check_tensor(p.cu_seqlens_k, "cu_seqlens_k", 1, dev, dev_idx, false));
       FA4_TRY(expect_dtype(p.cu_seqlens_k, "cu_seqlens_k", DType::int32, "index tensor"));
-      FA4_TRY(expect_shape(p.cu_seqlens_k, "cu_seqlens_k", "[B + 1]", {B + 1}));
+      {
+        int64_t b1 = 0;  // B = q.shape[0] may be any int64 when q is empty
+        if (!checked_add(B, 1, &b1))
+          return Status::Invalid("cu_seqlens_k", "cu_seqlens_k: needs B + 1 entries, and B = " + std::to_string(B) + " has no successor");
+        FA4_TRY(expect_shape(p.cu_seqlens_k, "cu_seqlens_k", "[B + 1]", {b1}));
+      }
       break;
     case KvLayout::cache:
       pb.kv_slot = p.k.shape[1];
@@ -308,9 +349,8 @@ Status normalize(const AttentionParams& p, Problem* out) {
       pb.page_size = p.k.shape[1];
       pb.max_pages = p.page_table.shape[1];
       if (pb.page_size < 1) return Status::Invalid("k", "k: page size (dim 1 of a paged cache) must be >= 1");
-      if (pb.max_pages > 0 && pb.page_size > std::numeric_limits<int64_t>::max() / pb.max_pages)
+      if (!checked_mul(pb.page_size, pb.max_pages, &pb.kv_slot))
         return Status::Invalid("page_table", "page_table: max_pages * page_size overflows");
-      pb.kv_slot = pb.page_size * pb.max_pages;
       break;
   }
   // Sequence lengths are int32 everywhere else (cu_seqlens, cache_seqlens, seqused_k), so the
@@ -350,18 +390,28 @@ Status normalize(const AttentionParams& p, Problem* out) {
   }
 
   // ---- scalars ----
-  if (!std::isfinite(p.scale)) return Status::Invalid("scale", "scale: must be finite (0 = 1/sqrt(Dqk))");
+  // The GPU kernels score in log2 units (scale * log2(e), softcap * log2(e) in fp32), so those
+  // products must be finite floats: scale and softcap are at most FLT_MAX / log2(e) ~ 2.35e38.
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (!std::isfinite(p.scale * kLog2e) || p.scale < 0.0f)
+    return Status::Invalid("scale", "scale: must be finite, > 0 and at most 2.35e38 (0 = 1/sqrt(Dqk))");
   pb.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(pb.dqk));
-  if (!std::isfinite(p.softcap) || p.softcap < 0.0f) return Status::Invalid("softcap", "softcap: must be finite and >= 0 (0 = off)");
+  if (!std::isfinite(p.softcap * kLog2e) || p.softcap < 0.0f)
+    return Status::Invalid("softcap", "softcap: must be finite, >= 0 and at most 2.35e38 (0 = off)");
   pb.softcap = p.softcap;
   if (p.window_left < -1) return Status::Invalid("window_left", "window_left: must be >= -1 (-1 = unbounded), got " + std::to_string(p.window_left));
   if (p.window_right < -1) return Status::Invalid("window_right", "window_right: must be >= -1 (-1 = unbounded), got " + std::to_string(p.window_right));
   if (p.chunk_size < 0) return Status::Invalid("chunk_size", "chunk_size: must be >= 0 (0 = off), got " + std::to_string(p.chunk_size));
   if ((p.causal || p.chunk_size > 0) && p.window_right > 0)
     return Status::Invalid("window_right", "window_right: must be -1 or 0 with causal / chunked attention, got " + std::to_string(p.window_right));
-  pb.mask.left = p.window_left;
-  pb.mask.right = (p.causal || p.chunk_size > 0) ? 0 : p.window_right;
-  pb.mask.chunk = p.chunk_size;
+  // Positions and lengths are below 2^31, so every |query position - key| is below 2^32: a window
+  // or chunk of at least kMaxWindow is the same as one of exactly kMaxWindow (the window reaches
+  // every key; the whole sequence is one chunk). Clamped, mask arithmetic stays far from int64
+  // overflow on every backend, whatever int64 the caller passed (INT64_MAX = "unbounded" is common).
+  constexpr int64_t kMaxWindow = int64_t{1} << 32;
+  pb.mask.left = std::min(p.window_left, kMaxWindow);
+  pb.mask.right = (p.causal || p.chunk_size > 0) ? 0 : std::min(p.window_right, kMaxWindow);
+  pb.mask.chunk = std::min(p.chunk_size, kMaxWindow);
   if (p.num_splits < 0 || p.num_splits > kMaxSplits)
     return Status::Invalid("num_splits", "num_splits: must be in [0, 1024] (0 = heuristic), got " + std::to_string(p.num_splits));
   if (p.num_threads < 0) return Status::Invalid("num_threads", "num_threads: must be >= 0 (0 = all cores)");
@@ -417,6 +467,36 @@ Status normalize(const AttentionParams& p, Problem* out) {
   if (pb.host_indices) {
     if (pb.varlen_q) FA4_TRY(check_cu_seqlens(p.cu_seqlens_q, "cu_seqlens_q", p.q.shape[0], "the number of q tokens"));
     if (pb.kv == KvLayout::varlen) FA4_TRY(check_cu_seqlens(p.cu_seqlens_k, "cu_seqlens_k", p.k.shape[0], "the number of k tokens"));
+    // The walk below costs O(B) time and 16 bytes per sequence, so it runs only when there is
+    // work, and then B is bounded by memory the caller really has: by out's (non-overlapping)
+    // rows for dense q, by cu_seqlens_q's entries for varlen q (a zero-stride one has a single
+    // entry, 0: no rows), and for appends by the cache rows written (checked below). An empty
+    // problem (B = 2^40 sequences of nothing) returns here, with nothing to read.
+    bool out_empty = false;
+    for (int i = 0; i < p.out.ndim; ++i) out_empty = out_empty || p.out.shape[i] == 0;
+    const bool q_rows = !out_empty && (!pb.varlen_q || Problem::idx1(p.cu_seqlens_q, B) > 0);
+    const bool append_rows = append && pb.snew > 0 && pb.hkv > 0 && B > 0;
+    if (!q_rows && !append_rows) {
+      *out = std::move(pb);
+      out->p = &p;
+      return Status::Ok();
+    }
+    // Each appended cache row is written once (checked exactly below); by pigeonhole the batch
+    // cannot write more rows than the cache has, which also bounds B before the walk.
+    if (append_rows && pb.kv == KvLayout::cache && p.cache_batch_idx.present() && B > p.k.shape[0]) {
+      Msg s;
+      s << "cache_batch_idx: " << B << " sequences append into " << p.k.shape[0]
+        << " cache rows (each cache row may be appended to by one sequence)";
+      return Status::Invalid("cache_batch_idx", s.str());
+    }
+    int64_t appended = 0, page_rows = 0;
+    if (append_rows && pb.kv == KvLayout::paged &&
+        (!checked_mul(B, pb.snew, &appended) || !checked_mul(p.k.shape[0], pb.page_size, &page_rows) || appended > page_rows)) {
+      Msg s;
+      s << "page_table: " << B << " sequences append " << pb.snew << " rows each, more than the " << p.k.shape[0]
+        << " pages x " << pb.page_size << " rows of the cache (each page row may be written once)";
+      return Status::Invalid("page_table", s.str());
+    }
     pb.seqlen_q.resize(B);
     pb.seqlen_k.resize(B);
     for (int64_t b = 0; b < B; ++b) {
@@ -433,14 +513,15 @@ Status normalize(const AttentionParams& p, Problem* out) {
       }
       if (p.cache_seqlens.present()) {
         len = Problem::idx1(p.cache_seqlens, b);
-        if (len < 0 || len + pb.snew > slot) {
+        int64_t end = 0;  // snew is any int64 from k_new's shape
+        if (len < 0 || !checked_add(len, pb.snew, &end) || end > slot) {
           Msg s;
           s << "cache_seqlens: entry " << b << " is " << len;
           if (pb.snew) s << " and " << pb.snew << " rows are appended";
           s << ", but the cache holds " << slot << " keys per sequence";
           return Status::Invalid("cache_seqlens", s.str());
         }
-        len += pb.snew;
+        len = end;
       }
       pb.seqlen_k[b] = len;
       if (pb.kv == KvLayout::cache && p.cache_batch_idx.present()) {
@@ -492,7 +573,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
   return Status::Ok();
 }
 
-Status validate_combine(const CombineParams& c, Backend* resolved) {
+Status validate_combine(const CombineParams& c, Backend* resolved, int64_t* rows) {
   for (auto [t, name] : {std::pair{&c.out_partials, "out_partials"}, {&c.lse_partials, "lse_partials"}, {&c.out, "out"}})
     if (!t->present()) return Status::Invalid(name, std::string(name) + ": required tensor is missing");
   const DeviceType dev = c.out_partials.device;
@@ -514,6 +595,17 @@ Status validate_combine(const CombineParams& c, Backend* resolved) {
     FA4_TRY(expect_shape(c.lse, "lse", "[B, H, Sq]", {B, H, Sq}));
   }
   if (c.num_threads < 0) return Status::Invalid("num_threads", "num_threads: must be >= 0 (0 = all cores)");
+  // Rows to merge: every (b, i, h) when anything is written for it (Dv > 0, or an lse). Then the
+  // written tensor is non-empty and non-overlapping, so B * Sq * H fits (checked all the same);
+  // with nothing to write, B * Sq * H may be any overflowing product (B = 3, Sq = 2^62) and the
+  // call does nothing.
+  *rows = 0;
+  if (D > 0 || c.lse.present()) {
+    int64_t r = 0;
+    if (!checked_mul(B, Sq, &r) || !checked_mul(r, H, &r))
+      return Status::Invalid("out", "out: B * Sq * H overflows int64");
+    *rows = r;
+  }
   switch (c.backend) {
     case Backend::automatic: *resolved = dev == DeviceType::cuda ? Backend::cuda : Backend::cpu; break;
     case Backend::reference:

@@ -10,9 +10,11 @@
 // split's share) is walked in tiles of kTileKeys keys: empty tiles are skipped, full tiles are
 // not masked, partial tiles mask per element.
 //
-// Numerics: scores in log2 units (log2(e) folded into the Q prescale, or into the softcap
-// output scale) so the softmax needs exp2 only; fp32 accumulation; the final division by the
-// row sum happens once per row. Split-KV units write normalized fp32 partials + lse to scratch
+// Numerics: scores in natural units (Q prescaled by scale and descales only); the softmax
+// multiplies by log2(e) after subtracting the row max, 2^((s - m) log2 e), so it needs exp2 only
+// and no score that fits in fp32 overflows on the way (a log2(e) fold before the max turned
+// finite scores near FLT_MAX into inf, and the row into NaN). fp32 accumulation; the final
+// division by the row sum happens once per row. Split-KV units write normalized fp32 partials + lse to scratch
 // and are merged by the combine code (cpu_merge.h). The sink enters split 0 only.
 #include <omp.h>
 
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "core/backends.h"
+#include "core/checked.h"
 #include "core/element.h"
 #include "core/splits.h"
 #include "cpu/cpu_kernels.h"
@@ -37,8 +40,6 @@ namespace cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr double kLn2d = 0.6931471805599453;
 
 // Tile sizes, measured on Zen3 (D = 128, bf16, 2048 keys): every query tile re-reads its kv
 // head's K and V (strided rows, usually from L3 or DRAM), so tall tiles matter most: at 96 rows
@@ -237,7 +238,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   // ---- Q tile, prescaled; per-row mask bounds ----
   const float dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk), dvs = pb.descale_v(b, hk);
   const bool cap = pb.softcap > 0.0f;
-  const float qscale = pb.scale * dq * dk * (cap ? 1.0f : kLog2e);
+  const float qscale = pb.scale * dq * dk;
   const int64_t q_rs = rowwise ? dqk : 1, q_ds = rowwise ? 1 : mp;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
@@ -269,7 +270,10 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const int64_t k_span = ((dqk - 1) * pb.ks.dim + 1) * esz;
   const int64_t v_span = ((dv - 1) * pb.vs.dim + 1) * esz;
   const KvRowOffsets kv_rows(pb, b, hk);
-  SoftmaxStep step{ws.st, 0, mp, mp, nullptr, nullptr, cap ? 1.0f / pb.softcap : 0.0f, pb.softcap * kLog2e,
+  // 1 / softcap overflows for softcap < 2.9e-39: FLT_MAX then stands in for it, so a zero score
+  // stays 0 (0 * inf would be NaN) and any other saturates tanh to +-1, as s / softcap does.
+  const float cap_in = cap ? std::min(1.0f / pb.softcap, std::numeric_limits<float>::max()) : 0.0f;
+  SoftmaxStep step{ws.st, 0, mp, mp, nullptr, nullptr, cap_in, pb.softcap,
                    ws.m_run, ws.l_run, ws.alpha};
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
     const int64_t n = std::min(ws.nk, hi - j0);
@@ -359,16 +363,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     const float m = ws.m_run[r];
     float l = ws.l_run[r], m_f = m, c = 1.0f;  // O_final = ot * c / l
     if (sink) {
-      const float s2 = pb.sink(h) * kLog2e;
-      m_f = nan_max(m, s2);
-      c = m == kNegInf ? 0.0f : std::exp2(m - m_f);
-      l = l * c + (m_f == kNegInf ? 0.0f : std::exp2(s2 - m_f));
+      const float s = pb.sink(h);
+      m_f = nan_max(m, s);
+      c = m == kNegInf ? 0.0f : std::exp(m - m_f);
+      l = l * c + (m_f == kNegInf ? 0.0f : std::exp(s - m_f));
     }
     const bool empty = m_f == kNegInf && !std::isnan(l);
     const float f = empty ? 0.0f : c / l * dvs;
-    // In double: m_f may be large (|logit| ~ 1e4 with outliers) and m_f * ln2 in fp32 would
-    // lose ~1e-3 absolute.
-    const float lse = empty ? kNegInf : static_cast<float>((static_cast<double>(m_f) + std::log2(static_cast<double>(l))) * kLn2d);
+    // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
+    const float lse = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
     const float* orow = ws.ot + r * o_rs;
     if (plan.nsplit == 1) {
       const int64_t oo = pb.out_offset(b, i, h);
@@ -399,7 +402,12 @@ int num_splits(const Problem& pb, int workers, int64_t tile_rows) {
 // 8-row groups.
 int64_t tile_rows_for(const Problem& pb) { return std::min(kTileRows, round_up(pb.group * pb.max_sq, 8)); }
 
-int resolve_threads(int32_t requested) { return requested > 0 ? requested : omp_get_max_threads(); }
+// 0 = the OpenMP default (all cores, or OMP_NUM_THREADS). More threads than processors only
+// oversubscribe the cores, and a huge request made libgomp abort the process ("Thread creation
+// failed"), so a request is clamped to omp_get_num_procs() (documented in params.h / fa4.h).
+int resolve_threads(int32_t requested) {
+  return requested > 0 ? std::min<int>(requested, omp_get_num_procs()) : omp_get_max_threads();
+}
 
 }  // namespace
 }  // namespace cpu
@@ -432,8 +440,13 @@ Status forward(const Problem& pb) {
                       pb.dtype != DType::int32;
 
   // Units, and the global packed-row numbering used by the split partials.
+  // Sizes of host scratch, checked: varlen q does not bound B x Hkv by out's size, and the
+  // partials scale with num_splits. A product that does not fit cannot be allocated either.
+  int64_t pairs = 0, part_lse_n = 0, part_o_n = 0;
   std::vector<Unit> units;
-  plan.row_base.resize(static_cast<size_t>(pb.batch * pb.hkv));
+  if (!checked_mul(pb.batch, pb.hkv, &pairs))
+    return Status::Error(StatusCode::out_of_memory, "cpu backend: batch x kv heads exceeds host memory");
+  plan.row_base.resize(static_cast<size_t>(pairs));
   for (int64_t b = 0; b < pb.batch; ++b) {
     const SeqMask sm = pb.seq_mask(b);
     const int64_t rows = g * sm.sq;
@@ -457,8 +470,10 @@ Status forward(const Problem& pb) {
   // Split partials: every (tile, split) unit writes all of its rows, so no initialization.
   std::unique_ptr<float[]> part_o, part_lse;
   if (plan.nsplit > 1) {
-    part_o.reset(new (std::nothrow) float[static_cast<size_t>(plan.nsplit * plan.total_rows * std::max<int64_t>(pb.dv, 1))]);
-    part_lse.reset(new (std::nothrow) float[static_cast<size_t>(plan.nsplit * plan.total_rows)]);
+    if (checked_mul(plan.nsplit, plan.total_rows, &part_lse_n) && checked_mul(part_lse_n, pb.dv, &part_o_n)) {
+      part_o.reset(new (std::nothrow) float[static_cast<size_t>(part_o_n)]);
+      part_lse.reset(new (std::nothrow) float[static_cast<size_t>(part_lse_n)]);
+    }
     if (!part_o || !part_lse)
       return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for split-KV partials (num_splits " +
                                                           std::to_string(plan.nsplit) + ")");
@@ -484,7 +499,6 @@ Status forward(const Problem& pb) {
 
   if (plan.nsplit > 1) {
     const AttentionParams& p = *pb.p;
-    const int64_t pairs = pb.batch * pb.hkv;
 #pragma omp parallel num_threads(nt)
     {
       std::vector<float> acc(static_cast<size_t>(std::max<int64_t>(pb.dv, 1)));

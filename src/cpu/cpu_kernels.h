@@ -4,10 +4,10 @@
 //
 // Tile layout: everything the kernels touch is "transposed", queries along the fast axis.
 // One tile holds mp packed query rows (mp a multiple of 8 = one AVX2 vector of fp32):
-//   qt [Dqk][mp]   Q^T, prescaled (scale, descales, log2(e) when no softcap)
+//   qt [Dqk][mp]   Q^T, prescaled (scale, descales)
 //   st [nk][mp]    S^T = K Q^T, then P^T in place after the softmax step
 //   ot [Dv][mp]    O^T, unnormalized accumulator
-//   m, l, alpha    [mp] running max (log2 units), running sum, last rescale factor
+//   m, l, alpha    [mp] running max (natural units), running sum, last rescale factor
 // K and V keep their natural row-major form ([key][dim]; converted to contiguous fp32 per tile
 // for these kernels, read in place by the row-major ones) and are addressed through one pointer
 // per key row, so paged and strided layouts need no special case. With queries on the vector
@@ -27,17 +27,17 @@ namespace fa4::core::cpu {
 
 // One online-softmax step over a tile of S^T.
 struct SoftmaxStep {
-  float* st;       // [nk][mp] in: scores (log2 units unless softcap), out: P^T
+  float* st;       // [nk][mp] in: scores (natural units, before softcap), out: P^T
   int64_t nk, mp, m;
   // Partial tiles: key n (0-based in the tile) is visible to row m iff lo[m] <= n < hi[m].
   // nullptr = every element visible (full tile).
   const int32_t* lo;
   const int32_t* hi;
-  float softcap_in;   // 1 / softcap; 0 = no softcap
-  float softcap_out;  // softcap * log2(e)
-  float* m_run;       // [mp] running max, log2 units (-inf before the first key)
-  float* l_run;       // [mp] running sum of exp2(s - m)
-  float* alpha;       // [mp] out: exp2(m_old - m_new), the factor O must be rescaled by
+  float softcap_in;   // 1 / softcap (at most FLT_MAX); 0 = no softcap
+  float softcap_out;  // softcap
+  float* m_run;       // [mp] running max, natural units (-inf before the first key)
+  float* l_run;       // [mp] running sum of exp(s - m) = 2^((s - m) log2 e)
+  float* alpha;       // [mp] out: exp(m_old - m_new), the factor O must be rescaled by
 };
 
 struct Kernels {

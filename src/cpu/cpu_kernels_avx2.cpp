@@ -183,13 +183,22 @@ inline __m256 exp2_avx2(__m256 x) {
   return _mm256_andnot_ps(under, r);
 }
 
-// tanh(x) = sign(x) (1 - t) / (1 + t), t = e^{-2|x|}: no overflow for any x; absolute error
-// ~1e-7 (relative error grows only where tanh(x) ~ x is tiny, where softcap * tanh is tiny too).
+// tanh(x) = sign(x) (1 - t) / (1 + t), t = e^{-2|x|}, for |x| >= 0.625: no overflow for any x,
+// error ~1e-7. Below 0.625, 1 - t cancels (tanh(1e-37) came out 0, so softcap = 1e37 zeroed every
+// score), so there the Cephes tanhf odd polynomial x + x^3 P(x^2) keeps the relative error ~1e-7.
 inline __m256 tanh_avx2(__m256 x) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 ax = _mm256_andnot_ps(sign, x);
   const __m256 t = exp2_avx2(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f * 1.4426950408889634f)));
-  const __m256 r = _mm256_div_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), t), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+  const __m256 big = _mm256_div_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), t), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+  const __m256 z = _mm256_mul_ps(ax, ax);
+  __m256 p = _mm256_set1_ps(-5.70498872745e-3f);
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
+  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), ax, ax);
+  const __m256 r = _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));  // NaN: big
   return _mm256_or_ps(r, _mm256_and_ps(sign, x));
 }
 
@@ -226,23 +235,26 @@ void softmax_avx2(const SoftmaxStep& s) {
     const __m256 m_old = _mm256_loadu_ps(s.m_run + m0);
     const __m256 m_new = _mm256_max_ps(mx, m_old);
     const __m256 m_use = _mm256_andnot_ps(_mm256_cmp_ps(m_new, neg_inf, _CMP_EQ_OQ), m_new);  // -inf -> 0
-    // Pass 2: p = 2^(s - m), row sums (two accumulators to halve the add latency chain).
+    // Pass 2: p = 2^((s - m) log2 e), row sums (two accumulators to halve the add latency
+    // chain). log2(e) comes after the max is subtracted: s - m <= 0 cannot overflow, s * log2(e)
+    // could.
+    const __m256 log2e = _mm256_set1_ps(1.4426950408889634f);
     __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
     int64_t n = 0;
     for (; n + 2 <= s.nk; n += 2) {
-      const __m256 p0 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(col + n * s.mp), m_use));
-      const __m256 p1 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(col + (n + 1) * s.mp), m_use));
+      const __m256 p0 = exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(col + n * s.mp), m_use), log2e));
+      const __m256 p1 = exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(col + (n + 1) * s.mp), m_use), log2e));
       _mm256_storeu_ps(col + n * s.mp, p0);
       _mm256_storeu_ps(col + (n + 1) * s.mp, p1);
       sum0 = _mm256_add_ps(sum0, p0);
       sum1 = _mm256_add_ps(sum1, p1);
     }
     if (n < s.nk) {
-      const __m256 p0 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(col + n * s.mp), m_use));
+      const __m256 p0 = exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(col + n * s.mp), m_use), log2e));
       _mm256_storeu_ps(col + n * s.mp, p0);
       sum0 = _mm256_add_ps(sum0, p0);
     }
-    const __m256 a = exp2_avx2(_mm256_sub_ps(m_old, m_use));
+    const __m256 a = exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(m_old, m_use), log2e));
     _mm256_storeu_ps(s.alpha + m0, a);
     _mm256_storeu_ps(s.l_run + m0, _mm256_fmadd_ps(_mm256_loadu_ps(s.l_run + m0), a, _mm256_add_ps(sum0, sum1)));
     _mm256_storeu_ps(s.m_run + m0, m_new);

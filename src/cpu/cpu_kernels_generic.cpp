@@ -40,6 +40,7 @@ void pv_generic(const float* pt, int64_t mp, int64_t mc, int64_t nk, const float
 
 void softmax_generic(const SoftmaxStep& s) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  constexpr float kLog2e = 1.4426950408889634f;
   for (int64_t m = 0; m < s.m; ++m) {
     float mx = kNegInf;
     for (int64_t n = 0; n < s.nk; ++n) {
@@ -54,10 +55,10 @@ void softmax_generic(const SoftmaxStep& s) {
     float sum = 0.0f;
     for (int64_t n = 0; n < s.nk; ++n) {
       float& x = s.st[n * s.mp + m];
-      x = std::exp2(x - m_use);
+      x = std::exp2((x - m_use) * kLog2e);  // log2(e) after the max: s - m <= 0 cannot overflow
       sum += x;
     }
-    const float a = std::exp2(m_old - m_use);
+    const float a = std::exp2((m_old - m_use) * kLog2e);
     s.alpha[m] = a;
     s.l_run[m] = s.l_run[m] * a + sum;
     s.m_run[m] = m_new;
