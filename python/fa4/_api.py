@@ -492,11 +492,15 @@ def combine(out_partials, lse_partials, *, out=None, out_dtype=None, return_lse=
                        num_threads=num_threads)
     S, B, Sq, H, Dv = _rank(out_partials, "out_partials", 5, "[S, B, Sq, H, Dv]")
     user_out = out is not None
-    if not user_out:
+    if out_dtype is not None or not user_out:
         try:
             dt = fw.dtype(out_dtype, out_partials)
         except (TypeError, ValueError, AttributeError):
             raise _error(DTypeError, "out_dtype", f"out_dtype: not a dtype: {out_dtype!r}") from None
+        if user_out and getattr(out, "dtype", dt) != dt:
+            raise _error(InvalidArgumentError, "out_dtype",
+                         f"out_dtype: {out_dtype!r} does not match out's dtype {out.dtype} (give one of the two)")
+    if not user_out:
         out = _alloc("out", fw.empty, out_partials, (B, Sq, H, Dv), dt)
     lse = _alloc("lse", fw.empty, out_partials, (B, H, Sq), fw.f32(out_partials)) if return_lse else None
     raw = False

@@ -25,7 +25,7 @@ import torch
 
 from . import _api
 from . import _fa4 as _ext
-from ._errors import DTypeError, _error
+from ._errors import DTypeError, InvalidArgumentError, _error
 
 Tensor = torch.Tensor
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # not subclasses such as FakeTensor / FunctionalTensor
@@ -199,6 +199,9 @@ def combine(out_partials, lse_partials, out, out_dtype, return_lse, backend, num
     S, B, Sq, H, Dv = _api._rank(out_partials, "out_partials", 5, "[S, B, Sq, H, Dv]")
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
         raise _error(DTypeError, "out_dtype", f"out_dtype: expected a torch.dtype, got {out_dtype!r}")
+    if out_dtype is not None and out is not None and getattr(out, "dtype", out_dtype) != out_dtype:
+        raise _error(InvalidArgumentError, "out_dtype",
+                     f"out_dtype: {out_dtype} does not match out's dtype {out.dtype} (give one of the two)")
     dt = out_dtype if out_dtype is not None else (out.dtype if out is not None else torch.float32)
     if _fast(out_partials):
         return _combine_run(out_partials, lse_partials, out, dt, return_lse, b, num_threads, (B, Sq, H, Dv))
