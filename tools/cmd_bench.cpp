@@ -184,9 +184,9 @@ int cmd_bench(int argc, char** argv, int first) {
   const I pages = a.get_int_list("--pages", quick ? I{0, 16} : I{0, 16, 64, 256});
   const int reps = static_cast<int>(a.get_int("--reps", quick ? 2 : 5));
   const int warmup = static_cast<int>(a.get_int("--warmup", quick ? 0 : 1));
-  const std::string json_path = a.get_str("--json", ""), csv_path = a.get_str("--csv", "");
-  if (!json_path.empty()) check_output_path("--json", json_path);
-  if (!csv_path.empty()) check_output_path("--csv", csv_path);
+  const std::vector<std::string> outputs = output_paths(a, {"--json", "--csv"});
+  const std::string& json_path = outputs[0];
+  const std::string& csv_path = outputs[1];
 
   // ---- the cases (all checked before anything runs) ----
   std::vector<Case> cases;

@@ -121,8 +121,7 @@ int cmd_run(int argc, char** argv, int first) {
   const bool check = a.flag("--check");
   if (a.has("--scale") && s.scale <= 0.0f) usage_error("--scale", "must be > 0, got '" + a.get_str("--scale", "") + "'");
   check_spec(s);
-  const std::string json_path = a.get_str("--json", "");
-  if (!json_path.empty()) check_output_path("--json", json_path);
+  const std::string json_path = output_paths(a, {"--json"})[0];
 
   // The device first: asking for an unavailable backend fails before any allocation.
   std::unique_ptr<Device> dev;

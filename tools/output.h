@@ -3,6 +3,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "args.h"
 
 namespace fa4cli {
 
@@ -12,9 +15,13 @@ std::string jnum(double v, int digits = 6);
 // The command line as one string (for records).
 std::string command_line(int argc, char** argv);
 
-// The directory of `path` must exist and be writable (and the file, if it exists); throws
-// UsageError naming `flag` otherwise.
+// `path` must be writable as a file: not empty, not a directory, an existing file writable, else
+// its directory existing and writable; throws UsageError naming `flag` otherwise.
 void check_output_path(const std::string& flag, const std::string& path);
+
+// The output files of `flags` ("" for a flag not given), each checked by check_output_path, no
+// two naming the same file. Call before any work, so a bad path never costs a run.
+std::vector<std::string> output_paths(const ParsedArgs& a, const std::vector<std::string>& flags);
 
 // Writes `content` to `path`; on failure prints "fa4: FLAG: could not write 'PATH'" and
 // returns false.

@@ -262,11 +262,60 @@ def test_bad_args(tmp):
             expect(os.listdir(outdir) == [], f"fa4 {' '.join(args)}: wrote files")
 
 
+def test_output_paths(tmp):
+    """Output paths are checked before anything runs (issue 12: an existing directory as --json
+    used to run the whole sweep and then fail to write, exit 3): exit 2, one line naming the
+    flag, nothing on stdout, nothing written."""
+    work = tempfile.mkdtemp(dir=tmp)
+    sub = os.path.join(work, "sub")
+    os.mkdir(sub)
+    afile = os.path.join(work, "plain.txt")
+    with open(afile, "w") as f:
+        f.write("keep")
+    cases = [
+        (["run", *SMALL, "--json", sub], "--json"),                      # an existing directory
+        (["run", *SMALL, "--json", sub + "/"], "--json"),
+        (["run", *SMALL, "--json", "."], "--json"),
+        (["run", *SMALL, "--json", ""], "--json"),                       # empty: not "no file"
+        (["run", *SMALL, "--json", afile + "/r.json"], "--json"),        # parent is a file
+        (["run", *SMALL, "--json", os.path.join(work, "missing", "r.json")], "--json"),
+        (["bench", "--quick", "--reps", "1", "--json", sub], "--json"),
+        (["bench", "--quick", "--reps", "1", "--csv", sub], "--csv"),
+        (["bench", "--quick", "--reps", "1", "--json", os.path.join(work, "o.json"), "--csv", sub], "--csv"),
+        (["bench", "--quick", "--reps", "1", "--csv", ""], "--csv"),
+        (["bench", "--quick", "--reps", "1", "--json", "same.out", "--csv", "./same.out"], "--csv"),  # one file twice
+        (["bench", "--quick", "--reps", "1", "--json", afile, "--csv", afile], "--csv"),
+    ]
+    for args, named in cases:
+        before = sorted(os.listdir(work)), sorted(os.listdir(sub))
+        t0 = time.time()
+        rc, out, err = fa4(*args, cwd=work)
+        name = "fa4 " + " ".join(a if a else "''" for a in args)
+        lines = err.splitlines()
+        expect(rc == 2, f"{name}: exit {rc}, expected 2", err)
+        expect(len(lines) == 1 and lines[0].startswith("fa4: ") and named in lines[0],
+               f"{name}: expected one stderr line naming '{named}'", err)
+        expect(out == "", f"{name}: nothing on stdout (it must fail before running)", out)
+        expect((sorted(os.listdir(work)), sorted(os.listdir(sub))) == before, f"{name}: wrote files")
+        expect(time.time() - t0 < 30, f"{name}: took {time.time() - t0:.1f} s")
+    with open(afile) as f:
+        expect(f.read() == "keep", "an output path error left the existing file alone")
+    # Still fine: an existing file is rewritten, /dev/null takes output, a relative name works.
+    for args in (["run", *SMALL, "--json", afile], ["run", *SMALL, "--json", "/dev/null"],
+                 ["run", *SMALL, "--json", "rel.json"]):
+        rc, out, err = fa4(*args, cwd=work)
+        expect(rc == 0 and "time: median" in out, f"fa4 {' '.join(args)}: exit {rc}", out + err)
+    with open(afile) as f:
+        expect(f.read().startswith("{"), "an existing --json file is rewritten")
+    expect(os.path.exists(os.path.join(work, "rel.json")), "--json rel.json is written in the working directory")
+
+
 def main():
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         test_info_help()
         test_bad_args(tmp)
+        test_output_paths(tmp)
         test_run()
         test_bench(tmp)
         test_run_json(tmp)

@@ -8,8 +8,9 @@ DLPack / the buffer protocol (torch tensors through a cheaper raw descriptor, se
 
 import numpy as _np
 
+from . import _args
 from . import _fa4 as _ext
-from ._errors import _ALL, _error, DTypeError, InvalidArgumentError, UnsupportedError
+from ._errors import _ALL, _error, DTypeError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
 
 _ext.set_errors(_ALL)
 
@@ -57,13 +58,31 @@ def _backend(b):
                      f"backend: must be 'auto', 'cpu', 'cuda' or 'reference', got {b!r}") from None
 
 
-def _window(window):
+_window = _args.as_window
+
+
+def _options(causal, window, chunk, softcap, scale, return_lse, num_splits, num_threads):
+    """The scalar options shared by the attention calls, each through the one checker (_args):
+    (causal, (wl, wr), chunk, softcap, scale (None = default), return_lse, num_splits, num_threads)."""
+    return (_args.as_bool(causal, "causal"), _args.as_window(window), _args.as_int(chunk, "chunk"),
+            _args.as_real(softcap, "softcap"), _args.as_scale(scale), _args.as_bool(return_lse, "return_lse"),
+            _args.as_num_splits(num_splits), _args.as_num_threads(num_threads))
+
+
+def _is_scalar(x):
+    """A scalar where a tensor may also be given (cache_seqlens=int): Python and NumPy scalars,
+    and str / bool so that they reach the scalar checker's error rather than the tensor path."""
+    return isinstance(x, (int, float, complex, str, _np.generic))
+
+
+def _alloc(name, fn, *args):
+    """An output allocation (out, lse, an int cache_seqlens filled in): a failure is fa4's
+    OutOfMemoryError naming what was being allocated, not a bare MemoryError / ValueError
+    ('array is too big') from NumPy or a RuntimeError from torch's allocator."""
     try:
-        left, right = window
-        return int(left), int(right)
-    except (TypeError, ValueError):
-        raise _error(InvalidArgumentError, "window",
-                     f"window: expected a pair (left, right) of ints (-1 = unbounded), got {window!r}") from None
+        return fn(*args)
+    except (MemoryError, ValueError, RuntimeError) as e:
+        raise _error(OutOfMemoryError, name, f"{name}: cannot allocate the output ({type(e).__name__}: {e})") from None
 
 
 def _rank(x, name, want, pattern):
@@ -290,11 +309,11 @@ def _forward(fw, q, k, v, out, out_shape, lse_shape, sinks, q_descale, k_descale
              backend, num_threads):
     user_out = out is not None
     if not user_out:
-        out = fw.empty(q, out_shape, fw.out_dtype(q))
-    lse = None if lse_shape is None else fw.empty(q, lse_shape, fw.f32(q))
-    if cache_seqlens is not None and isinstance(cache_seqlens, (int, _np.integer)):
-        cache_seqlens = fw.int32_full(q, out_shape[0] if cu_seqlens_q is None else _last_dim(cu_seqlens_q, "cu_seqlens_q") - 1,
-                                      cache_seqlens)
+        out = _alloc("out", fw.empty, q, out_shape, fw.out_dtype(q))
+    lse = None if lse_shape is None else _alloc("lse", fw.empty, q, lse_shape, fw.f32(q))
+    if type(cache_seqlens) is int:  # an int (checked by the caller): every sequence has this length
+        n = out_shape[0] if cu_seqlens_q is None else _last_dim(cu_seqlens_q, "cu_seqlens_q") - 1
+        cache_seqlens = _alloc("cache_seqlens", fw.int32_full, q, max(n, 0), cache_seqlens)
     if fw.raw:
         c = fw.conv
         args = (c(q, "q"), c(k, "k"), c(v, "v"), c(out, "out"))
@@ -331,7 +350,12 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), chunk=0, softcap=0.0, s
     unbounded. chunk: chunked causal attention (Llama 4). softcap: Gemma-2 logit soft-capping.
     sinks: float32 [Hq] attention-sink logits. scale: default 1/sqrt(Dqk). out: write here.
     backend: 'auto' | 'cpu' | 'cuda' | 'reference'. q/k/v_descale: float32 [B, Hkv] for float8.
+    num_splits: 0 = heuristic, 1 = off, n = force n. num_threads: 0 = all cores (capped at the
+    machine's hardware concurrency). Scalars are type-checked (bool is not an int, a float is not
+    an int, a str is not a bool): a TypeError / ValueError naming the argument otherwise.
     """
+    causal, window, chunk, softcap, scale, return_lse, num_splits, num_threads = _options(
+        causal, window, chunk, softcap, scale, return_lse, num_splits, num_threads)
     if _is_torch(q):
         return _torch_impl.attention(q, k, v, causal, window, chunk, softcap, sinks, scale, return_lse, out,
                                      backend, q_descale, k_descale, v_descale, num_splits, num_threads)
@@ -347,7 +371,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), chunk=0, softcap=0.0, s
                               num_threads=num_threads))
     B, Sq, Hq, _ = _rank(q, "q", 4, "[B, Sq, Hq, Dqk]")
     Dv = _last_dim(v, "v")
-    wl, wr = _window(window)
+    wl, wr = window
     return _forward(fw, q, k, v, out, (B, Sq, Hq, Dv), (B, Hq, Sq) if return_lse else None, sinks, q_descale,
                     k_descale, v_descale, None, None, None, None, None, None, None, None, scale, softcap,
                     causal, wl, wr, chunk, 0, 0, num_splits, backend, num_threads)
@@ -364,6 +388,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, seqused_k=None, max
     max_seqlen_q / max_seqlen_k are hints (0 = unknown). Returns out [Tq, Hq, Dv], or (out, lse)
     with lse float32 [Hq, Tq]. The other options are those of attention().
     """
+    causal, window, chunk, softcap, scale, return_lse, num_splits, num_threads = _options(
+        causal, window, chunk, softcap, scale, return_lse, num_splits, num_threads)
+    max_seqlen_q = _args.as_seqlen_hint(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _args.as_seqlen_hint(max_seqlen_k, "max_seqlen_k")
     if _is_torch(q):
         return _torch_impl.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                                             max_seqlen_k, causal, window, chunk, softcap, sinks, scale,
@@ -383,10 +411,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, seqused_k=None, max
                               num_threads=num_threads))
     Tq, Hq, _ = _rank(q, "q", 3, "[Tq, Hq, Dqk]")
     Dv = _last_dim(v, "v")
-    wl, wr = _window(window)
+    wl, wr = window
     return _forward(fw, q, k, v, out, (Tq, Hq, Dv), (Hq, Tq) if return_lse else None, sinks, q_descale,
                     k_descale, v_descale, cu_seqlens_q, cu_seqlens_k, seqused_k, None, None, None, None, None,
-                    scale, softcap, causal, wl, wr, chunk, max_seqlen_q, max_seqlen_k, num_splits, backend,
+                    0.0 if scale is None else scale, softcap, causal, wl, wr, chunk, max_seqlen_q, max_seqlen_k, num_splits, backend,
                     num_threads)
 
 
@@ -404,6 +432,11 @@ def attention_with_kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens
     the cache at cache_seqlens before attention (the caches are modified in place).
     Returns out (q's layout, q's dtype) or (out, lse).
     """
+    causal, window, chunk, softcap, scale, return_lse, num_splits, num_threads = _options(
+        causal, window, chunk, softcap, scale, return_lse, num_splits, num_threads)
+    max_seqlen_q = _args.as_seqlen_hint(max_seqlen_q, "max_seqlen_q")
+    if cache_seqlens is not None and _is_scalar(cache_seqlens):
+        cache_seqlens = _args.as_cache_seqlens_int(cache_seqlens)
     if _is_torch(q):
         return _torch_impl.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                                                   page_table, cu_seqlens_q, max_seqlen_q, num_splits, causal,
@@ -433,7 +466,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens
         Tq, Hq, _ = _rank(q, "q", 3, "[Tq, Hq, Dqk] (with cu_seqlens_q)")
         Dv = _last_dim(v_cache, "v_cache")
         out_shape, lse_shape = (Tq, Hq, Dv), (Hq, Tq)
-    wl, wr = _window(window)
+    wl, wr = window
     return _forward(fw, q, k_cache, v_cache, out, out_shape, lse_shape if return_lse else None, sinks, q_descale,
                     k_descale, v_descale, cu_seqlens_q, None, None, cache_seqlens, cache_batch_idx, page_table, k,
                     v, scale, softcap, causal, wl, wr, chunk, max_seqlen_q, 0, num_splits, backend, num_threads)
@@ -448,6 +481,8 @@ def combine(out_partials, lse_partials, *, out=None, out_dtype=None, return_lse=
     Returns out [B, Sq, H, Dv] (out_dtype: default float32; or into ``out``), or (out, lse) with
     lse float32 [B, H, Sq] when ``return_lse``. Rows whose partial lse are all -inf give 0, -inf.
     """
+    return_lse = _args.as_bool(return_lse, "return_lse")
+    num_threads = _args.as_num_threads(num_threads)
     if _is_torch(out_partials):
         return _torch_impl.combine(out_partials, lse_partials, out, out_dtype, return_lse, backend, num_threads)
     fw = _framework(out_partials)
@@ -457,9 +492,17 @@ def combine(out_partials, lse_partials, *, out=None, out_dtype=None, return_lse=
                        num_threads=num_threads)
     S, B, Sq, H, Dv = _rank(out_partials, "out_partials", 5, "[S, B, Sq, H, Dv]")
     user_out = out is not None
+    if out_dtype is not None or not user_out:
+        try:
+            dt = fw.dtype(out_dtype, out_partials)
+        except (TypeError, ValueError, AttributeError):
+            raise _error(DTypeError, "out_dtype", f"out_dtype: not a dtype: {out_dtype!r}") from None
+        if user_out and getattr(out, "dtype", dt) != dt:
+            raise _error(InvalidArgumentError, "out_dtype",
+                         f"out_dtype: {out_dtype!r} does not match out's dtype {out.dtype} (give one of the two)")
     if not user_out:
-        out = fw.empty(out_partials, (B, Sq, H, Dv), fw.dtype(out_dtype, out_partials))
-    lse = fw.empty(out_partials, (B, H, Sq), fw.f32(out_partials)) if return_lse else None
+        out = _alloc("out", fw.empty, out_partials, (B, Sq, H, Dv), dt)
+    lse = _alloc("lse", fw.empty, out_partials, (B, H, Sq), fw.f32(out_partials)) if return_lse else None
     raw = False
     o = out
     if _RAW and type(out) is _np.ndarray and out.dtype in _RAW:

@@ -1,8 +1,10 @@
 """torch support: tensors in -> tensors out, and torch.library custom ops for torch.compile.
 
-Eager calls on plain CPU / CUDA tensors take a fast path: tensors cross to the extension as raw
-descriptors (data_ptr, dtype, shape, strides, device) -- no DLPack capsule, no stream handshake,
-no host synchronization -- and the outputs come from torch.empty (the caching allocator). Under
+Eager calls on plain CPU / CUDA tensors take a fast path: the tensors themselves cross to the
+extension, which reads data_ptr, dtype, shape, strides and device from every object whose exact
+type is torch.Tensor / torch.nn.Parameter (registered with _fa4.set_torch) -- no DLPack capsule,
+no stream handshake, no host synchronization, and no descriptor that a caller could forge -- and
+the outputs come from torch.empty (the caching allocator). Under
 torch.compile / torch.export, and for tensor subclasses (FakeTensor, ...) or other devices
 (meta), the calls go through the registered ops
 
@@ -23,7 +25,7 @@ import torch
 
 from . import _api
 from . import _fa4 as _ext
-from ._errors import DTypeError, UnsupportedError, _error
+from ._errors import DTypeError, InvalidArgumentError, _error
 
 Tensor = torch.Tensor
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # not subclasses such as FakeTensor / FunctionalTensor
@@ -45,26 +47,6 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 EAGER_FAST_PATH = True
 
 _registered = False
-
-
-def _d(t, name):
-    """Raw descriptor of a torch tensor for the extension; other objects pass through (DLPack)."""
-    try:
-        dev = t.get_device()
-        code = _DT[t.dtype]
-    except AttributeError:
-        return t  # not a torch tensor: let the extension read it through DLPack / buffer protocol
-    except KeyError:
-        raise _error(DTypeError, name, f"{name}: unsupported dtype {t.dtype} (fa4 takes float32, float16, "
-                                       f"bfloat16, float8_e4m3fn tensors and int32 index tensors)") from None
-    if dev < 0:
-        if t.is_meta:
-            raise _error(UnsupportedError, name, f"{name}: meta tensors have no data (use torch.ops.fa4.* for shapes)")
-        return (t.data_ptr(), code, t.shape, t.stride(), 0, 0)
-    if not t.is_cuda:
-        raise _error(UnsupportedError, name, f"{name}: tensors on {t.device.type} are not supported "
-                                             f"(fa4 takes CPU and CUDA tensors)")
-    return (t.data_ptr(), code, t.shape, t.stride(), 1, dev)
 
 
 def _out_dtype(dt):
@@ -97,33 +79,27 @@ def _ws_alloc(q):
     return alloc
 
 
+def _empty(name, shape, dtype, device):
+    return _api._alloc(name, lambda: torch.empty(*shape, dtype=dtype, device=device))
+
+
 def _run(q, k, v, out, out_shape, lse_shape, sinks, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k,
          seqused_k, cache_seqlens, cache_batch_idx, page_table, k_new, v_new, scale, softcap, causal, wl, wr,
          chunk, max_seqlen_q, max_seqlen_k, num_splits, backend, num_threads):
     """Runs the extension on real tensors; allocates out (unless given) and lse (if lse_shape)."""
     # torch.empty(*shape) parses faster than torch.empty(shape)
     if out is None:
-        out = torch.empty(*out_shape, dtype=_out_dtype(q.dtype), device=q.device)
-    lse = None if lse_shape is None else torch.empty(*lse_shape, dtype=torch.float32, device=q.device)
+        out = _empty("out", out_shape, _out_dtype(q.dtype), q.device)
+    lse = None if lse_shape is None else _empty("lse", lse_shape, torch.float32, q.device)
     if isinstance(cache_seqlens, (int, np.integer)):
         n = out_shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
-        cache_seqlens = torch.full((n,), cache_seqlens, dtype=torch.int32, device=q.device)
+        cache_seqlens = _api._alloc("cache_seqlens", lambda: torch.full((max(n, 0),), int(cache_seqlens),
+                                                                         dtype=torch.int32, device=q.device))
     cuda = q.is_cuda
-    d = _d
-    _ext.fwd(d(q, "q"), d(k, "k"), d(v, "v"), d(out, "out"),
-             None if lse is None else d(lse, "lse"),
-             None if sinks is None else d(sinks, "sinks"),
-             None if q_descale is None else d(q_descale, "q_descale"),
-             None if k_descale is None else d(k_descale, "k_descale"),
-             None if v_descale is None else d(v_descale, "v_descale"),
-             None if cu_seqlens_q is None else d(cu_seqlens_q, "cu_seqlens_q"),
-             None if cu_seqlens_k is None else d(cu_seqlens_k, "cu_seqlens_k"),
-             None if seqused_k is None else d(seqused_k, "seqused_k"),
-             None if cache_seqlens is None else d(cache_seqlens, "cache_seqlens"),
-             None if cache_batch_idx is None else d(cache_batch_idx, "cache_batch_idx"),
-             None if page_table is None else d(page_table, "page_table"),
-             None if k_new is None else d(k_new, "k_new"),
-             None if v_new is None else d(v_new, "v_new"),
+    # Tensors go as they are: the extension reads plain torch tensors directly and anything else
+    # (a NumPy array passed for sinks, ...) through DLPack / the buffer protocol.
+    _ext.fwd(q, k, v, out, lse, sinks, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k, seqused_k,
+             cache_seqlens, cache_batch_idx, page_table, k_new, v_new,
              scale, softcap, causal, wl, wr, chunk, max_seqlen_q, max_seqlen_k, num_splits, backend, num_threads,
              _stream(q) if cuda else 0, False, _ws_alloc(q) if cuda else None)
     return out, lse
@@ -221,6 +197,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch
 def combine(out_partials, lse_partials, out, out_dtype, return_lse, backend, num_threads):
     b = _api._backend(backend)
     S, B, Sq, H, Dv = _api._rank(out_partials, "out_partials", 5, "[S, B, Sq, H, Dv]")
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise _error(DTypeError, "out_dtype", f"out_dtype: expected a torch.dtype, got {out_dtype!r}")
+    if out_dtype is not None and out is not None and getattr(out, "dtype", out_dtype) != out_dtype:
+        raise _error(InvalidArgumentError, "out_dtype",
+                     f"out_dtype: {out_dtype} does not match out's dtype {out.dtype} (give one of the two)")
     dt = out_dtype if out_dtype is not None else (out.dtype if out is not None else torch.float32)
     if _fast(out_partials):
         return _combine_run(out_partials, lse_partials, out, dt, return_lse, b, num_threads, (B, Sq, H, Dv))
@@ -230,11 +211,9 @@ def combine(out_partials, lse_partials, out, out_dtype, return_lse, backend, num
 
 def _combine_run(out_partials, lse_partials, out, dt, return_lse, b, num_threads, out_shape):
     dev = out_partials.device
-    o = out if out is not None else torch.empty(out_shape, dtype=dt, device=dev)
-    lse = torch.empty((out_shape[0], out_shape[2], out_shape[1]), dtype=torch.float32, device=dev) if return_lse else None
-    _ext.combine(_d(out_partials, "out_partials"), _d(lse_partials, "lse_partials"), _d(o, "out"),
-                 None if lse is None else _d(lse, "lse"), b,
-                 num_threads, _stream(out_partials), False)
+    o = out if out is not None else _empty("out", out_shape, dt, dev)
+    lse = _empty("lse", (out_shape[0], out_shape[2], out_shape[1]), torch.float32, dev) if return_lse else None
+    _ext.combine(out_partials, lse_partials, o, lse, b, num_threads, _stream(out_partials), False)
     return (o, lse) if return_lse else o
 
 
@@ -336,6 +315,7 @@ def register():
                 _lib.impl(name, impl, "CompositeExplicitAutograd")
                 register_fake("fa4::" + name, fake, lib=_lib)
         _registered = True
+    _ext.set_torch(torch.Tensor, torch.nn.Parameter, dict(_DT))
     _api._torch_impl = _this
     _api._torch_tensor = torch.Tensor
 

@@ -46,7 +46,7 @@ def attention_one(q, k, v, scale=None, causal=False, window=(-1, -1), chunk=0, s
     s = np.where(m[None], s, -np.inf)
     if sinks is not None:
         s = np.concatenate([s, np.broadcast_to(f64(sinks)[:, None, None], (hq, sq, 1))], axis=2)
-    mx = s.max(-1, keepdims=True)
+    mx = s.max(-1, keepdims=True, initial=-np.inf)  # (initial: Sk = 0 with no sink)
     mx = np.where(np.isfinite(mx), mx, 0.0)
     p = np.exp(s - mx)
     den = p.sum(-1, keepdims=True)
@@ -61,6 +61,8 @@ def attention_one(q, k, v, scale=None, causal=False, window=(-1, -1), chunk=0, s
 
 def attention_ref(q, k, v, **kw):
     """Dense BSHD: out [B, Sq, Hq, Dv], lse [B, Hq, Sq]."""
+    if q.shape[0] == 0:
+        return np.zeros(q.shape[:3] + v.shape[3:]), np.zeros((0, q.shape[2], q.shape[1]))
     outs, lses = zip(*[attention_one(q[b], k[b], v[b], **kw) for b in range(q.shape[0])])
     return np.stack(outs), np.stack(lses)
 

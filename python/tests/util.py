@@ -37,3 +37,16 @@ def poison(shape, dtype):
     a = np.empty(shape, dtype)
     a[...] = np.nan
     return a
+
+
+def isolated(src, timeout=120):
+    """Runs `src` in a fresh interpreter (tests/ on sys.path) and returns the CompletedProcess: for
+    calls that used to crash the process, so that a regression fails the test instead of killing
+    the whole pytest run. A negative returncode is the signal that killed the child."""
+    import subprocess
+    import sys
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r})\n" + src],
+                          capture_output=True, text=True, timeout=timeout)
