@@ -88,11 +88,13 @@ fi
 
 if [[ $SAN == 1 ]]; then
   # SingleBufferPrefill: D = 256 tiles, whose warp pairs swap P fragments through shared memory
-  # (pair_dv) - the one intra-iteration shared-memory exchange racecheck must see.
-  FILTER='CudaBackend.RandomVsReference:CudaBackend.GraphCapture:CudaBackend.CombinePartials:CudaBackend.WorkspaceAllocatorHook:CudaBackend.SingleBufferPrefill:CudaF32.RandomVsReference'
-  for tool in memcheck racecheck; do
+  # (pair_dv) - the one intra-iteration shared-memory exchange racecheck must see. PrefillShapes
+  # under FA4_CUDA_KERNEL=sm90: every sm90 instance (D 64 / 128 / 256, padded dims, masks, LSE)
+  # with its TMA / mbarrier / named-barrier pipeline; the other tests stay on sm80 / simt there.
+  FILTER='CudaBackend.RandomVsReference:CudaBackend.PrefillShapes:CudaBackend.GraphCapture:CudaBackend.CombinePartials:CudaBackend.WorkspaceAllocatorHook:CudaBackend.SingleBufferPrefill:CudaF32.RandomVsReference'
+  for tool in memcheck racecheck synccheck; do
     start=$(date +%s)
-    FA4_CUDA_CASES=6 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$DIR/test_cuda" \
+    FA4_CUDA_KERNEL=sm90 FA4_CUDA_CASES=6 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$DIR/test_cuda" \
       --gtest_filter="$FILTER" > "$OUT/$tool.log" 2>&1
     rc=$?
     SUMMARY+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | head -1) ($(( $(date +%s) - start )) s)")

@@ -2,8 +2,11 @@
 """fa4 against its peers on the same inputs, in one process (DESIGN.md §5).
 
 fa4 is called through its C ABI (libfa4.so via ctypes, on torch tensors' data pointers); the
-peers are PyTorch SDPA with the cuDNN and the flash (FlashAttention-2) backends, and a cuBLAS
-bf16 GEMM (8192^3) as the matrix-unit ceiling.
+peers are FlashAttention-3 (`fa3_fwd_interface`, the fa3-fwd wheel) and FlashAttention-4's CuTe-DSL
+package (`flash_attn.cute`) where they are installed (../shared/PEERS.md: tools/peer-install.sh),
+PyTorch SDPA with the cuDNN and the flash (FlashAttention-2) backends, and a cuBLAS bf16 GEMM
+(8192^3) as the matrix-unit ceiling. A peer that is not installed, or fails on a shape, is null
+in the JSON and "-" in the tables; "best peer" is the fastest of those that ran.
 
 Sweeps:
   prefill  B*S = 16384, H*D = 2048, D in {64, 128, 256}, causal in {0, 1},
@@ -169,6 +172,51 @@ class Timer:
         return out
 
 
+def _import_fa3():
+    try:
+        import fa3_fwd_interface
+        return fa3_fwd_interface
+    except Exception as e:  # not installed on this machine
+        print(f"  (FA3 not available: {type(e).__name__}: {str(e)[:100]})", flush=True)
+        return None
+
+
+def _import_fa4_cute():
+    try:
+        from flash_attn.cute import flash_attn_func
+        return flash_attn_func
+    except Exception as e:
+        print(f"  (FA4 CuTe-DSL not available: {type(e).__name__}: {str(e)[:100]})", flush=True)
+        return None
+
+
+FA3 = _import_fa3()
+FA4_CUTE = _import_fa4_cute()
+PEERS = ("fa3", "fa4_cute", "cudnn", "flash")  # the "best peer" is the fastest of these
+
+
+def first(x):
+    """FA3 / FA4 return out or (out, lse)."""
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def peer_fns(q, k, v, causal):
+    """The peers on BSHD q/k/v (SDPA on BHSD views of the same storage)."""
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    fns = {"flash": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
+           "cudnn": lambda: sdpa(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)}
+    if FA3 is not None:
+        fns["fa3"] = lambda: first(FA3.flash_attn_func(q, k, v, causal=causal))
+    if FA4_CUTE is not None:
+        fns["fa4_cute"] = lambda: first(FA4_CUTE(q, k, v, causal=causal))
+    return fns
+
+
+def best_peer(r):
+    xs = [r.get(n) for n in PEERS if r.get(n) is not None]
+    return max(xs) if xs else None
+
+
 def sdpa(q, k, v, causal, backend, gqa=False):
     with sdpa_kernel(backend):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
@@ -195,24 +243,23 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None):
                 p = fa4.params(q, k, v, out, causal=causal)
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BHSD views
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                fns = {"fa4": lambda: fa4.call(p),
-                       "flash": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
-                       "cudnn": lambda: sdpa(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)}
+                fns = {"fa4": lambda: fa4.call(p)}
+                fns.update(peer_fns(q, k, v, causal))
                 outs_ab = {}
                 for name, lib in variants.items():
                     outs_ab[name] = torch.empty_like(q)
                     pv = lib.params(q, k, v, outs_ab[name], causal=causal)
                     fns["ab_" + name] = (lambda lib, pv: lambda: lib.call(pv))(lib, pv)
                 t = timer.compare_ms(fns)
-                t_fa4, t_flash, t_cudnn = t["fa4"], t["flash"], t["cudnn"]
                 err = None
                 if check:
                     fa4.call(p)
                     ref = sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION).transpose(1, 2)
                     err = (out.float() - ref.float()).abs().max().item()
                 tf = lambda t: None if t is None else flops / t / 1e9
-                r = dict(d=d, causal=int(causal), s=s, b=b, h=h, fa4=tf(t_fa4), flash=tf(t_flash), cudnn=tf(t_cudnn),
-                         max_abs_diff_vs_flash=err)
+                r = dict(d=d, causal=int(causal), s=s, b=b, h=h, dtype="bf16", fa4=tf(t["fa4"]),
+                         **{n: tf(t.get(n)) for n in PEERS}, max_abs_diff_vs_flash=err)
+                r["best_peer"] = best_peer(r)
                 for name in variants:
                     r["ab_" + name] = tf(t["ab_" + name])
                     if check:
@@ -221,8 +268,9 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None):
                         torch.cuda.synchronize()
                         r[f"ab_{name}_max_abs_diff_vs_fa4"] = (outs_ab[name].float() - out.float()).abs().max().item()
                 rows.append(r)
-                print(f"  prefill d={d} causal={int(causal)} s={s}: fa4 {r['fa4']:.0f}  flash {fmt(r['flash'])}  "
-                      f"cudnn {fmt(r['cudnn'])} TFLOP/s" + (f"  maxdiff {err:.3g}" if err is not None else "") +
+                print(f"  prefill d={d} causal={int(causal)} s={s}: fa4 {fmt(r['fa4'])}  " +
+                      "  ".join(f"{n} {fmt(r[n])}" for n in PEERS) + " TFLOP/s" +
+                      (f"  maxdiff {err:.3g}" if err is not None else "") +
                       "".join(f"  {n} {fmt(r['ab_' + n])}" for n in variants), flush=True)
                 del q, k, v, out, qt, kt, vt, outs_ab
     return rows
@@ -327,11 +375,12 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
          " decode: inputs are far larger than the L2", "",
          f"cuBLAS bf16 GEMM 8192^3: **{gemm:.0f} TFLOP/s**", "",
          "## Prefill, bf16, TFLOP/s (B*S = 16384, H*D = 2048)", "",
-         "| D | causal | S | B | H | fa4 | flash (FA2) | cudnn | fa4/flash | fa4/cudnn |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+         "| D | causal | S | B | H | fa4 | FA3 | FA4 (CuTe) | cuDNN | FA2 | fa4 / best peer |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in prefill:
-        L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {fmt(r['fa4'])} | {fmt(r['flash'])} | "
-                 f"{fmt(r['cudnn'])} | {fmt(ratio(r['fa4'], r['flash']), 2)} | {fmt(ratio(r['fa4'], r['cudnn']), 2)} |")
+        L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {fmt(r['fa4'])} | {fmt(r.get('fa3'))} | "
+                 f"{fmt(r.get('fa4_cute'))} | {fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | "
+                 f"**{fmt(ratio(r['fa4'], r.get('best_peer')), 3)}** |")
     if ab_names:
         L += ["", "## A/B: other builds of fa4, same rounds, same inputs (TFLOP/s)", "",
               "| D | causal | S | fa4 | " + " | ".join(ab_names) + " | fa4/flash | " +

@@ -10,7 +10,34 @@
 // Shared memory = (128 * Dqk + stages * kBlockN * (Dqk + Dv)) * 2 bytes + barriers.
 #pragma once
 
+// Ablation switches (docs/perf/sm90-notes.md): each FA4 idea can be built out, to measure what it
+// is worth (bench/stage_sm90_variant.sh builds such a libfa4 beside the main one).
+//   FA4_SM90_PINGPONG      1: the consumers take turns issuing GEMMs (named barriers)
+//   FA4_SM90_OVERLAP       1: softmax of tile t runs while P V of tile t - 1 is on the tensor cores
+//   FA4_SM90_COND_RESCALE  1: O / l rescale only when a row max grows by more than 2^8
+//   FA4_SM90_EXP2_EMU      -1: per-dim default (exp2_emu_every); N >= 0: every N-th exponential on
+//                          the FMA pipes for every dim (0: none)
+#ifndef FA4_SM90_PINGPONG
+#define FA4_SM90_PINGPONG 1
+#endif
+#ifndef FA4_SM90_OVERLAP
+#define FA4_SM90_OVERLAP 1
+#endif
+#ifndef FA4_SM90_COND_RESCALE
+#define FA4_SM90_COND_RESCALE 1
+#endif
+#ifndef FA4_SM90_EXP2_EMU
+#define FA4_SM90_EXP2_EMU -1
+#endif
+
 namespace fa4::cuda::sm90 {
+
+// Every N-th exponential of a softmax tile emulated on the FMA pipes (common/exp2.cuh), 0 = none.
+constexpr int exp2_emu_every(int dqk) {
+  if (FA4_SM90_EXP2_EMU >= 0) return FA4_SM90_EXP2_EMU;
+  (void)dqk;
+  return 0;  // not yet measured
+}
 
 struct TileCfg {
   int block_m, block_n, stages;

@@ -18,6 +18,7 @@
 
 #include <cmath>
 
+#include "cuda/common/exp2.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/pipeline.cuh"
 #include "cuda/common/softmax.cuh"
@@ -81,8 +82,12 @@ struct Consumer {
   __device__ __forceinline__ int row_of(int h) const { return 16 * (tid / 32) + g + 8 * h; }
 
   // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the other consumer ----
-  __device__ __forceinline__ void turn_wait() { ptx::named_barrier_sync(bar_id(c ? Bar::turn1 : Bar::turn0), 256); }
-  __device__ __forceinline__ void turn_pass() { ptx::named_barrier_arrive(bar_id(c ? Bar::turn0 : Bar::turn1), 256); }
+  __device__ __forceinline__ void turn_wait() {
+    if (FA4_SM90_PINGPONG) ptx::named_barrier_sync(bar_id(c ? Bar::turn1 : Bar::turn0), 256);
+  }
+  __device__ __forceinline__ void turn_pass() {
+    if (FA4_SM90_PINGPONG) ptx::named_barrier_arrive(bar_id(c ? Bar::turn0 : Bar::turn1), 256);
+  }
 
   // ---- GEMMs ----
   __device__ __forceinline__ void issue_s(const Ring& st) {
@@ -150,7 +155,7 @@ struct Consumer {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = quad_max(mx[h]);
-      grow |= rescale_needed(mx[h], m_run[h], sc);
+      grow |= FA4_SM90_COND_RESCALE ? rescale_needed(mx[h], m_run[h], sc) : mx[h] > m_run[h];
       alpha[h] = 1.f;
     }
     if (__any_sync(0xffffffffu, grow)) {
@@ -169,7 +174,7 @@ struct Consumer {
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
       const int h = (i >> 1) & 1;
-      s[i] = ptx::exp2_approx(fmaf(s[i], sc, neg_m[h]));
+      s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_m[h]), i);
       sum[h] += s[i];
     }
     l_run[0] += sum[0], l_run[1] += sum[1];
@@ -209,7 +214,7 @@ struct Consumer {
   __device__ __forceinline__ void mainloop() {
     const int n = w.n_tiles();
     if (n <= 0) return;
-    if (c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);  // consumer 0 starts
+    if (FA4_SM90_PINGPONG && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);  // consumer 0 starts
     const bool v_tail = w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
     ptx::mbarrier_wait_parity(&sh.q_full, 0);
 
@@ -229,6 +234,29 @@ struct Consumer {
     Ring stv = st;  // slot of the tile whose P is in pf
 #pragma unroll 1
     for (int it = 1; it < n; ++it) {
+      if (!FA4_SM90_OVERLAP) {  // ablation: P V of tile t - 1 completes before S of tile t issues
+        sh.v_ring.wait(stv);
+        turn_wait();
+        issue_pv(stv);
+        turn_pass();
+        ptx::wgmma_wait_group<0>();
+        ptx::fence_operands(o);
+        hold_p();
+        sh.v_ring.release(stv, tid == 0);
+        st.advance();
+        sh.k_ring.wait(st);
+        turn_wait();
+        issue_s(st);
+        turn_pass();
+        ptx::wgmma_wait_group<0>();
+        ptx::fence_operands(s);
+        sh.k_ring.release(st, tid == 0);
+        softmax(w.tile_at(it) * kBlockN, alpha);
+        rescale_o(alpha);
+        pack_p();
+        stv = st;
+        continue;
+      }
       st.advance();
       sh.k_ring.wait(st);
       turn_wait();

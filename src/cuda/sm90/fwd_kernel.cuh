@@ -28,6 +28,7 @@ struct FwdTraits {
   static constexpr int kDqk = kDqk_, kDv = kDv_;
   static constexpr TileCfg kCfg = tile_cfg(kDqk, kDv);
   static constexpr int kBlockN = kCfg.block_n, kStages = kCfg.stages;
+  static constexpr int kExp2EmuEvery = exp2_emu_every(kDqk);
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv), "fwd_config.h's smem_bytes is what the planner reserves");

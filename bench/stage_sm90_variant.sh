@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Stages a variant libfa4 whose sm90 kernel is built with other compile-time switches (the
+# ablations of src/cuda/sm90/fwd_config.h), for an A/B in one device call (bench/peers.py --ab).
+# Only the sm90 objects are recompiled (sm_90a only: the variant runs on the H200 alone); every
+# other object and the link line come from the main build, so a variant costs ~1 minute, not a
+# whole CUDA build.
+#   bash bench/device_run.sh --stage                                   # the main build (build-cuda/)
+#   bash bench/stage_sm90_variant.sh nopp -DFA4_SM90_PINGPONG=0         # -> build-device/lib/libfa4_nopp.so
+#   device: OUT=... bash bench/device_run.sh --bench-args "--ab nopp=build-device/lib/libfa4_nopp.so"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 2 ]] || { echo "usage: bash bench/stage_sm90_variant.sh NAME -DFA4_SM90_...=V [...]" >&2; exit 2; }
+name=$1; shift
+B=build-cuda
+[[ -d build-device/lib && -f $B/CMakeFiles/fa4.dir/link.txt ]] || { echo "stage_sm90_variant: build $B and run bash bench/device_run.sh --stage first" >&2; exit 2; }
+out=$B/variant-$name
+mkdir -p "$out"
+objs=()
+for src in src/cuda/sm90/*.cu; do
+  o=$out/$(basename "$src").o
+  nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-fPIC --use_fast_math -std=c++20 \
+    --expt-relaxed-constexpr -lineinfo -DFA4_HAVE_CUDA=1 -Iinclude -Isrc "$@" -c "$src" -o "$o" &
+  objs+=("$(realpath -m "$o")")
+done
+wait
+# The main link line with the variant's sm90 objects in place of the main ones.
+link=$(cat $B/CMakeFiles/fa4.dir/link.txt)
+for o in "${objs[@]}"; do
+  base=$(basename "$o")
+  link=${link//CMakeFiles\/fa4_objects.dir\/src\/cuda\/sm90\/$base/$o}
+done
+link=$(sed -E "s@-o libfa4\.so[0-9.]*@-o $(realpath -m "$out")/libfa4.so@; s@-Wl,-soname,libfa4\.so[0-9.]*@@" <<<"$link")
+(cd $B && eval "$link")
+cp "$out/libfa4.so" "build-device/lib/libfa4_$name.so"
+strip --strip-unneeded "build-device/lib/libfa4_$name.so"
+echo "$name: $(git rev-parse --short HEAD) $*" >> build-device/ab_revs
+bash bench/device_run.sh --pack
