@@ -675,6 +675,30 @@ TEST(Validation, AppendNeedsCacheSeqlens) {
   EXPECT_INVALID(a, p, "cache_seqlens");
 }
 
+
+TEST(Validation, AppendOfZeroKvHeadsWithAnEmptyOutputDoesNothing) {
+  // Fuzz finding new01 (tests/fuzz/corpus/new01_*): Snew = 1 but Hkv = Hq = 0, so there is no
+  // query row and no element to append. normalize() returns before filling seqlen_k; the host
+  // append once still walked the batch and read seqlen_k[0] of an empty vector (a null read).
+  std::vector<float> k(32, 1.5f), v(32, 2.5f), kn(8, 7.0f), vn(8, 9.0f), q(8, 0.0f), o(8, 0.0f);
+  std::vector<int32_t> lens{0};
+  AttentionParams p;
+  p.q = TensorView::contiguous(q.data(), DType::float32, {1, 1, 0, 8});
+  p.out = TensorView::contiguous(o.data(), DType::float32, {1, 1, 0, 8});
+  p.k = TensorView::contiguous(k.data(), DType::float32, {1, 4, 0, 8});
+  p.v = TensorView::contiguous(v.data(), DType::float32, {1, 4, 0, 8});
+  p.k_new = TensorView::contiguous(kn.data(), DType::float32, {1, 1, 0, 8});
+  p.v_new = TensorView::contiguous(vn.data(), DType::float32, {1, 1, 0, 8});
+  p.cache_seqlens = TensorView::contiguous(lens.data(), DType::int32, {1});
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    p.backend = b;
+    const Status st = fa4::attention_forward(p);
+    EXPECT_TRUE(st.ok()) << fa4::backend_name(b) << ": " << st.message;
+  }
+  EXPECT_EQ(k, std::vector<float>(32, 1.5f));
+  EXPECT_EQ(v, std::vector<float>(32, 2.5f));
+  EXPECT_EQ(o, std::vector<float>(8, 0.0f));
+}
 TEST(Validation, AppendIsNotCombinedWithVarlenQ) {
   Case a = cache_case(2);
   Tensor cu = Tensor::make_i32({0, 1, 2});

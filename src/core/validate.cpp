@@ -475,7 +475,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
     bool out_empty = false;
     for (int i = 0; i < p.out.ndim; ++i) out_empty = out_empty || p.out.shape[i] == 0;
     const bool q_rows = !out_empty && (!pb.varlen_q || Problem::idx1(p.cu_seqlens_q, B) > 0);
-    const bool append_rows = append && pb.snew > 0 && pb.hkv > 0 && B > 0;
+    const bool append_rows = pb.appends();  // snew stays 0 without k_new
     if (!q_rows && !append_rows) {
       *out = std::move(pb);
       out->p = &p;
@@ -547,7 +547,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
       pb.max_sk = std::max(pb.max_sk, len);
     }
     // Appends must not write the same cache row twice (the result would depend on order).
-    if (append && pb.snew > 0) {
+    if (pb.appends()) {
       if (pb.kv == KvLayout::cache && p.cache_batch_idx.present()) {
         std::set<int32_t> seen;
         for (int64_t b = 0; b < B; ++b)
