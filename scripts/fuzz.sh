@@ -26,9 +26,6 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # The library is instrumented for coverage (fuzzer-no-link) and both sanitizers; any UBSan
 # report aborts, so libFuzzer records it like a crash.
 flags="-fsanitize=address,undefined -fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
-# clang < 15 does not know __builtin_cpu_supports("f16c") (src/cpu uses it): shim it for this build.
-echo 'int main() { return __builtin_cpu_supports("f16c"); }' >/tmp/fa4_f16c_probe.cpp
-clang++ -c /tmp/fa4_f16c_probe.cpp -o /tmp/fa4_f16c_probe.o >/dev/null 2>&1 || flags="$flags -include $PWD/tests/fuzz/cpu_supports_compat.h"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFA4_CUDA=OFF -DFA4_FUZZER=ON -DFA4_BUILD_TOOLS=OFF \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null

@@ -2,7 +2,9 @@
 // very negative scores, and 64-bit offsets (computed through core::normalize on views whose
 // data is never dereferenced).
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 
 #include "core/problem.h"
 #include "test_util.h"
@@ -137,6 +139,83 @@ TEST(EdgeCases, VeryNegativeButEqualScoresAreNotEmptyRows) {
         EXPECT_NEAR(t.L(0, 0, i), static_cast<float>(s + std::log(5.0)), std::fabs(s) * 1e-6 + 1e-5);
       }
     }
+}
+
+// Fuzz findings new02 / new03 (tests/fuzz/corpus/new0[23]_*): fp32 scores that overflow — one k
+// element of 3e38 with D = 2, or scale = 1e37 with softcap 1 and D = 128, where partial sums of
+// the dot product reach +inf and -inf (NaN) — gave NaN rows on cpu where the reference is finite.
+// cpu recomputes a row with a visible score that is NaN, +-inf or >= 2^127 in fp64 (as reference
+// does); non-finite values (lse = -inf where every logit is below -FLT_MAX) must match exactly. Covers the
+// transposed and row-major kernels, sinks, softcap, and forced splits (flag carried to the merge).
+TEST(EdgeCases, ScoresBeyondFp32GiveTheReferenceResult) {
+  struct Cfg {
+    int64_t d, sq, sk;
+    float kval;     // set in dim 0 of key 0 of (b = 1, kv head 1), or of every key (all_keys); 0 = none
+    bool all_keys;  // every key's logit overflows for the rows with q[0] of the right sign
+    float scale, softcap, amp;
+    bool sinks;
+    int32_t splits;
+  };
+  const Cfg cfgs[] = {
+      {2, 9, 1, 3e38f, false, 0, 0, 4, false, 1},      // new02: transposed, a single key
+      {2, 9, 5, -3e38f, true, 0, 0, 4, false, 1},      // rows whose logits are all < -FLT_MAX
+      {128, 3, 3, 0, false, 1e37f, 1, 16, true, 1},    // new03: row-major kernels, softcap, sinks
+      {8, 4, 400, 3e38f, false, 0, 0, 4, true, 3},     // row-major, split-KV
+      {16, 40, 400, -3e38f, true, 0, 0, 8, false, 3},  // transposed, split-KV
+      {128, 20, 70, 0, false, 1e37f, 1, 16, true, 2},
+  };
+  std::mt19937_64 rng(20261201);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Cfg& c : cfgs) {
+    Tiny t(2, c.sq, c.sk, 4, 2, c.d);
+    for (float& x : t.q) x = u(rng) * c.amp;
+    for (float& x : t.k) x = u(rng) * c.amp;
+    for (float& x : t.v) x = u(rng) * 2.0f;
+    if (c.kval != 0.0f)
+      for (int64_t j = 0; j < (c.all_keys ? c.sk : 1); ++j) t.K(1, j, 1, 0) = c.kval;
+    if (c.sinks) t.sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+    t.p.scale = c.scale;
+    t.p.softcap = c.softcap;
+    t.p.num_splits = c.splits;
+    SCOPED_TRACE("d=" + std::to_string(c.d) + " sq=" + std::to_string(c.sq) + " sk=" + std::to_string(c.sk) +
+                 " splits=" + std::to_string(c.splits));
+    ASSERT_TRUE(t.run(Backend::reference).ok());
+    const std::vector<float> ro = t.out, rl = t.lse;
+    ASSERT_TRUE(t.run(Backend::cpu).ok());
+    // Rows with a logit beyond FLT_MAX are recomputed in fp64: bit-equal to reference. Rows with
+    // large but fp32 logits (> 32, as the fuzzer's oracle) keep fp32's rounding, which can
+    // flatten near ties at that scale: finite, inside the hull of V, non-finite lse exact. The
+    // others: the usual tolerance.
+    int64_t beyond = 0;
+    for (int64_t b = 0; b < t.B; ++b)
+      for (int64_t h = 0; h < t.Hq; ++h)
+        for (int64_t i = 0; i < t.Sq; ++i) {
+          const double sc = c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.d));
+          double mx = 0;
+          for (int64_t j = 0; j < t.Sk; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < t.D; ++d) dot += static_cast<double>(t.Q(b, i, h, d)) * t.K(b, j, h / 2, d);
+            mx = std::max(mx, std::fabs(sc * dot));
+          }
+          const bool over = mx > std::numeric_limits<float>::max(), large = mx > 32;
+          beyond += over;
+          const std::string row = "(" + std::to_string(b) + ", " + std::to_string(i) + ", " + std::to_string(h) + ")";
+          const size_t l = static_cast<size_t>((b * t.Hq + h) * t.Sq + i);
+          for (int64_t d = 0; d < t.Dv; ++d) {
+            const size_t o = static_cast<size_t>(((b * t.Sq + i) * t.Hq + h) * t.Dv + d);
+            ASSERT_TRUE(std::isfinite(ro[o]));  // V is finite: so is every reference row
+            ASSERT_TRUE(std::isfinite(t.out[o])) << "out" << row << " d=" << d;
+            if (over) EXPECT_EQ(std::memcmp(&ro[o], &t.out[o], sizeof(float)), 0) << "out" << row << " d=" << d << ": " << t.out[o] << " vs " << ro[o];
+            else if (large) EXPECT_LE(std::fabs(t.out[o]), 2.0f) << "out" << row << " d=" << d << " outside the hull of V";
+            else EXPECT_NEAR(t.out[o], ro[o], 1e-4) << "out" << row << " d=" << d;
+          }
+          if (over) EXPECT_EQ(std::memcmp(&rl[l], &t.lse[l], sizeof(float)), 0) << "lse" << row << ": " << t.lse[l] << " vs " << rl[l];
+          else if (!std::isfinite(rl[l])) EXPECT_EQ(t.lse[l], rl[l]) << "lse" << row;
+          else if (!large) EXPECT_NEAR(t.lse[l], rl[l], 1e-4) << "lse" << row;
+          else EXPECT_TRUE(std::isfinite(t.lse[l])) << "lse" << row;
+        }
+    EXPECT_GT(beyond, 0) << "the case does not reach scores beyond fp32";
+  }
 }
 
 TEST(EdgeCases, MinusInfinitySinkIsLikeNoSink) {

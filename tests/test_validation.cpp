@@ -9,6 +9,7 @@
 
 #include "core/problem.h"
 #include "test_util.h"
+#include "tiny.h"
 
 namespace fa4test {
 namespace {
@@ -292,6 +293,53 @@ TEST(Validation, ZeroStrideOverANonTrivialDimOfAnOutputIsRejected) {
   p = a.params(Backend::automatic);
   p.k.stride[1] = 0;
   EXPECT_INVALID(a, p, "k");
+}
+
+// The output overlap rule is exact (src/core/validate.cpp, elements_overlap): interleaved strides
+// that do not collide are accepted, interleaved ones that do are rejected, and only interleaved
+// layouts sparser than the bitset bound (span > 8 x elements) are rejected as uncheckable.
+TEST(Validation, InterleavedOutputStridesAreCheckedExactly) {
+  Tiny t(1, 3, 4, 1, 1, 2);  // out [1, 3, 1, 2]
+  for (size_t x = 0; x < t.q.size(); ++x) t.q[x] = 0.25f * static_cast<float>(x % 7) - 0.5f;
+  for (size_t x = 0; x < t.k.size(); ++x) t.k[x] = 0.5f - 0.125f * static_cast<float>(x % 5);
+  for (size_t x = 0; x < t.v.size(); ++x) t.v[x] = static_cast<float>(x);
+  ASSERT_TRUE(t.run(Backend::reference).ok());
+  const std::vector<float> want = t.out;
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    SCOPED_TRACE(fa4::backend_name(b));
+    // Sq stride 2, Dv stride 3: offsets 0 3 | 2 5 | 4 7 (not nested: 3 <= 2 * 2), no collision.
+    std::vector<float> buf(8, -7.0f);
+    AttentionParams p = t.params(b);
+    p.lse = TensorView{};
+    p.out.data = buf.data();
+    p.out.stride[0] = 8, p.out.stride[1] = 2, p.out.stride[2] = 8, p.out.stride[3] = 3;
+    const Status st = fa4::attention_forward(p);
+    ASSERT_TRUE(st.ok()) << st.message;
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t e = 0; e < 2; ++e) EXPECT_FLOAT_EQ(buf[static_cast<size_t>(2 * i + 3 * e)], want[static_cast<size_t>(2 * i + e)]);
+    EXPECT_EQ(buf[1], -7.0f);
+    EXPECT_EQ(buf[6], -7.0f);
+    // Sq stride 3, Dv stride 2 over Dv = 4 would collide (3 * 2 = 2 * 3): the same check rejects it.
+    Tiny w(1, 3, 4, 1, 1, 2, 4);
+    std::vector<float> wbuf(16, -7.0f);
+    AttentionParams q = w.params(b);
+    q.out.data = wbuf.data();
+    q.out.stride[0] = 16, q.out.stride[1] = 3, q.out.stride[2] = 16, q.out.stride[3] = 2;
+    Status sw = fa4::attention_forward(q);
+    EXPECT_EQ(sw.argument, "out") << sw.message;
+    EXPECT_NE(sw.message.find("overlap"), std::string::npos) << sw.message;
+    EXPECT_EQ(wbuf, std::vector<float>(16, -7.0f));
+    // Interleaved and collision-free but sparse (offsets {0, 3} + {0, 1000} + {0, 1002}: span
+    // 2005 for 8 elements): rejected as too sparse to check, and the message says so.
+    Tiny z(1, 2, 4, 2, 1, 2);
+    std::vector<float> zbuf(2006, -7.0f);
+    AttentionParams r = z.params(b);
+    r.out.data = zbuf.data();
+    r.out.stride[0] = 2006, r.out.stride[1] = 1000, r.out.stride[2] = 1002, r.out.stride[3] = 3;
+    sw = fa4::attention_forward(r);
+    EXPECT_EQ(sw.argument, "out") << sw.message;
+    EXPECT_NE(sw.message.find("too sparse"), std::string::npos) << sw.message;
+  }
 }
 
 TEST(Validation, ZeroStrideOnInputsBroadcastsAndIsAccepted) {
@@ -675,6 +723,30 @@ TEST(Validation, AppendNeedsCacheSeqlens) {
   EXPECT_INVALID(a, p, "cache_seqlens");
 }
 
+
+TEST(Validation, AppendOfZeroKvHeadsWithAnEmptyOutputDoesNothing) {
+  // Fuzz finding new01 (tests/fuzz/corpus/new01_*): Snew = 1 but Hkv = Hq = 0, so there is no
+  // query row and no element to append. normalize() returns before filling seqlen_k; the host
+  // append once still walked the batch and read seqlen_k[0] of an empty vector (a null read).
+  std::vector<float> k(32, 1.5f), v(32, 2.5f), kn(8, 7.0f), vn(8, 9.0f), q(8, 0.0f), o(8, 0.0f);
+  std::vector<int32_t> lens{0};
+  AttentionParams p;
+  p.q = TensorView::contiguous(q.data(), DType::float32, {1, 1, 0, 8});
+  p.out = TensorView::contiguous(o.data(), DType::float32, {1, 1, 0, 8});
+  p.k = TensorView::contiguous(k.data(), DType::float32, {1, 4, 0, 8});
+  p.v = TensorView::contiguous(v.data(), DType::float32, {1, 4, 0, 8});
+  p.k_new = TensorView::contiguous(kn.data(), DType::float32, {1, 1, 0, 8});
+  p.v_new = TensorView::contiguous(vn.data(), DType::float32, {1, 1, 0, 8});
+  p.cache_seqlens = TensorView::contiguous(lens.data(), DType::int32, {1});
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    p.backend = b;
+    const Status st = fa4::attention_forward(p);
+    EXPECT_TRUE(st.ok()) << fa4::backend_name(b) << ": " << st.message;
+  }
+  EXPECT_EQ(k, std::vector<float>(32, 1.5f));
+  EXPECT_EQ(v, std::vector<float>(32, 2.5f));
+  EXPECT_EQ(o, std::vector<float>(8, 0.0f));
+}
 TEST(Validation, AppendIsNotCombinedWithVarlenQ) {
   Case a = cache_case(2);
   Tensor cu = Tensor::make_i32({0, 1, 2});

@@ -7,6 +7,10 @@
 #include <fstream>
 #include <thread>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace fa4cli {
 
 std::string cpu_model() {
@@ -34,7 +38,10 @@ std::string cpu_features() {
   FA4_FEATURE("avx")
   FA4_FEATURE("avx2")
   FA4_FEATURE("fma")
-  FA4_FEATURE("f16c")
+  {  // clang < 15 rejects __builtin_cpu_supports("f16c"): CPUID leaf 1, ECX bit 29, with any compiler
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C)) f += std::string(f.empty() ? "" : " ") + "f16c";
+  }
   FA4_FEATURE("avx512f")
   FA4_FEATURE("avx512bw")
   FA4_FEATURE("avx512vl")

@@ -13,6 +13,10 @@ namespace fa4::core {
 Status reference_forward(const Problem& pb);
 Status reference_combine(const CombineParams& c);
 void reference_describe(const Problem& pb, PlanInfo* info);
+// One query row (b, i, h) as reference_forward computes it (fp64): o[0..Dv) and *lse, nothing
+// stored. Allocation-free and thread-safe; the cpu backend recomputes rows with it whose fp32
+// scores are not finite or too large for fp32's softmax (see src/cpu/cpu_backend.cpp).
+void reference_row(const Problem& pb, int64_t b, int64_t i, int64_t h, float* o, float* lse);
 
 // cpu: tiled FlashAttention on all cores (src/cpu).
 Status cpu_forward(const Problem& pb);

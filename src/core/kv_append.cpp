@@ -28,7 +28,10 @@ void append_one(const Problem& pb, const TensorView& src, const RowStrides& ss, 
 }  // namespace
 
 void append_kv_host(const Problem& pb) {
-  if (pb.snew == 0) return;
+  // Nothing to write (Snew, Hkv or B is 0): normalize() may then have returned before filling
+  // seqlen_k, so this must be the same test it uses, not a weaker one (Hkv = 0 with Snew > 0
+  // once read seqlen_k[0] of an empty vector).
+  if (!pb.appends()) return;
   for (int64_t b = 0; b < pb.batch; ++b) {
     append_one(pb, pb.p->k_new, pb.knew_s, pb.p->k, pb.ks, pb.dqk, b);
     append_one(pb, pb.p->v_new, pb.vnew_s, pb.p->v, pb.vs, pb.dv, b);

@@ -48,9 +48,17 @@ struct Problem {
   int64_t snew = 0;         // rows appended per sequence (0 = no append)
   bool host_indices = true; // index tensors are host memory (contents validated and readable)
 
-  // Filled when host_indices: per-sequence lengths (after append) and maxima.
+  // Per-sequence lengths (after append) and maxima. Filled when host_indices and there is work:
+  // query rows (max_sq > 0) or rows to append (appends()). Otherwise normalize() returns before
+  // its O(B) walk (B may be 2^40 for an empty problem): the vectors are empty, max_sq = max_sk =
+  // 0, and no consumer may index them. The host paths test exactly these two conditions.
   std::vector<int64_t> seqlen_q, seqlen_k;
   int64_t max_sq = 0, max_sk = 0;
+
+  // Whether the call writes new rows into the KV cache. The one test that normalize() (which
+  // fills seqlen_k for it), append_kv_host and the cuda append launch share: with Snew = 0,
+  // Hkv = 0 or B = 0 there is nothing to write, and seqlen_k may be unfilled.
+  bool appends() const { return snew > 0 && hkv > 0 && batch > 0; }
 
   RowStrides qs, ks, vs, os, knew_s, vnew_s;
   int64_t lse_sb = 0, lse_sh = 0, lse_si = 0;  // lse element offset = b*sb + h*sh + i*si (dense)

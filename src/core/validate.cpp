@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <type_traits>
 #include <string>
@@ -62,14 +63,23 @@ bool extent_fits(const TensorView& t) {
          checked_mul(last, static_cast<int64_t>(dtype_size(t.dtype)), &bytes);
 }
 
-// Whether two distinct indices of a non-empty output can reach the same element. Exact for every
-// "nested" layout: sort the dims of extent > 1 by stride; each stride must exceed the largest
-// offset the smaller-strided dims reach (so the offsets form a mixed-radix number with no carry
-// collisions). Every permutation, slice or padding of a contiguous tensor is nested; a zero or
-// repeated stride over extent > 1 is not. Interleaved layouts that happen not to collide (rare,
-// and never produced by a framework) are rejected too: the rule is the documented one
-// (DESIGN §1), O(ndim^2), and needs no enumeration. extent_fits() bounds every sum here.
-bool elements_overlap(const TensorView& t) {
+// Whether two distinct indices of a non-empty output reach the same element. extent_fits() has
+// bounded every offset (so every sum below fits int64).
+//  1. Nested layouts — every permutation, slice or padding of a contiguous tensor: sort the dims
+//     of extent > 1 by stride; when each stride exceeds the largest offset the smaller-strided
+//     dims reach, the offsets form a mixed-radix number: no overlap, in O(ndim^2). A zero or
+//     repeated stride over extent > 1 fails this and does overlap.
+//  2. Otherwise the strides interleave (shape [3, 2] strides [2, 3]: offsets 0 3 2 5 4 7, no
+//     overlap; strides [2, 2]: overlap). With all strides divided by their gcd (which maps
+//     offsets one-to-one) and span = the largest offset: more elements than span + 1 overlap by
+//     pigeonhole; else the offsets are enumerated into a bitset of span + 1 bits, O(elements) —
+//     the writes the call does anyway. Exact, with memory bounded by kMaxOverlapBits and by one
+//     byte per element: an interleaved layout sparser than that (never produced by a framework)
+//     is reported as `too_sparse` and rejected.
+enum class Overlap { none, overlap, too_sparse };
+constexpr int64_t kMaxOverlapBits = int64_t{1} << 27;  // a 16 MiB bitset at most
+
+Overlap elements_overlap(const TensorView& t) {
   int dims[kMaxDims];
   int n = 0;
   for (int i = 0; i < t.ndim; ++i) {  // insertion sort by stride (at most 6 dims)
@@ -79,12 +89,44 @@ bool elements_overlap(const TensorView& t) {
     dims[k] = i;
   }
   int64_t reach = 0;  // largest offset of the dims taken so far
-  for (int k = 0; k < n; ++k) {
+  bool nested = true;
+  for (int k = 0; k < n && nested; ++k) {
     const int d = dims[k];
-    if (t.stride[d] <= reach) return true;
+    if (t.stride[d] == 0) return Overlap::overlap;  // extent > 1 over one element
+    if (t.stride[d] <= reach) nested = false;
     reach += (t.shape[d] - 1) * t.stride[d];
   }
-  return false;
+  if (nested) return Overlap::none;
+  int64_t g = 0;
+  for (int k = 0; k < n; ++k) g = std::gcd(g, t.stride[dims[k]]);
+  int64_t span = 0, elems = 1;
+  bool many = false;  // more elements than fit int64: certainly more than span + 1
+  for (int k = 0; k < n; ++k) {
+    const int d = dims[k];
+    span += (t.shape[d] - 1) * (t.stride[d] / g);
+    many = many || !checked_mul(elems, t.shape[d], &elems);
+  }
+  if (many || elems > span + 1) return Overlap::overlap;  // pigeonhole: span + 1 offsets
+  if (span + 1 > kMaxOverlapBits || (span + 1) / 8 > elems) return Overlap::too_sparse;
+  std::vector<uint64_t> seen(static_cast<size_t>(span / 64 + 1), 0);
+  int64_t idx[kMaxDims] = {}, off = 0;
+  for (int64_t e = 0; e < elems; ++e) {
+    uint64_t& w = seen[static_cast<size_t>(off / 64)];
+    const uint64_t bit = uint64_t{1} << (off % 64);
+    if (w & bit) return Overlap::overlap;
+    w |= bit;
+    for (int k = 0; k < n; ++k) {  // odometer over the dims of extent > 1
+      const int d = dims[k];
+      const int64_t st = t.stride[d] / g;
+      if (++idx[k] < t.shape[d]) {
+        off += st;
+        break;
+      }
+      off -= (t.shape[d] - 1) * st;
+      idx[k] = 0;
+    }
+  }
+  return Overlap::none;
 }
 
 // Generic per-tensor checks: rank, dtype, device, strides, size overflow, pointer (non-null and
@@ -130,13 +172,19 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
     s << name << ": shape " << shape_str(t) << " with its strides overflows 64-bit byte offsets";
     return Status::Invalid(name, s.str());
   }
-  if (output && elements_overlap(t)) {
-    Msg s;
-    s << name << ": strides [";
-    for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.stride[i];
-    s << "] of an output with shape " << shape_str(t)
-      << " overlap (two elements share memory; each stride must exceed the span of the smaller-strided dims)";
-    return Status::Invalid(name, s.str());
+  if (output) {
+    const Overlap ov = elements_overlap(t);
+    if (ov != Overlap::none) {
+      Msg s;
+      s << name << ": strides [";
+      for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.stride[i];
+      s << "] of an output with shape " << shape_str(t);
+      if (ov == Overlap::overlap) s << " overlap (two elements share memory)";
+      else
+        s << " interleave (no stride exceeds the span of the smaller-strided dims) over a span too sparse to check for"
+             " overlap exactly; use nested strides (any permutation or padding of a contiguous layout)";
+      return Status::Invalid(name, s.str());
+    }
   }
   if (t.data == nullptr) return Status::Invalid(name, std::string(name) + ": data pointer is null");
   const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
@@ -475,7 +523,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
     bool out_empty = false;
     for (int i = 0; i < p.out.ndim; ++i) out_empty = out_empty || p.out.shape[i] == 0;
     const bool q_rows = !out_empty && (!pb.varlen_q || Problem::idx1(p.cu_seqlens_q, B) > 0);
-    const bool append_rows = append && pb.snew > 0 && pb.hkv > 0 && B > 0;
+    const bool append_rows = pb.appends();  // snew stays 0 without k_new
     if (!q_rows && !append_rows) {
       *out = std::move(pb);
       out->p = &p;
@@ -547,7 +595,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
       pb.max_sk = std::max(pb.max_sk, len);
     }
     // Appends must not write the same cache row twice (the result would depend on order).
-    if (append && pb.snew > 0) {
+    if (pb.appends()) {
       if (pb.kv == KvLayout::cache && p.cache_batch_idx.present()) {
         std::set<int32_t> seen;
         for (int64_t b = 0; b < B; ++b)

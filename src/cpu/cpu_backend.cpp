@@ -16,6 +16,16 @@
 // finite scores near FLT_MAX into inf, and the row into NaN). fp32 accumulation; the final
 // division by the row sum happens once per row. Split-KV units write normalized fp32 partials + lse to scratch
 // and are merged by the combine code (cpu_merge.h). The sink enters split 0 only.
+//
+// Scores beyond fp32. A visible fp32 score that is NaN, +-inf or of magnitude >= 2^127 marks
+// its row (flag_extreme_rows): the fp32 dot product or the prescaled query overflowed (|k| =
+// 3e38, scale = 1e37 with D = 128: inf - inf = NaN), or an input is NaN / inf, or the score is
+// within fp32's rounding error of overflowing. Such a row is recomputed in fp64 by
+// reference_row (src/reference) and gets exactly the reference's result: finite wherever the
+// reference is, softcap / sinks / lse included, with lse = +-inf only where the true value is
+// beyond fp32. Below 2^127 every fp32 score, max subtraction and sink fold is finite, and the
+// true logit (fp32 error ~ D * 2^-24 relative) cannot exceed FLT_MAX, so nothing else changes;
+// the check is one compare per score, and logits of 1.7e38 do not occur in real models.
 #include <omp.h>
 
 #include <algorithm>
@@ -79,6 +89,7 @@ struct Plan {
   int64_t total_rows = 0;
   float* part_o = nullptr;  // [nsplit][total_rows][dv] normalized partials (nsplit > 1)
   float* part_lse = nullptr;  // [nsplit][total_rows]
+  uint8_t* part_redo = nullptr;  // [nsplit][total_rows]: 1 = that split saw an extreme score (the merge recomputes the row)
 };
 
 // The key range [lo, hi) of split s of a tile whose rows see [klo, khi): equal shares rounded
@@ -98,13 +109,14 @@ struct Workspace {
         *l_run = nullptr, *alpha = nullptr, *row = nullptr;
   int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
   int64_t *row_lo = nullptr, *row_hi = nullptr;
+  uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
 
   static size_t bytes(int64_t mp, int64_t nk, int64_t dqk, int64_t dv) {
     const int64_t floats = dqk * mp + nk * mp + dv * mp + nk * dqk + nk * dv + 3 * mp + std::max(dqk, dv);
     return static_cast<size_t>(round_up(floats * 4, 64) + round_up(2 * mp * 4, 64) + round_up(2 * mp * 8, 64) +
-                               round_up(4 * nk * 8, 64) + 18 * 64);
+                               round_up(4 * nk * 8, 64) + round_up(mp, 64) + 19 * 64);
   }
   bool ok() const { return buf.p != nullptr; }
   Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_)
@@ -133,6 +145,7 @@ struct Workspace {
     vrows = static_cast<const float**>(take(nk, 8));
     kraw = static_cast<const void**>(take(nk, 8));
     vraw = static_cast<const void**>(take(nk, 8));
+    redo = static_cast<uint8_t*>(take(mp, 1));
   }
 };
 
@@ -215,6 +228,25 @@ void pv_rows_visible_only(const float* pt, int64_t rows, const void* const* vrow
     }
 }
 
+// Scores at or beyond this magnitude (and NaN, +-inf) send their row to the fp64 path (see the
+// top of this file): below it, the true logit is within fp32 range and the softmax is finite.
+constexpr float kExtremeScore = 0x1p127f;
+
+// Marks rows [r0, r1) of the tile S^T (st[n * mp + r], nk keys) that have a visible score that
+// is NaN, +-inf or >= kExtremeScore in magnitude (lo / hi: per-row visible key range of a
+// partial tile, nullptr = all visible). One vectorizable pass decides first whether any score of
+// the block is extreme (almost never): only then are rows and visibility looked at.
+void flag_extreme_rows(const float* st, int64_t mp, int64_t nk, int64_t r0, int64_t r1, const int32_t* lo,
+                       const int32_t* hi, uint8_t* redo) {
+  int any = 0;
+  for (int64_t n = 0; n < nk; ++n)
+    for (int64_t r = r0; r < r1; ++r) any |= !(std::fabs(st[n * mp + r]) < kExtremeScore);
+  if (!any) return;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t n = lo ? lo[r] : 0; n < (hi ? hi[r] : nk); ++n)
+      if (!(std::fabs(st[n * mp + r]) < kExtremeScore)) redo[r] = 1;
+}
+
 bool all_finite_rows(const void* const* rows, DType t, int64_t n, int64_t d) {
   for (int64_t j = 0; j < n; ++j)
     for (int64_t e = 0; e < d; ++e)
@@ -256,6 +288,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   for (int64_t r = 0; r < mp; ++r) {
     ws.m_run[r] = kNegInf;
     ws.l_run[r] = 0.0f;
+    ws.redo[r] = 0;
   }
   std::fill(ws.ot, ws.ot + dv * mp, 0.0f);
 
@@ -331,6 +364,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     if (rowwise) {
       for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
       K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
+      flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
+                        ws.redo);
       K.softmax(step);
       if (kind == TileKind::partial && !all_finite_rows(ws.vraw, pb.dtype, n, dv))
         pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
@@ -349,6 +384,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       ws.vrows[t] = ws.vc + t * dv;
     }
     K.qk(ws.qt + ra, mp, m, dqk, ws.krows, n, ws.st + ra);
+    // Padding rows (>= rows) have zero queries and are never written: not flagged.
+    flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+                      step.hi ? ws.row_hi_rel : nullptr, ws.redo);
     K.softmax(step);
     if (kind == TileKind::partial && !all_finite(ws.vrows, n, dv))
       pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra, ws.ot + ra);
@@ -373,7 +411,13 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
     const float lse = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
     const float* orow = ws.ot + r * o_rs;
-    if (plan.nsplit == 1) {
+    if (plan.nsplit == 1 && ws.redo[r]) {  // an extreme score: the whole row in fp64
+      float lse_ref = 0.0f;
+      reference_row(pb, b, i, h, ws.row, &lse_ref);
+      const int64_t oo = pb.out_offset(b, i, h);
+      for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, ws.row[e]);
+      if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
+    } else if (plan.nsplit == 1) {
       const int64_t oo = pb.out_offset(b, i, h);
       for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, orow[e * o_es] * f);
       if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
@@ -382,6 +426,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       float* po = plan.part_o + (u.split * plan.total_rows + grow) * dv;
       for (int64_t e = 0; e < dv; ++e) po[e] = orow[e * o_es] * f;
       plan.part_lse[u.split * plan.total_rows + grow] = lse;
+      plan.part_redo[u.split * plan.total_rows + grow] = ws.redo[r];
     }
   }
 }
@@ -469,16 +514,19 @@ Status forward(const Problem& pb) {
 
   // Split partials: every (tile, split) unit writes all of its rows, so no initialization.
   std::unique_ptr<float[]> part_o, part_lse;
+  std::unique_ptr<uint8_t[]> part_redo;
   if (plan.nsplit > 1) {
     if (checked_mul(plan.nsplit, plan.total_rows, &part_lse_n) && checked_mul(part_lse_n, pb.dv, &part_o_n)) {
       part_o.reset(new (std::nothrow) float[static_cast<size_t>(part_o_n)]);
       part_lse.reset(new (std::nothrow) float[static_cast<size_t>(part_lse_n)]);
+      part_redo.reset(new (std::nothrow) uint8_t[static_cast<size_t>(part_lse_n)]);
     }
-    if (!part_o || !part_lse)
+    if (!part_o || !part_lse || !part_redo)
       return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for split-KV partials (num_splits " +
                                                           std::to_string(plan.nsplit) + ")");
     plan.part_o = part_o.get();
     plan.part_lse = part_lse.get();
+    plan.part_redo = part_redo.get();
   }
 
   const int64_t nunits = static_cast<int64_t>(units.size());
@@ -508,6 +556,16 @@ Status forward(const Problem& pb) {
         const int64_t rows = g * pb.seqlen_q[b];
         for (int64_t pr = 0; pr < rows; ++pr) {
           const int64_t grow = plan.row_base[bh] + pr, i = pr / g, h = hk * g + pr % g;
+          bool redo = false;  // some split saw an extreme score: its partial is not usable
+          for (int64_t sp = 0; sp < plan.nsplit; ++sp) redo = redo || plan.part_redo[sp * plan.total_rows + grow];
+          if (redo) {
+            float lse_ref = 0.0f;
+            reference_row(pb, b, i, h, acc.data(), &lse_ref);
+            const int64_t oo = pb.out_offset(b, i, h);
+            for (int64_t e = 0; e < pb.dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, acc[e]);
+            if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
+            continue;
+          }
           const float lse = merge_partial_row(plan.nsplit, plan.part_lse + grow, plan.total_rows, plan.part_o + grow * pb.dv,
                                               plan.total_rows * pb.dv, 1, pb.dv, acc.data());
           const int64_t oo = pb.out_offset(b, i, h);

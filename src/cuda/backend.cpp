@@ -324,7 +324,7 @@ Status cuda_forward(const Problem& pb) {
     a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dv;
   }
 
-  if (pb.snew > 0 && pb.batch > 0 && pb.hkv > 0) {
+  if (pb.appends()) {
     cuda::AppendArgs ka, va;
     ka.src = p.k_new.data, ka.src_s0 = pb.knew_s.s0, ka.src_s1 = pb.knew_s.s1, ka.src_sh = pb.knew_s.head;
     ka.dst = p.k.data, ka.dst_s0 = pb.ks.s0, ka.dst_s1 = pb.ks.s1, ka.dst_sh = pb.ks.head, ka.d = a.dqk;

@@ -1,5 +1,6 @@
 // The reference backend: the definition of the function, written as plainly as possible, with
 // fp64 accumulation. Every other backend is tested against it; speed is no concern here.
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -15,61 +16,69 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // max that propagates NaN (std::max would depend on argument order).
 double nan_max(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? std::nan("") : (a > b ? a : b); }
 
+constexpr int64_t kMaxDv = 256;  // the largest head dim validation accepts (src/core/validate.cpp)
+
 }  // namespace
+
+// One query row (b, i, h) of the definition, in fp64. Two passes over the visible keys (the max,
+// then the weighted sum; a logit is recomputed rather than stored, so no allocation): the cpu
+// backend calls this from its worker threads for rows whose fp32 scores overflowed.
+void reference_row(const Problem& pb, int64_t b, int64_t i, int64_t h, float* o, float* lse) {
+  const AttentionParams& p = *pb.p;
+  const SeqMask sm = pb.seq_mask(b);
+  const int64_t hk = h / pb.group;
+  const double dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk), dvs = pb.descale_v(b, hk);
+  const int64_t qo = pb.q_offset(b, i, h);
+  // The logit of key j: scale * q.k * descales, then softcap. Finite for every finite input:
+  // |q.k| <= 256 * FLT_MAX^2 and scale, descales, softcap are fp32, far inside fp64's range.
+  auto logit = [&](int64_t j) {
+    const int64_t ko = pb.k_offset(b, j, hk);
+    double dot = 0.0;
+    for (int64_t d = 0; d < pb.dqk; ++d)
+      dot += static_cast<double>(load_f32(p.q.data, qo + d * pb.qs.dim, pb.dtype)) *
+             static_cast<double>(load_f32(p.k.data, ko + d * pb.ks.dim, pb.dtype));
+    double x = static_cast<double>(pb.scale) * dot * dq * dk;
+    if (pb.softcap > 0.0f) x = pb.softcap * std::tanh(x / pb.softcap);
+    return x;
+  };
+  // Softmax with the optional sink logit in the denominator.
+  double m = kNegInf;
+  for (int64_t j = 0; j < sm.sk; ++j)
+    if (sm.visible(i, j)) m = nan_max(m, logit(j));
+  const double sink = pb.has_sinks ? static_cast<double>(pb.sink(h)) : kNegInf;
+  m = nan_max(m, sink);
+  double denom = 0.0;
+  std::array<double, kMaxDv> acc{};
+  if (m != kNegInf) {
+    if (pb.has_sinks) denom += std::exp(sink - m);
+    for (int64_t j = 0; j < sm.sk; ++j) {
+      if (!sm.visible(i, j)) continue;
+      const double e = std::exp(logit(j) - m);
+      denom += e;
+      const int64_t vo = pb.v_offset(b, j, hk);
+      for (int64_t d = 0; d < pb.dv; ++d)
+        acc[d] += e * static_cast<double>(load_f32(p.v.data, vo + d * pb.vs.dim, pb.dtype)) * dvs;
+    }
+  }
+  // Empty row (nothing visible, no sink): O = 0, lse = -inf.
+  const bool empty = m == kNegInf;
+  for (int64_t d = 0; d < pb.dv; ++d) o[d] = empty ? 0.0f : static_cast<float>(acc[d] / denom);
+  *lse = empty ? -std::numeric_limits<float>::infinity() : static_cast<float>(m + std::log(denom));
+}
 
 Status reference_forward(const Problem& pb) {
   const AttentionParams& p = *pb.p;
-  std::vector<double> s, acc(pb.dv);
-  std::vector<int64_t> keys;
+  std::array<float, kMaxDv> o{};
   for (int64_t b = 0; b < pb.batch; ++b) {
-    const SeqMask sm = pb.seq_mask(b);
-    for (int64_t h = 0; h < pb.hq; ++h) {
-      const int64_t hk = h / pb.group;
-      const double dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk), dvs = pb.descale_v(b, hk);
-      for (int64_t i = 0; i < sm.sq; ++i) {
-        // Scores of the visible keys.
-        keys.clear();
-        s.clear();
-        const int64_t qo = pb.q_offset(b, i, h);
-        for (int64_t j = 0; j < sm.sk; ++j) {
-          if (!sm.visible(i, j)) continue;
-          const int64_t ko = pb.k_offset(b, j, hk);
-          double dot = 0.0;
-          for (int64_t d = 0; d < pb.dqk; ++d)
-            dot += static_cast<double>(load_f32(p.q.data, qo + d * pb.qs.dim, pb.dtype)) *
-                   static_cast<double>(load_f32(p.k.data, ko + d * pb.ks.dim, pb.dtype));
-          double x = static_cast<double>(pb.scale) * dot * dq * dk;
-          if (pb.softcap > 0.0f) x = pb.softcap * std::tanh(x / pb.softcap);
-          keys.push_back(j);
-          s.push_back(x);
-        }
-        // Softmax with the optional sink logit in the denominator.
-        double m = kNegInf;
-        for (double x : s) m = nan_max(m, x);
-        const double sink = pb.has_sinks ? static_cast<double>(pb.sink(h)) : kNegInf;
-        m = nan_max(m, sink);
-        double denom = 0.0;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        if (m != kNegInf) {
-          if (pb.has_sinks) denom += std::exp(sink - m);
-          for (size_t t = 0; t < keys.size(); ++t) {
-            const double e = std::exp(s[t] - m);
-            denom += e;
-            const int64_t vo = pb.v_offset(b, keys[t], hk);
-            for (int64_t d = 0; d < pb.dv; ++d)
-              acc[d] += e * static_cast<double>(load_f32(p.v.data, vo + d * pb.vs.dim, pb.dtype)) * dvs;
-          }
-        }
-        // Empty row (nothing visible, no sink): O = 0, lse = -inf.
-        const bool empty = m == kNegInf;
+    const int64_t sq = pb.seqlen_q[b];
+    for (int64_t h = 0; h < pb.hq; ++h)
+      for (int64_t i = 0; i < sq; ++i) {
+        float lse = 0.0f;
+        reference_row(pb, b, i, h, o.data(), &lse);
         const int64_t oo = pb.out_offset(b, i, h);
-        for (int64_t d = 0; d < pb.dv; ++d)
-          store_f32(p.out.data, oo + d * pb.os.dim, pb.out_dtype, empty ? 0.0f : static_cast<float>(acc[d] / denom));
-        if (pb.has_lse)
-          static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] =
-              empty ? -std::numeric_limits<float>::infinity() : static_cast<float>(m + std::log(denom));
+        for (int64_t d = 0; d < pb.dv; ++d) store_f32(p.out.data, oo + d * pb.os.dim, pb.out_dtype, o[d]);
+        if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
       }
-    }
   }
   return Status::Ok();
 }
