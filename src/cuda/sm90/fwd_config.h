@@ -29,6 +29,13 @@
 #ifndef FA4_SM90_EXP2_EMU
 #define FA4_SM90_EXP2_EMU -1
 #endif
+// Key-tile sizes (wgmma N of S = Q K^T: 64, 128, 176, 192 or 256), per head-dim class.
+#ifndef FA4_SM90_BLOCK_N_D64
+#define FA4_SM90_BLOCK_N_D64 128
+#endif
+#ifndef FA4_SM90_BLOCK_N_D128
+#define FA4_SM90_BLOCK_N_D128 128
+#endif
 
 namespace fa4::cuda::sm90 {
 
@@ -65,8 +72,8 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 constexpr TileCfg tile_cfg(int dqk, int dv) {
   // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma
   // N sizes the wrappers provide (64 / 128 / 256).
-  if (dqk <= 64) return {kBlockM, 128, 3};
-  if (dqk <= 128) return {kBlockM, 128, 2};
+  if (dqk <= 64) return {kBlockM, FA4_SM90_BLOCK_N_D64, 3};
+  if (dqk <= 128) return {kBlockM, FA4_SM90_BLOCK_N_D128, 2};
   (void)dv;
   return {kBlockM, 64, 2};
 }
