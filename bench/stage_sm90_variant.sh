@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Stages a variant libfa4 whose sm90 kernel is built with other compile-time switches (the
 # ablations of src/cuda/sm90/fwd_config.h), for an A/B in one device call (bench/peers.py --ab).
-# Only the sm90 objects are recompiled (sm_90a only: the variant runs on the H200 alone); every
-# other object and the link line come from the main build, so a variant costs ~1 minute, not a
-# whole CUDA build.
+# Only what reads the switches is recompiled -- the sm90 kernel objects (sm_90a only: the variant
+# runs on the H200 alone) and the host code that sizes its tiles (sm90/fwd_launch.cpp: the TMA
+# boxes; cuda/plan.cpp: the planned tile and shared memory). A kernel built with other tiles than
+# its host side expects waits forever on an mbarrier whose TMA boxes bring fewer bytes than it
+# was told (that is how the first 176 / 192-key A/B hung). Every other object and the link line
+# come from the main build, so a variant costs ~1 minute, not a whole CUDA build.
 #   bash bench/device_run.sh --stage                                   # the main build (build-cuda/)
 #   bash bench/stage_sm90_variant.sh nopp -DFA4_SM90_PINGPONG=0         # -> build-device/lib/libfa4_nopp.so
 #   device: OUT=... bash bench/device_run.sh --bench-args "--ab nopp=build-device/lib/libfa4_nopp.so"
@@ -22,12 +25,20 @@ for src in src/cuda/sm90/*.cu; do
     --expt-relaxed-constexpr -lineinfo -DFA4_HAVE_CUDA=1 -Iinclude -Isrc "$@" -c "$src" -o "$o" &
   objs+=("$(realpath -m "$o")")
 done
+for src in src/cuda/sm90/fwd_launch.cpp src/cuda/plan.cpp; do
+  o=$out/$(basename "$src").o
+  c++ -O3 -DNDEBUG -fPIC -fno-math-errno -fopenmp -std=c++20 -DFA4_HAVE_CUDA=1 -Iinclude -Isrc \
+    -isystem /usr/local/cuda/include "$@" -c "$src" -o "$o" &
+  objs+=("$(realpath -m "$o")")
+done
 wait
 # The main link line with the variant's sm90 objects in place of the main ones.
 link=$(cat $B/CMakeFiles/fa4.dir/link.txt)
 for o in "${objs[@]}"; do
   base=$(basename "$o")
-  link=${link//CMakeFiles\/fa4_objects.dir\/src\/cuda\/sm90\/$base/$o}
+  rel=src/cuda/sm90/$base
+  [[ $base == plan.cpp.o ]] && rel=src/cuda/$base
+  link=${link//CMakeFiles\/fa4_objects.dir\/$rel/$o}
 done
 link=$(sed -E "s@-o libfa4\.so[0-9.]*@-o $(realpath -m "$out")/libfa4.so@; s@-Wl,-soname,libfa4\.so[0-9.]*@@" <<<"$link")
 (cd $B && eval "$link")
