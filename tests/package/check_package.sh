@@ -47,6 +47,7 @@ configure_build c "$here/c" -DCMAKE_C_COMPILER="${CC:-cc}" \
   -DCMAKE_C_FLAGS="${FA4_CFLAGS:-}" -DCMAKE_EXE_LINKER_FLAGS="${FA4_LDFLAGS:-}" &
 c_pid=$!
 
+command -v pkg-config >/dev/null || fail "pkg-config not found (scripts/deps.sh installs it)"
 step "C program by pkg-config: $(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs fa4)"
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 [ "$(pkg-config --modversion fa4)" = "$version" ] || fail "fa4.pc: version $(pkg-config --modversion fa4), expected $version"
