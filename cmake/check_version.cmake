@@ -2,7 +2,9 @@
 # root CMakeLists.txt (the library, its soname, fa4::version(), the CLI, the CMake package and
 # fa4.pc, and the Python package's fa4.__version__ all take it from there). The files that must
 # repeat it as text are checked here:
-#   python/pyproject.toml   [project] version = "X.Y.Z" (static metadata, read before CMake runs)
+#   pyproject.toml, python/pyproject.toml (whichever exist): [project] version = "X.Y.Z" (static
+#                           metadata, read before CMake runs), or dynamic = ["version"] (e.g.
+#                           scikit-build-core's regex provider reading CMakeLists.txt)
 #   CHANGELOG.md            the first "## [X.Y.Z]" entry
 # Usage: cmake -DFA4_VERSION=X.Y.Z -DFA4_SOURCE_DIR=<root> -P check_version.cmake
 if(NOT FA4_VERSION OR NOT FA4_SOURCE_DIR)
@@ -10,25 +12,33 @@ if(NOT FA4_VERSION OR NOT FA4_SOURCE_DIR)
 endif()
 set(failed FALSE)
 
-set(pyproject "${FA4_SOURCE_DIR}/python/pyproject.toml")
-if(EXISTS "${pyproject}")
-  file(STRINGS "${pyproject}" lines REGEX "^version[ \t]*=")
-  list(LENGTH lines n)
-  if(n EQUAL 0)
-    # A dynamic version (e.g. scikit-build-core's regex provider on CMakeLists.txt) is fine.
-    file(STRINGS "${pyproject}" dyn REGEX "^dynamic[ \t]*=.*version")
-    if(NOT dyn)
-      message(NOTICE "python/pyproject.toml: no version and no dynamic = [\"version\"]")
-      set(failed TRUE)
-    endif()
-  else()
-    list(GET lines 0 line)
-    string(REGEX REPLACE "^version[ \t]*=[ \t]*\"([^\"]*)\".*" "\\1" pyver "${line}")
-    if(NOT pyver STREQUAL FA4_VERSION)
-      message(NOTICE "python/pyproject.toml: version \"${pyver}\", CMakeLists.txt: ${FA4_VERSION}")
-      set(failed TRUE)
+set(found_pyproject FALSE)
+foreach(rel pyproject.toml python/pyproject.toml)
+  set(pyproject "${FA4_SOURCE_DIR}/${rel}")
+  if(EXISTS "${pyproject}")
+    set(found_pyproject TRUE)
+    file(STRINGS "${pyproject}" lines REGEX "^version[ \t]*=")
+    list(LENGTH lines n)
+    if(n EQUAL 0)
+      # A dynamic version (e.g. scikit-build-core's regex provider on CMakeLists.txt) is fine.
+      file(STRINGS "${pyproject}" dyn REGEX "^dynamic[ \t]*=.*version")
+      if(NOT dyn)
+        message(NOTICE "${rel}: no version and no dynamic = [\"version\"]")
+        set(failed TRUE)
+      endif()
+    else()
+      list(GET lines 0 line)
+      string(REGEX REPLACE "^version[ \t]*=[ \t]*\"([^\"]*)\".*" "\\1" pyver "${line}")
+      if(NOT pyver STREQUAL FA4_VERSION)
+        message(NOTICE "${rel}: version \"${pyver}\", CMakeLists.txt: ${FA4_VERSION}")
+        set(failed TRUE)
+      endif()
     endif()
   endif()
+endforeach()
+if(NOT found_pyproject)
+  message(NOTICE "no pyproject.toml (root or python/)")
+  set(failed TRUE)
 endif()
 
 set(changelog "${FA4_SOURCE_DIR}/CHANGELOG.md")
