@@ -6,6 +6,7 @@ need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
+command -v pkg-config >/dev/null || need+=(pkg-config)   # CTest package_install checks fa4.pc
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 ls /usr/lib/*/libopenblas.so >/dev/null 2>&1 || need+=(libopenblas-dev)   # sgemm yardstick of the cpu benchmark
 command -v python3 >/dev/null || need+=(python3)

@@ -7,8 +7,9 @@
 #include "core/backends.h"
 #include "fa4/fa4.h"
 
+// The version is defined once, by project(fa4 VERSION ...) in CMakeLists.txt.
 #ifndef FA4_VERSION_STRING
-#define FA4_VERSION_STRING "0.2.0"
+#error "FA4_VERSION_STRING is set by CMakeLists.txt (project(fa4 VERSION ...))"
 #endif
 
 namespace fa4 {

@@ -1,0 +1,66 @@
+# CTest version_consistency: the version is defined once, by project(fa4 VERSION ...) in the
+# root CMakeLists.txt (the library, its soname, fa4::version(), the CLI, the CMake package and
+# fa4.pc, and the Python package's fa4.__version__ all take it from there). The files that must
+# repeat it as text are checked here:
+#   pyproject.toml, python/pyproject.toml (whichever exist): [project] version = "X.Y.Z" (static
+#                           metadata, read before CMake runs), or dynamic = ["version"] (e.g.
+#                           scikit-build-core's regex provider reading CMakeLists.txt)
+#   CHANGELOG.md            the first "## [X.Y.Z]" entry
+# Usage: cmake -DFA4_VERSION=X.Y.Z -DFA4_SOURCE_DIR=<root> -P check_version.cmake
+if(NOT FA4_VERSION OR NOT FA4_SOURCE_DIR)
+  message(FATAL_ERROR "check_version.cmake: pass -DFA4_VERSION and -DFA4_SOURCE_DIR")
+endif()
+set(failed FALSE)
+
+set(found_pyproject FALSE)
+foreach(rel pyproject.toml python/pyproject.toml)
+  set(pyproject "${FA4_SOURCE_DIR}/${rel}")
+  if(EXISTS "${pyproject}")
+    set(found_pyproject TRUE)
+    file(STRINGS "${pyproject}" lines REGEX "^version[ \t]*=")
+    list(LENGTH lines n)
+    if(n EQUAL 0)
+      # A dynamic version (e.g. scikit-build-core's regex provider on CMakeLists.txt) is fine.
+      file(STRINGS "${pyproject}" dyn REGEX "^dynamic[ \t]*=.*version")
+      if(NOT dyn)
+        message(NOTICE "${rel}: no version and no dynamic = [\"version\"]")
+        set(failed TRUE)
+      endif()
+    else()
+      list(GET lines 0 line)
+      string(REGEX REPLACE "^version[ \t]*=[ \t]*\"([^\"]*)\".*" "\\1" pyver "${line}")
+      if(NOT pyver STREQUAL FA4_VERSION)
+        message(NOTICE "${rel}: version \"${pyver}\", CMakeLists.txt: ${FA4_VERSION}")
+        set(failed TRUE)
+      endif()
+    endif()
+  endif()
+endforeach()
+if(NOT found_pyproject)
+  message(NOTICE "no pyproject.toml (root or python/)")
+  set(failed TRUE)
+endif()
+
+set(changelog "${FA4_SOURCE_DIR}/CHANGELOG.md")
+if(NOT EXISTS "${changelog}")
+  message(NOTICE "CHANGELOG.md is missing")
+  set(failed TRUE)
+else()
+  file(STRINGS "${changelog}" entries REGEX "^## \\[[0-9]")
+  if(NOT entries)
+    message(NOTICE "CHANGELOG.md: no \"## [X.Y.Z]\" entry")
+    set(failed TRUE)
+  else()
+    list(GET entries 0 first)
+    string(REGEX REPLACE "^## \\[([^]]*)\\].*" "\\1" clver "${first}")
+    if(NOT clver STREQUAL FA4_VERSION)
+      message(NOTICE "CHANGELOG.md: newest entry [${clver}], CMakeLists.txt: ${FA4_VERSION}")
+      set(failed TRUE)
+    endif()
+  endif()
+endif()
+
+if(failed)
+  message(FATAL_ERROR "version_consistency: the versions disagree (see above)")
+endif()
+message(STATUS "version_consistency: ${FA4_VERSION} everywhere")
