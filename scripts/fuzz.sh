@@ -44,7 +44,8 @@ echo "fa4 fuzz: ${secs} s, corpus tests/fuzz/corpus"
 par=()
 [ "${FUZZ_JOBS:-1}" -gt 1 ] && par=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS" -close_fd_mask=1)
 set +e
-build-fuzz/tests/fuzz/fa4_fuzzer "$work" tests/fuzz/corpus -max_total_time="$secs" -timeout=20 \
+# FUZZ_SEED (CI: fixed, so a submission's fuzz run is the one its author ran; 0 = random).
+build-fuzz/tests/fuzz/fa4_fuzzer "$work" tests/fuzz/corpus -max_total_time="$secs" -seed="${FUZZ_SEED:-0}" -timeout=20 \
   -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=4096 -print_final_stats=1 \
   -artifact_prefix=build-fuzz/findings/ "${par[@]}" 2>&1 | tail -n 60
 rc=${PIPESTATUS[0]}

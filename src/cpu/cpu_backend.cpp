@@ -300,8 +300,12 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
   const char* kbase = static_cast<const char*>(p.k.data);
   const char* vbase = static_cast<const char*>(p.v.data);
-  const int64_t k_span = ((dqk - 1) * pb.ks.dim + 1) * esz;
-  const int64_t v_span = ((dv - 1) * pb.vs.dim + 1) * esz;
+  // Bytes of one key / value row. Only when the range has keys: then k and v hold them and
+  // validation checked their extents; an empty k / v may carry any strides (a dim stride of
+  // INT64_MAX on a zero-row v overflowed here, found by the fuzzer).
+  const bool any_keys = hi > lo;
+  const int64_t k_span = any_keys ? ((dqk - 1) * pb.ks.dim + 1) * esz : 0;
+  const int64_t v_span = any_keys ? ((dv - 1) * pb.vs.dim + 1) * esz : 0;
   const KvRowOffsets kv_rows(pb, b, hk);
   // 1 / softcap overflows for softcap < 2.9e-39: FLT_MAX then stands in for it, so a zero score
   // stays 0 (0 * inf would be NaN) and any other saturates tanh to +-1, as s / softcap does.
