@@ -74,8 +74,10 @@ namespace {
 // Automatic choice: sm90 where its unsplit grid fills the device at least once; below that
 // (few query tiles, long keys) sm80's split-KV spreads the keys over the idle SMs instead.
 bool sm90_fills_device(const Problem& pb, const DeviceLimits& dl) {
-  const int64_t tiles = pb.varlen_q ? (pb.p->q.shape[0] + sm90::kBlockM - 1) / sm90::kBlockM
-                                    : pb.batch * ((pb.max_sq + sm90::kBlockM - 1) / sm90::kBlockM);
+  sm90::DimPair d{};
+  sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
+  const int64_t m = sm90::tile_cfg(d.dqk, d.dv).block_m();
+  const int64_t tiles = pb.varlen_q ? (pb.p->q.shape[0] + m - 1) / m : pb.batch * ((pb.max_sq + m - 1) / m);
   return tiles * pb.hq >= dl.sms;
 }
 
@@ -213,7 +215,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits&) {
   sm90::DimPair d{};
   sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
   pl.dqk = d.dqk, pl.dv = d.dv;
-  pl.m = sm90::kBlockM;
+  pl.m = sm90::tile_cfg(d.dqk, d.dv).block_m();
   pl.n = sm90::tile_cfg(d.dqk, d.dv).block_n;
   pl.smem = sm90::smem_bytes(d.dqk, d.dv);
   pl.pack_gqa = false;

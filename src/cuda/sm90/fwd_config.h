@@ -1,13 +1,13 @@
 // Tile configurations of the sm90 (Hopper) forward kernel, host- and device-visible.
 //
-// One CTA = one producer warpgroup + two consumer warpgroups; each consumer owns 64 query rows
-// (wgmma M = 64), so a CTA covers kBlockM = 128 rows of one (batch, head). K and V stream through
-// separate mbarrier rings of `stages` slots of kBlockN keys.
+// One CTA = one producer warpgroup + `consumers` consumer warpgroups (2 or 3); each consumer owns
+// 64 query rows (wgmma M = 64), so a CTA covers block_m = 64 * consumers rows of one (batch,
+// head). K and V stream through separate mbarrier rings of `stages` slots of block_n keys.
 //
-// Registers per consumer thread (fp32 accumulators): S = kBlockN / 2, O = Dv / 2, P (16-bit A
-// fragments) = kBlockN / 4: D = 64: 64 + 32 + 32, D = 128: 64 + 64 + 32, D = 256 (kBlockN = 64):
-// 32 + 128 + 16, all inside the 240 registers setmaxnreg gives a consumer.
-// Shared memory = (128 * Dqk + stages * kBlockN * (Dqk + Dv)) * 2 bytes + barriers.
+// Registers per consumer thread (fp32 accumulators): S = block_n / 2, O = Dv / 2, P (16-bit A
+// fragments) = block_n / 4, inside the setmaxnreg budget of fwd_schedule.h (240 with two
+// consumers, 160 with three).
+// Shared memory = (block_m * Dqk + stages * block_n * (Dqk + Dv)) * 2 bytes + barriers.
 #pragma once
 
 // Ablation switches (docs/perf/sm90-notes.md): each FA4 idea can be built out, to measure what it
@@ -29,12 +29,19 @@
 #ifndef FA4_SM90_EXP2_EMU
 #define FA4_SM90_EXP2_EMU -1
 #endif
-// Key-tile sizes (wgmma N of S = Q K^T: 64, 128, 176, 192 or 256), per head-dim class.
+// Tile shapes per head-dim class, for the A/B runs that choose them (docs/perf/sm90-notes.md):
+// key tiles (wgmma N of S = Q K^T: 64, 80, 128, 176, 192 or 256) and consumer warpgroups.
 #ifndef FA4_SM90_BLOCK_N_D64
 #define FA4_SM90_BLOCK_N_D64 128
 #endif
 #ifndef FA4_SM90_BLOCK_N_D128
 #define FA4_SM90_BLOCK_N_D128 128
+#endif
+#ifndef FA4_SM90_BLOCK_N_D256
+#define FA4_SM90_BLOCK_N_D256 64
+#endif
+#ifndef FA4_SM90_CONSUMERS_D64
+#define FA4_SM90_CONSUMERS_D64 2
 #endif
 
 namespace fa4::cuda::sm90 {
@@ -46,14 +53,14 @@ constexpr int exp2_emu_every(int dqk) {
   return 0;  // not yet measured
 }
 
-struct TileCfg {
-  int block_m, block_n, stages;
-};
+constexpr int kRowsPerConsumer = 64;  // wgmma M
+constexpr int kMaxConsumers = 3;
 
-constexpr int kConsumers = 2;           // consumer warpgroups
-constexpr int kRowsPerConsumer = 64;    // wgmma M
-constexpr int kBlockM = kConsumers * kRowsPerConsumer;
-constexpr int kThreads = 128 * (1 + kConsumers);
+struct TileCfg {
+  int consumers, block_n, stages;
+  constexpr int block_m() const { return consumers * kRowsPerConsumer; }
+  constexpr int threads() const { return 128 * (1 + consumers); }
+};
 
 // The kernel head dims a problem's (dqk, dv) run on: both padded up to 64, 128 or 256 (zero-filled
 // TMA boxes, guarded stores) when equal after padding; false where no sm90 instance covers them
@@ -71,18 +78,18 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 
 constexpr TileCfg tile_cfg(int dqk, int dv) {
   // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma
-  // N sizes the wrappers provide (64 / 128 / 256).
-  if (dqk <= 64) return {kBlockM, FA4_SM90_BLOCK_N_D64, 3};
-  if (dqk <= 128) return {kBlockM, FA4_SM90_BLOCK_N_D128, 2};
+  // N sizes the wrappers provide (sm90_ptx.cuh).
+  if (dqk <= 64) return {FA4_SM90_CONSUMERS_D64, FA4_SM90_BLOCK_N_D64, 3};
+  if (dqk <= 128) return {2, FA4_SM90_BLOCK_N_D128, 2};
   (void)dv;
-  return {kBlockM, 64, 2};
+  return {2, FA4_SM90_BLOCK_N_D256, 2};
 }
 
 constexpr int smem_bytes(int dqk, int dv) {
   const TileCfg c = tile_cfg(dqk, dv);
   // tiles, the barriers (padded to the struct's 1024-byte alignment), and the 1024-byte
   // alignment slack of the dynamic allocation (fwd_smem.cuh; fwd_kernel.cuh asserts equality)
-  return (c.block_m * dqk + c.stages * c.block_n * (dqk + dv)) * 2 + 1024 + 1024;
+  return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * 2 + 1024 + 1024;
 }
 
 }  // namespace fa4::cuda::sm90

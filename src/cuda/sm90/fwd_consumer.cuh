@@ -34,6 +34,7 @@ template <class T>
 struct Consumer {
   using Elem = typename T::Elem;
   static constexpr int kDqk = T::kDqk, kDv = T::kDv, kBlockN = T::kBlockN, kStages = T::kStages;
+  static constexpr int kConsumers = T::kConsumers;
   static constexpr int kSRegs = kBlockN / 2;  // S accumulator, 64 x kBlockN
   static constexpr int kORegs = kDv / 2;      // O accumulator, 64 x Dv
   static constexpr int kPSteps = kBlockN / 16;
@@ -42,7 +43,7 @@ struct Consumer {
   typename T::Smem& sh;
   const FwdArgs& p;
   const TileWork& w;
-  int c;         // consumer index 0 / 1
+  int c;         // consumer index 0 .. kConsumers - 1
   int tid;       // thread in the warpgroup
   int g, t4;     // fragment row group, column pair
   float sc;      // multiplier from kept score units to log2 units (see softmax)
@@ -81,12 +82,12 @@ struct Consumer {
   // Row (within the consumer's 64) of this thread's row half h.
   __device__ __forceinline__ int row_of(int h) const { return 16 * (tid / 32) + g + 8 * h; }
 
-  // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the other consumer ----
+  // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the next consumer ----
   __device__ __forceinline__ void turn_wait() {
-    if (FA4_SM90_PINGPONG) ptx::named_barrier_sync(bar_id(c ? Bar::turn1 : Bar::turn0), 256);
+    if (FA4_SM90_PINGPONG) ptx::named_barrier_sync(bar_id(Bar::turn0) + c, 256);
   }
   __device__ __forceinline__ void turn_pass() {
-    if (FA4_SM90_PINGPONG) ptx::named_barrier_arrive(bar_id(c ? Bar::turn0 : Bar::turn1), 256);
+    if (FA4_SM90_PINGPONG) ptx::named_barrier_arrive(bar_id(Bar::turn0) + (c + 1) % kConsumers, 256);
   }
 
   // ---- GEMMs ----
@@ -195,20 +196,20 @@ struct Consumer {
   // V rows past the sequence's last key in the first-consumed (last) key tile: TMA filled them
   // from memory beyond the sequence (the next sequence, unused cache slots) unless the tensor
   // map itself ends there. P is 0 for them, but 0 * NaN / Inf garbage would still reach O, so
-  // both consumers zero them once (disjoint rows) before the first P V.
+  // the consumers zero them once (disjoint rows) before the first P V.
   __device__ __forceinline__ void zero_v_tail(const Ring& st) {
     const int n0 = w.tile_at(0) * kBlockN;
     const int r0 = w.sk - n0;
     ptx::mbarrier_wait_parity(&sh.v_ring.full[st.index], st.phase);
     constexpr int kPieces = 8 * (kDv / 64);  // 16-byte pieces of one key row (all chunks)
     const int ctid = c * 128 + tid;
-    for (int idx = ctid; idx < (kBlockN - r0) * kPieces; idx += 256) {
+    for (int idx = ctid; idx < (kBlockN - r0) * kPieces; idx += 128 * kConsumers) {
       const int r = r0 + idx / kPieces, pc = idx % kPieces;
       *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(sh.v[st.index][pc / 8]) + r * 128 + (pc % 8) * 16) =
           make_uint4(0u, 0u, 0u, 0u);
     }
     ptx::fence_proxy_async_shared_cta();  // generic stores -> the wgmma (async proxy) reads
-    ptx::named_barrier_sync(bar_id(Bar::consumers), 256);
+    ptx::named_barrier_sync(bar_id(Bar::consumers), 128 * kConsumers);
   }
 
   __device__ __forceinline__ void mainloop() {

@@ -47,7 +47,7 @@ __device__ __forceinline__ void epilogue(Consumer<T>& cs) {
     const uint32_t off = (col / 64) * kChunkBytes + ptx::swizzle128_offset(cs.row_of(h), (col % 64) * 2);
     *reinterpret_cast<uint32_t*>(stage + off) = ptx::pack2<Elem>(cs.o[i] * scale[h], cs.o[i + 1] * scale[h]);
   }
-  ptx::named_barrier_sync(bar_id(c ? Bar::epilogue1 : Bar::epilogue0), 128);
+  ptx::named_barrier_sync(bar_id(Bar::epilogue0) + c, 128);
 
   constexpr int kPieces = kDv / 8;  // 16-byte pieces of a row
   Elem* out = static_cast<Elem*>(p.out) + w.si.o_base + static_cast<int64_t>(w.head) * p.o_sh;

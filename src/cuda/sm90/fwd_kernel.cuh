@@ -1,9 +1,9 @@
 // The sm90 (Hopper, sm_90a) forward kernel: FlashAttention-4's design on TMA + wgmma with warp
 // specialization (DESIGN §3). Roles (fwd_schedule.h):
 //   producer   warpgroup 0, one elected thread: TMA loads of Q, K ring, V ring (fwd_producer.cuh)
-//   consumers  warpgroups 1 and 2: 64 query rows each; GEMMs, online softmax, ping-pong
+//   consumers  warpgroups 1 .. consumers: 64 query rows each; GEMMs, online softmax, ping-pong
 //              (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh)
-// One CTA per (128-row query tile, query head, batch); the grid and its heavy-first causal
+// One CTA per (block_m-row query tile, query head, batch); the grid and its heavy-first causal
 // order come from cta_tile (common/seq_info.cuh).
 #pragma once
 
@@ -28,15 +28,16 @@ struct FwdTraits {
   static constexpr int kDqk = kDqk_, kDv = kDv_;
   static constexpr TileCfg kCfg = tile_cfg(kDqk, kDv);
   static constexpr int kBlockN = kCfg.block_n, kStages = kCfg.stages;
+  static constexpr int kConsumers = kCfg.consumers, kBlockM = kCfg.block_m(), kThreads = kCfg.threads();
   static constexpr int kExp2EmuEvery = exp2_emu_every(kDqk);
-  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages>;
+  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv), "fwd_config.h's smem_bytes is what the planner reserves");
   static_assert(kDv <= kDqk, "the O staging tile reuses the consumer's Q tile");
 };
 
 template <class T>
-__global__ void __launch_bounds__(kThreads, 1) fwd_kernel(const __grid_constant__ Sm90Params P) {
+__global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_constant__ Sm90Params P) {
 #if FA4_PTX_SM90A
   extern __shared__ uint8_t smem_raw[];
   // 1024-byte aligned base: the swizzle pattern and the descriptors' zero base offset need it.
@@ -44,22 +45,22 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_kernel(const __grid_constant_
   auto& sh = *reinterpret_cast<typename T::Smem*>(smem_raw + ((1024u - mis) & 1023u));
 
   TileWork w;
-  if (!w.init(P.a, T::kBlockN)) return;  // uniform over the CTA
+  if (!w.init(P.a, T::kBlockM, T::kBlockN)) return;  // uniform over the CTA
   if (threadIdx.x == 0) {
-    sh.k_ring.init(kConsumers);  // one release per consumer warpgroup
-    sh.v_ring.init(kConsumers);
+    sh.k_ring.init(T::kConsumers);  // one release per consumer warpgroup
+    sh.v_ring.init(T::kConsumers);
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
 
   if (role_of(threadIdx.x) == Role::producer) {
-    ptx::setmaxnreg_dec<kProducerRegs>();
+    ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();
     if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) produce<T>(P, sh, w);
     return;
   }
-  ptx::setmaxnreg_inc<kConsumerRegs>();
-  Consumer<T> cs(sh, P.a, w, role_of(threadIdx.x) == Role::consumer0 ? 0 : 1);
+  ptx::setmaxnreg_inc<consumer_regs(T::kConsumers)>();
+  Consumer<T> cs(sh, P.a, w, consumer_of(threadIdx.x));
   cs.mainloop();
   epilogue<T>(cs);
 #endif

@@ -23,7 +23,7 @@ cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream)
     if (err != cudaSuccess) return err;
     configured[dev] = true;
   }
-  fwd_kernel<T><<<grid, kThreads, T::kSmemBytes, stream>>>(P);
+  fwd_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(P);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,5 @@
 // The load role of the sm90 forward kernel: one elected thread of the producer warp issues every
-// TMA copy of the CTA -- Q once (both consumers' 64-row halves on one barrier), then per key
+// TMA copy of the CTA -- Q once (every consumer's 64 rows on one barrier), then per key
 // tile K into the K ring and V into the V ring (separate rings, so S = Q K^T of tile t + 1 can
 // start while V of tile t is still in flight).
 #pragma once
@@ -14,7 +14,7 @@ namespace fa4::cuda::sm90 {
 template <class T>
 __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& sh, const TileWork& w) {
   constexpr int kBlockN = T::kBlockN;
-  constexpr int kQBytes = kBlockM * T::kDqk * 2;
+  constexpr int kQBytes = T::kBlockM * T::kDqk * 2;
   constexpr int kKBytes = kBlockN * T::kDqk * 2;
   constexpr int kVBytes = kBlockN * T::kDv * 2;
   const int n = w.n_tiles();
@@ -25,7 +25,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
 
   ptx::mbarrier_arrive_expect_tx(&sh.q_full, kQBytes);
 #pragma unroll
-  for (int c = 0; c < kConsumers; ++c)
+  for (int c = 0; c < T::kConsumers; ++c)
 #pragma unroll
     for (int ch = 0; ch < T::kDqk / 64; ++ch)
       ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row0 + w.m0 + c * kRowsPerConsumer, w.q_b);

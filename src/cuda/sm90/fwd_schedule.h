@@ -12,23 +12,28 @@ enum class Role : int {
   producer = 0,   // warp 0 issues every TMA load (Q once, K/V per key tile); warps 1-3 exit
   consumer0 = 1,  // query rows 0..63 of the tile: S = Q K^T, softmax, O += P V, epilogue
   consumer1 = 2,  // query rows 64..127
+  consumer2 = 3,  // query rows 128..191 (three-consumer configurations, fwd_config.h)
 };
 __device__ __forceinline__ Role role_of(int thread) { return static_cast<Role>(thread / 128); }
+// Consumer index 0 .. consumers - 1 of a consumer thread.
+__device__ __forceinline__ int consumer_of(int thread) { return thread / 128 - 1; }
 
-// setmaxnreg budgets: 24 * 128 + 2 * 240 * 128 = 64512 <= the SM's 65536 registers at one CTA
-// per SM (the launch reserves 65536 / 384 = 168 per thread; the producer gives its share away).
-constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;
+// setmaxnreg budgets at one CTA per SM (65536 registers; the producer gives its share away):
+// two consumers 24 * 128 + 2 * 240 * 128 = 64512, three 32 * 128 + 3 * 160 * 128 = 65536.
+constexpr int producer_regs(int consumers) { return consumers == 2 ? 24 : 32; }
+constexpr int consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
 
-// Named barriers (16 per CTA; 0 is __syncthreads').
+// Named barriers (16 per CTA; 0 is __syncthreads'). Per-consumer barriers are consecutive ids:
+// bar_id(Bar::turn0) + c.
 enum class Bar : uint32_t {
   cta = 0,
-  consumers = 1,   // both consumer warpgroups (256 threads): the one-time V tail zeroing
-  turn0 = 2,       // consumer 0 may issue its GEMMs (ping-pong; 256: 128 wait + 128 arrive)
-  turn1 = 3,       // consumer 1 may issue its GEMMs
-  epilogue0 = 4,   // consumer 0's 128 threads: O staged in shared memory
-  epilogue1 = 5,
+  consumers = 1,   // all consumer warpgroups: the one-time V tail zeroing
+  turn0 = 2,       // consumer c may issue its GEMMs: turn0 + c (ping-pong in a ring over the
+                   // consumers; 256 threads: 128 wait + 128 arrive)
+  epilogue0 = turn0 + kMaxConsumers,  // consumer c's 128 threads: O staged in shared memory
+  end = epilogue0 + kMaxConsumers,
 };
+static_assert(static_cast<uint32_t>(Bar::end) <= 16, "16 named barriers per CTA");
 __device__ __forceinline__ uint32_t bar_id(Bar b) { return static_cast<uint32_t>(b); }
 
 }  // namespace fa4::cuda::sm90

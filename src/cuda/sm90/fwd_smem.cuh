@@ -17,7 +17,7 @@
 
 namespace fa4::cuda::sm90 {
 
-template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages>
+template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers>
 struct alignas(1024) SharedStorage {
   static constexpr int kQChunk = kRowsPerConsumer * 64;  // elements of one 64-column chunk
   static constexpr int kKVChunk = kBlockN * 64;

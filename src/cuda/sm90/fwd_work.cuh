@@ -1,5 +1,5 @@
 // The work of one CTA of the sm90 forward kernel, computed identically by every role: which
-// (batch, head, 128-row query tile), the sequence's lengths, and the key tiles its mask sees.
+// (batch, head, block_m-row query tile), the sequence's lengths, and the key tiles its mask sees.
 // Producer and consumers derive the same loop bounds from it, so the rings stay in step.
 #pragma once
 
@@ -25,16 +25,16 @@ struct TileWork {
   int q_row0 = 0, q_b = 0, kv_row0 = 0, kv_b = 0;
 
   // False (uniform over the CTA) when the CTA has no rows to compute.
-  __device__ __forceinline__ bool init(const FwdArgs& p, int block_n) {
-    if (!cta_tile<true>(p, kBlockM, &m_block, &batch, &split)) return false;
+  __device__ __forceinline__ bool init(const FwdArgs& p, int block_m, int block_n) {
+    if (!cta_tile<true>(p, block_m, &m_block, &batch, &split)) return false;
     si.init(p, batch);
     head = blockIdx.y;
     hk = head / p.group;
     rows_seq = static_cast<int>(si.sq);
-    m0 = m_block * kBlockM;
+    m0 = m_block * block_m;
     if (m0 >= rows_seq) return false;
     sk = static_cast<int>(si.sk < INT_MAX ? si.sk : INT_MAX);
-    const int m_last = (m0 + kBlockM < rows_seq ? m0 + kBlockM : rows_seq) - 1;
+    const int m_last = (m0 + block_m < rows_seq ? m0 + block_m : rows_seq) - 1;
     key_tiles(p, si, m0, m_last, sk, block_n, split, &n_lo, &n_hi);
     if (p.varlen_q) q_row0 = static_cast<int>(si.token0), q_b = 0;
     else q_row0 = 0, q_b = batch;
