@@ -32,12 +32,14 @@ struct Shape {
   int32_t num_splits = 0;
   bool paged = false;
   int64_t q_head_stride = 0;  // 0: contiguous BSHD (dqk)
+  bool causal = false;
 };
 
 class Planned {
  public:
   explicit Planned(const Shape& s) {
     params_.num_splits = s.num_splits;
+    params_.causal = s.causal;
     params_.q.shape[0] = s.varlen ? s.total_q : s.batch;
     pb_.p = &params_;
     pb_.backend = Backend::cuda;
@@ -278,14 +280,15 @@ TEST(CudaPlan, KernelPreferenceAppliesWhereTheKernelSupportsTheProblem) {
   EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
 }
 
-// sm90 (src/cuda/sm90/fwd_config.h): 128 query rows x 128 keys (D = 64: 3 K/V stages; 128: 2),
-// 128 x 64 at D = 256; smem = (128 x D + stages x N x 2D) x 2 B + 1 KB barriers + 1 KB slack.
+// sm90 (src/cuda/sm90/fwd_config.h): D = 64: 192 query rows (three consumers) x 128 keys, 3 K/V
+// stages; D = 128: 128 x 128, 2 stages; D = 256: 128 x 64, 2 stages; smem = (M x D + stages x N x
+// 2D) x 2 B + 1 KB barriers + 1 KB slack, + M x D x 2 B of O staging where that fits in 227 KB.
 TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
   const Plan pl = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096}).on(h200_auto());
   EXPECT_EQ(pl.kernel, Kernel::sm90);
   EXPECT_EQ(pl.m, 128);
   EXPECT_EQ(pl.n, 128);
-  EXPECT_EQ(pl.smem, (128 * 128 + 2 * 128 * 256) * 2 + 2048);
+  EXPECT_EQ(pl.smem, (128 * 128 + 2 * 128 * 256) * 2 + 2048 + 128 * 128 * 2);
   EXPECT_FALSE(pl.pack_gqa);
   EXPECT_EQ(pl.grid.x, 32);
   EXPECT_EQ(pl.grid.y, 16);
@@ -296,13 +299,65 @@ TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
     const Plan p = Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = d, .dv = d, .sq = 1024, .sk = 1024}).on(h200_auto());
     return std::make_tuple(p.kernel, p.dqk, p.n, p.smem);
   };
-  EXPECT_EQ(tile(64), std::make_tuple(Kernel::sm90, 64, 128, (128 * 64 + 3 * 128 * 128) * 2 + 2048));
-  EXPECT_EQ(tile(96), std::make_tuple(Kernel::sm90, 128, 128, (128 * 128 + 2 * 128 * 256) * 2 + 2048));
+  EXPECT_EQ(tile(64), std::make_tuple(Kernel::sm90, 64, 128, (192 * 64 + 3 * 128 * 128) * 2 + 2048 + 192 * 64 * 2));
+  EXPECT_EQ(tile(96), std::make_tuple(Kernel::sm90, 128, 128, (128 * 128 + 2 * 128 * 256) * 2 + 2048 + 128 * 128 * 2));
   EXPECT_EQ(tile(256), std::make_tuple(Kernel::sm90, 256, 64, (128 * 256 + 2 * 64 * 512) * 2 + 2048));
+  EXPECT_EQ(Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 1024, .sk = 1024}).on(h200_auto()).m, 192);
   // GQA prefill: one CTA per query head, K/V of its kv head.
   const Plan gqa = Planned({.batch = 4, .hq = 32, .hkv = 8, .sq = 1024, .sk = 1024}).on(h200_auto());
   EXPECT_EQ(gqa.kernel, Kernel::sm90);
   EXPECT_EQ(gqa.grid.y, 32);
+}
+
+// Persistent CTAs: at most one per SM, walking the tile grid; a causal schedule groups the
+// (head, batch) pairs whose K / V fit half the L2, heads of a KV head together.
+TEST(CudaPlan, Sm90PersistentSchedule) {
+  DeviceLimits dl = h200_auto();
+  dl.l2_bytes = 50 << 20;
+  const Plan pl = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096}).on(dl);
+  EXPECT_EQ(pl.sched.gx, 32);
+  EXPECT_EQ(pl.sched.gy, 16);
+  EXPECT_EQ(pl.sched.gz, 2);
+  EXPECT_EQ(pl.sched.section, 1);
+  EXPECT_EQ(pl.ctas, 132);
+  // K / V of one (kv head, sequence): 4096 keys x 256 x 2 B = 2 MB -> 12 pairs in 25 MB, x4 with GQA 4
+  const Plan causal = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
+  EXPECT_EQ(causal.sched.section, 12);
+  const Plan gqa = Planned({.batch = 2, .hq = 16, .hkv = 4, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
+  EXPECT_EQ(gqa.sched.section, 32);  // 48, clamped to the 32 pairs
+  // fewer tiles than SMs: one CTA per tile
+  const Plan small = Planned({.batch = 1, .hq = 132, .hkv = 132, .sq = 128, .sk = 4096}).on(dl);
+  EXPECT_EQ(small.kernel, Kernel::sm90);
+  EXPECT_EQ(small.ctas, 132);
+  DeviceLimits pref = dl;
+  pref.prefer = Kernel::sm90;  // (automatic: sm80 splits the keys of so few tiles)
+  const Plan one = Planned({.batch = 1, .hq = 2, .hkv = 2, .sq = 4096, .sk = 4096}).on(pref);
+  EXPECT_EQ(one.kernel, Kernel::sm90);
+  EXPECT_EQ(one.sched.total(), 64);
+  EXPECT_EQ(one.ctas, 64);
+}
+
+// The schedule visits every tile of the virtual grid exactly once, sections of `section` (y, z)
+// pairs one after the other, x slowest inside a section.
+TEST(TileSchedule, EveryTileOnceInSectionOrder) {
+  for (const fa4::cuda::TileSchedule s : {fa4::cuda::TileSchedule{5, 3, 2, 1}, fa4::cuda::TileSchedule{4, 7, 3, 5},
+                                          fa4::cuda::TileSchedule{1, 1, 1, 1}, fa4::cuda::TileSchedule{3, 4, 1, 4},
+                                          fa4::cuda::TileSchedule{6, 5, 5, 25}}) {
+    std::vector<int> seen(static_cast<size_t>(s.total()), 0);
+    int64_t prev_sec = -1;
+    int prev_x = -1;
+    for (int64_t t = 0; t < s.total(); ++t) {
+      int x, y, z;
+      s.coords(t, &x, &y, &z);
+      ASSERT_TRUE(x >= 0 && x < s.gx && y >= 0 && y < s.gy && z >= 0 && z < s.gz) << t;
+      ++seen[static_cast<size_t>((z * s.gy + y) * s.gx + x)];
+      const int64_t sec = (z * s.gy + y) / s.section;
+      EXPECT_GE(sec, prev_sec) << "sections in order";
+      if (sec == prev_sec) EXPECT_GE(x, prev_x) << "x slowest inside a section";
+      prev_sec = sec, prev_x = x;
+    }
+    for (int v : seen) EXPECT_EQ(v, 1);
+  }
 }
 
 TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {

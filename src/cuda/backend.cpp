@@ -81,6 +81,7 @@ const DeviceProps& device_props(int dev) {
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return;
     l.sms = prop.multiProcessorCount;
+    l.l2_bytes = prop.l2CacheSize;
     l.cc_major = prop.major;
     l.cc_minor = prop.minor;
     l.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
@@ -343,7 +344,9 @@ Status cuda_forward(const Problem& pb) {
       std::string why;
       if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, &P, &why))
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
-      e = cuda::sm90::launch_fwd(P, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, grid, stream);
+      P.sched = pl.sched;
+      e = cuda::sm90::launch_fwd(P, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, dim3(static_cast<unsigned>(pl.ctas)),
+                                 stream);
       break;
     }
     case Kernel::sm80:

@@ -207,9 +207,26 @@ Plan plan_simt(const Problem& pb, const DeviceLimits& dl) {
   return pl;
 }
 
-// sm90 (src/cuda/sm90): tiles of 128 query rows (two consumer warpgroups) x the config's keys,
+// The persistent schedule of the sm90 kernel (common/tile_schedule.h): one CTA per SM at most.
+// Without a causal / windowed mask every tile costs the same and one head's tiles run side by
+// side (section 1). With one, a section holds the (head, batch) pairs whose K / V fit half the L2
+// (heads of one KV head share theirs), its tiles heaviest first.
+void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
+  pl.sched.gx = pl.grid.x, pl.sched.gy = pl.grid.y, pl.sched.gz = pl.grid.z;
+  pl.sched.section = 1;
+  if (pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0) {
+    const int64_t l2 = dl.l2_bytes > 0 ? dl.l2_bytes : (int64_t{40} << 20);
+    const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * 2);  // one KV head, one sequence
+    const int64_t pairs = pl.grid.y * pl.grid.z;
+    pl.sched.section = std::clamp<int64_t>(l2 / 2 / kv_bytes * pb.group, 1, std::max<int64_t>(pairs, 1));
+  }
+  const int64_t total = pl.sched.total();
+  pl.ctas = FA4_SM90_PERSISTENT && dl.sms > 0 ? std::min<int64_t>(total, dl.sms) : total;
+}
+
+// sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs,
 // no PackGQA, no split-KV yet (sm90_supports).
-Plan plan_sm90(const Problem& pb, const DeviceLimits&) {
+Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   Plan pl;
   pl.kernel = Kernel::sm90;
   sm90::DimPair d{};
@@ -221,6 +238,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits&) {
   pl.pack_gqa = false;
   decompose(pb, pl);
   pl.grid.z = z_per_split(pb, pl);
+  schedule_sm90(pb, dl, pl);
   return pl;
 }
 

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/problem.h"
+#include "cuda/common/tile_schedule.h"
 #include "cuda/sm80/fwd_configs.h"
 
 namespace fa4::cuda {
@@ -37,6 +38,7 @@ struct DeviceLimits {
   int cc_major = 0, cc_minor = 0;
   int smem_optin = 0;         // bytes of shared memory one block may opt in to (FA4_CUDA_SMEM_OPTIN may cap it)
   int smem_per_sm = 0;        // bytes of shared memory per SM
+  int64_t l2_bytes = 0;       // L2 cache (0: unknown; the persistent schedule then assumes 40 MB)
   // FA4_CUDA_KERNEL: used wherever that kernel supports the problem, else the automatic choice.
   std::optional<Kernel> prefer;
 };
@@ -62,7 +64,9 @@ struct Plan {
   int splits = 1;          // KV splits (1 = none)
   int64_t rows_total = 0;  // token rows of q (all sequences)
   size_t workspace = 0;    // bytes of fp32 split partials (O and lse), 0 without splits
-  Grid grid;
+  Grid grid;               // the tiles; sm90 launches `ctas` persistent CTAs that walk them
+  TileSchedule sched;      // sm90: the order they walk them in (common/tile_schedule.h)
+  int64_t ctas = 0;        // sm90: CTAs launched (grid.x, with grid.y = grid.z = 1)
 };
 
 // The sm90 kernel's feature set. The lead's kernel fills this in; false until it lands.

@@ -105,26 +105,32 @@ __device__ __forceinline__ bool find_varlen_tile(const FwdArgs& p, int rows_per_
   return false;
 }
 
-// The CTA's query tile: (m_block within its sequence, batch, split). Varlen tiles (kVarlen, and
-// p.varlen_tiles unless kAlwaysVarlen): blockIdx.x walks the tiles of all sequences back to back
-// (find_varlen_tile) and blockIdx.z is the split; otherwise blockIdx.x is the tile and
-// blockIdx.z = batch x split. With a causal / windowed mask later tiles see more keys, so tiles
+// The query tile of virtual block (bx, -, bz) of a grid gx wide: (m_block within its sequence,
+// batch, split). Varlen tiles (kVarlen, and p.varlen_tiles unless kAlwaysVarlen): bx walks the
+// tiles of all sequences back to back (find_varlen_tile) and bz is the split; otherwise bx is the
+// tile and bz = batch x split. With a causal / windowed mask later tiles see more keys, so tiles
 // are taken in reverse (within each sequence): the long CTAs start first instead of forming the
-// tail of the grid. False (uniform over the CTA) for a CTA past the last varlen tile.
+// tail of the grid. False (uniform over the CTA) for a block past the last varlen tile.
 template <bool kVarlen, bool kAlwaysVarlen = false>
-__device__ __forceinline__ bool cta_tile(const FwdArgs& p, int rows_per_tile, int* m_block, int* batch, int* split) {
+__device__ __forceinline__ bool query_tile(const FwdArgs& p, int rows_per_tile, int bx, int gx, int bz, int* m_block,
+                                          int* batch, int* split) {
   if (kVarlen && (kAlwaysVarlen || p.varlen_tiles)) {
     int local, tiles;
-    if (!find_varlen_tile(p, rows_per_tile, static_cast<int>(blockIdx.x), batch, &local, &tiles)) return false;
+    if (!find_varlen_tile(p, rows_per_tile, bx, batch, &local, &tiles)) return false;
     *m_block = p.mask.right >= 0 ? tiles - 1 - local : local;
-    *split = blockIdx.z;
+    *split = bz;
   } else {
-    *m_block = p.mask.right >= 0 ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
-                                 : static_cast<int>(blockIdx.x);
-    *batch = blockIdx.z, *split = 0;
-    if (p.num_splits > 1) *batch = blockIdx.z / p.num_splits, *split = blockIdx.z % p.num_splits;
+    *m_block = p.mask.right >= 0 ? gx - 1 - bx : bx;
+    *batch = bz, *split = 0;
+    if (p.num_splits > 1) *batch = bz / p.num_splits, *split = bz % p.num_splits;
   }
   return true;
+}
+// The CTA's own query tile (one CTA per tile of the launch grid).
+template <bool kVarlen, bool kAlwaysVarlen = false>
+__device__ __forceinline__ bool cta_tile(const FwdArgs& p, int rows_per_tile, int* m_block, int* batch, int* split) {
+  return query_tile<kVarlen, kAlwaysVarlen>(p, rows_per_tile, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
+                                           static_cast<int>(blockIdx.z), m_block, batch, split);
 }
 
 // Key tiles [*n_lo, *n_hi) (tile_keys keys each) that query rows i_first ..= i_last of one

@@ -29,6 +29,11 @@
 #ifndef FA4_SM90_EXP2_EMU
 #define FA4_SM90_EXP2_EMU -1
 #endif
+//   FA4_SM90_PERSISTENT    1: one CTA per SM walks the tiles (common/tile_schedule.h), the next
+//                          tile's loads under the current one's epilogue; 0: one CTA per tile
+#ifndef FA4_SM90_PERSISTENT
+#define FA4_SM90_PERSISTENT 1
+#endif
 // Tile shapes per head-dim class, for the A/B runs that choose them (docs/perf/sm90-notes.md):
 // key tiles (wgmma N of S = Q K^T: 64, 80, 128, 176, 192 or 256) and consumer warpgroups.
 #ifndef FA4_SM90_BLOCK_N_D64
@@ -41,7 +46,7 @@
 #define FA4_SM90_BLOCK_N_D256 64
 #endif
 #ifndef FA4_SM90_CONSUMERS_D64
-#define FA4_SM90_CONSUMERS_D64 2
+#define FA4_SM90_CONSUMERS_D64 3
 #endif
 
 namespace fa4::cuda::sm90 {
@@ -85,11 +90,23 @@ constexpr TileCfg tile_cfg(int dqk, int dv) {
   return {2, FA4_SM90_BLOCK_N_D256, 2};
 }
 
-constexpr int smem_bytes(int dqk, int dv) {
+constexpr int kSmemLimit = 227 * 1024;  // the opt-in shared memory of one sm_90 block
+
+// Q, the K / V rings, the barriers (padded to the struct's 1024-byte alignment), and the
+// 1024-byte alignment slack of the dynamic allocation (fwd_smem.cuh; fwd_kernel.cuh asserts
+// equality with sizeof).
+constexpr int smem_bytes_without_o(int dqk, int dv) {
   const TileCfg c = tile_cfg(dqk, dv);
-  // tiles, the barriers (padded to the struct's 1024-byte alignment), and the 1024-byte
-  // alignment slack of the dynamic allocation (fwd_smem.cuh; fwd_kernel.cuh asserts equality)
   return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * 2 + 1024 + 1024;
+}
+// The epilogue stages O in its own buffer where it fits: then Q of the next tile loads as soon as
+// the last S = Q K^T of the current one is done, under its last P V and epilogue. Otherwise
+// (D = 256) O is staged in the consumer's Q tile and the next Q waits for the epilogue.
+constexpr bool separate_o(int dqk, int dv) {
+  return smem_bytes_without_o(dqk, dv) + tile_cfg(dqk, dv).block_m() * dv * 2 <= kSmemLimit;
+}
+constexpr int smem_bytes(int dqk, int dv) {
+  return smem_bytes_without_o(dqk, dv) + (separate_o(dqk, dv) ? tile_cfg(dqk, dv).block_m() * dv * 2 : 0);
 }
 
 }  // namespace fa4::cuda::sm90

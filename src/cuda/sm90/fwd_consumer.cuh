@@ -193,6 +193,13 @@ struct Consumer {
       for (int e = 0; e < 4; ++e) pf[kk][e] = ptx::pack2<Elem>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
   }
 
+  // Q may be overwritten by the next tile's load: one arrival per warp, after its own wait on
+  // the last S = Q K^T group (separate O staging) or on the epilogue's staging reads.
+  __device__ __forceinline__ void release_q() {
+    __syncwarp();
+    if (tid % 32 == 0) ptx::mbarrier_arrive(&sh.q_empty);
+  }
+
   // V rows past the sequence's last key in the first-consumed (last) key tile: TMA filled them
   // from memory beyond the sequence (the next sequence, unused cache slots) unless the tensor
   // map itself ends there. P is 0 for them, but 0 * NaN / Inf garbage would still reach O, so
@@ -212,14 +219,16 @@ struct Consumer {
     ptx::named_barrier_sync(bar_id(Bar::consumers), 128 * kConsumers);
   }
 
-  __device__ __forceinline__ void mainloop() {
+  // The tile's key tiles; `st` is the ring position, which runs on across tiles. Q has landed
+  // (q_full waited by the caller).
+  __device__ __forceinline__ void mainloop(Ring& st) {
     const int n = w.n_tiles();
-    if (n <= 0) return;
-    if (FA4_SM90_PINGPONG && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);  // consumer 0 starts
+    if (n <= 0) {
+      if (T::kSeparateO) release_q();
+      return;
+    }
     const bool v_tail = w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
-    ptx::mbarrier_wait_parity(&sh.q_full, 0);
 
-    Ring st;
     sh.k_ring.wait(st);
     turn_wait();
     issue_s(st);
@@ -228,6 +237,7 @@ struct Consumer {
     ptx::wgmma_wait_group<0>();
     ptx::fence_operands(s);
     sh.k_ring.release(st, tid == 0);
+    if (T::kSeparateO && n == 1) release_q();
     float alpha[2];
     softmax(w.tile_at(0) * kBlockN, alpha);  // O is still 0: alpha not needed
     pack_p();
@@ -252,6 +262,7 @@ struct Consumer {
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(s);
         sh.k_ring.release(st, tid == 0);
+        if (T::kSeparateO && it == n - 1) release_q();
         softmax(w.tile_at(it) * kBlockN, alpha);
         rescale_o(alpha);
         pack_p();
@@ -268,6 +279,7 @@ struct Consumer {
       ptx::wgmma_wait_group<1>();
       ptx::fence_operands(s);
       sh.k_ring.release(st, tid == 0);
+      if (T::kSeparateO && it == n - 1) release_q();
       softmax(w.tile_at(it) * kBlockN, alpha);
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(o);
@@ -285,6 +297,8 @@ struct Consumer {
     ptx::fence_operands(o);
     hold_p();
     sh.v_ring.release(stv, tid == 0);
+    st = stv;
+    st.advance();  // the next tile's first slot
   }
 };
 

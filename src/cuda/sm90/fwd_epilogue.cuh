@@ -1,7 +1,8 @@
 // The epilogue of one sm90 consumer warpgroup: sink fold, 1 / l, lse (common/softmax.cuh's
 // finalize_row), then O in the output dtype through 128-byte-swizzled shared memory (the
-// consumer's own Q tile, whose wgmma reads have completed) and out with 16-byte stores,
-// predicated on the sequence's last row and on a partial last chunk of an unpadded head dim.
+// consumer's O staging tile, or its own Q tile whose wgmma reads have completed: fwd_smem.cuh)
+// and out with 16-byte stores, predicated on the sequence's last row and on a partial last chunk
+// of an unpadded head dim.
 #pragma once
 
 #include <cmath>
@@ -38,7 +39,10 @@ __device__ __forceinline__ void epilogue(Consumer<T>& cs) {
   }
 
   // Stage: element pair (i, i + 1) of O is (row_of(h), 8 cb + 2 t4 .. + 1), h = (i / 2) % 2.
-  uint8_t* stage = reinterpret_cast<uint8_t*>(cs.sh.q[c][0]);
+  // The warpgroup's reads of the previous tile's staged O are done before it is overwritten.
+  uint8_t* stage = cs.sh.o_stage(c);
+  const uint32_t bar = bar_id(Bar::epilogue0) + c;
+  if (T::kSeparateO) ptx::named_barrier_sync(bar, 128);
   constexpr int kChunkBytes = kRowsPerConsumer * 128;
 #pragma unroll
   for (int i = 0; i < Consumer<T>::kORegs; i += 2) {
@@ -47,7 +51,7 @@ __device__ __forceinline__ void epilogue(Consumer<T>& cs) {
     const uint32_t off = (col / 64) * kChunkBytes + ptx::swizzle128_offset(cs.row_of(h), (col % 64) * 2);
     *reinterpret_cast<uint32_t*>(stage + off) = ptx::pack2<Elem>(cs.o[i] * scale[h], cs.o[i + 1] * scale[h]);
   }
-  ptx::named_barrier_sync(bar_id(Bar::epilogue0) + c, 128);
+  ptx::named_barrier_sync(bar, 128);
 
   constexpr int kPieces = kDv / 8;  // 16-byte pieces of a row
   Elem* out = static_cast<Elem*>(p.out) + w.si.o_base + static_cast<int64_t>(w.head) * p.o_sh;
@@ -64,6 +68,12 @@ __device__ __forceinline__ void epilogue(Consumer<T>& cs) {
       const Elem* e = reinterpret_cast<const Elem*>(&v);
       for (int x = 0; x < valid; ++x) dst[x] = e[x];
     }
+  }
+  // O staged in Q: its generic-proxy reads are done before the next tile's TMA (async proxy)
+  // overwrites it.
+  if (!T::kSeparateO) {
+    ptx::fence_proxy_async_shared_cta();
+    cs.release_q();
   }
 }
 

@@ -3,8 +3,9 @@
 //   producer   warpgroup 0, one elected thread: TMA loads of Q, K ring, V ring (fwd_producer.cuh)
 //   consumers  warpgroups 1 .. consumers: 64 query rows each; GEMMs, online softmax, ping-pong
 //              (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh)
-// One CTA per (block_m-row query tile, query head, batch); the grid and its heavy-first causal
-// order come from cta_tile (common/seq_info.cuh).
+// Persistent: the CTAs (at most one per SM) walk the tiles of the virtual grid (block_m-row query
+// tile, query head, batch) in the order of common/tile_schedule.h -- heavy tiles first under a
+// causal mask, K / V of few heads at a time in L2.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,7 +31,8 @@ struct FwdTraits {
   static constexpr int kBlockN = kCfg.block_n, kStages = kCfg.stages;
   static constexpr int kConsumers = kCfg.consumers, kBlockM = kCfg.block_m(), kThreads = kCfg.threads();
   static constexpr int kExp2EmuEvery = exp2_emu_every(kDqk);
-  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers>;
+  static constexpr bool kSeparateO = separate_o(kDqk, kDv);
+  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv), "fwd_config.h's smem_bytes is what the planner reserves");
   static_assert(kDv <= kDqk, "the O staging tile reuses the consumer's Q tile");
@@ -44,25 +46,35 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t mis = ptx::smem_u32(smem_raw) & 1023u;
   auto& sh = *reinterpret_cast<typename T::Smem*>(smem_raw + ((1024u - mis) & 1023u));
 
-  TileWork w;
-  if (!w.init(P.a, T::kBlockM, T::kBlockN)) return;  // uniform over the CTA
   if (threadIdx.x == 0) {
     sh.k_ring.init(T::kConsumers);  // one release per consumer warpgroup
     sh.v_ring.init(T::kConsumers);
     ptx::mbarrier_init(&sh.q_full, 1);
+    ptx::mbarrier_init(&sh.q_empty, 4 * T::kConsumers);  // one arrival per consumer warp
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
 
   if (role_of(threadIdx.x) == Role::producer) {
     ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();
-    if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) produce<T>(P, sh, w);
+    if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) produce<T>(P, sh);
     return;
   }
   ptx::setmaxnreg_inc<consumer_regs(T::kConsumers)>();
-  Consumer<T> cs(sh, P.a, w, consumer_of(threadIdx.x));
-  cs.mainloop();
-  epilogue<T>(cs);
+  const int c = consumer_of(threadIdx.x);
+  // The GEMM turn goes round the consumers, tile after tile; consumer 0 has the first.
+  if (FA4_SM90_PINGPONG && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
+  typename Consumer<T>::Ring st;  // the K / V rings run on across tiles
+  uint32_t tiles_done = 0;        // the q_full phase
+  for (int64_t t = blockIdx.x; t < P.sched.total(); t += gridDim.x) {
+    TileWork w;
+    if (!w.init(P.a, P.sched, t, T::kBlockM, T::kBlockN)) continue;  // uniform over the CTA
+    Consumer<T> cs(sh, P.a, w, c);
+    ptx::mbarrier_wait_parity(&sh.q_full, tiles_done & 1u);
+    ++tiles_done;
+    cs.mainloop(st);
+    epilogue<T>(cs);
+  }
 #endif
 }
 

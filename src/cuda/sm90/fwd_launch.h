@@ -16,7 +16,7 @@ namespace fa4::cuda::sm90 {
 // < 2^32); the planner (cuda/plan.cpp, sm90_supports) only picks sm90 where they do.
 bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* out, std::string* why);
 
-// Launches the kernel; grid = (query tiles of 128 rows, Hq, batch) as cta_tile reads it.
+// Launches the kernel: grid = (persistent CTAs), which walk P.sched's tiles.
 cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, bool bf16, dim3 grid, cudaStream_t stream);
 
 // Per-dim entry points (fwd_dXXX.cu).

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/common/fwd_args.h"
+#include "cuda/common/tile_schedule.h"
 
 namespace fa4::cuda::sm90 {
 
@@ -22,6 +23,7 @@ struct Sm90Params {
   CUtensorMap tm_k;
   CUtensorMap tm_v;
   FwdArgs a;
+  TileSchedule sched;  // the virtual grid the persistent CTAs walk
 };
 
 }  // namespace fa4::cuda::sm90

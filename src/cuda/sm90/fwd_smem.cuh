@@ -4,20 +4,24 @@
 // column chunks, each [rows][64] (128-byte rows, 16-byte pieces XOR'd by row % 8). Each chunk
 // starts 1024-byte aligned (every chunk holds a multiple of 8 rows), which both the swizzle
 // pattern and the wgmma descriptors' zero base offset need.
-//   q[c][chunk]   the 64 query rows of consumer c; reused as that consumer's O staging tile in
-//                 the epilogue (its wgmma reads of Q are complete by then; Dv <= Dqk)
+//   q[c][chunk]   the 64 query rows of consumer c
 //   k[s][chunk]   K ring slot s (kBlockN keys)
 //   v[s][chunk]   V ring slot s
+//   o[c][chunk]   consumer c's O staging tile (fwd_config.h separate_o); without it the epilogue
+//                 stages O in q[c] (its wgmma reads of Q are complete by then; Dv <= Dqk)
+// Barriers: the K / V rings, q_full (producer -> consumers: the tile's Q landed, one phase per
+// tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer warp).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/pipeline.cuh"
 #include "cuda/sm90/fwd_config.h"
 
 namespace fa4::cuda::sm90 {
 
-template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers>
+template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers, bool kSeparateO>
 struct alignas(1024) SharedStorage {
   static constexpr int kQChunk = kRowsPerConsumer * 64;  // elements of one 64-column chunk
   static constexpr int kKVChunk = kBlockN * 64;
@@ -25,9 +29,20 @@ struct alignas(1024) SharedStorage {
   alignas(1024) Elem q[kConsumers][kDqk / 64][kQChunk];
   alignas(1024) Elem k[kStages][kDqk / 64][kKVChunk];
   alignas(1024) Elem v[kStages][kDv / 64][kKVChunk];
+  struct OStage {
+    alignas(1024) Elem o[kConsumers][kDv / 64][kQChunk];
+  };
+  struct NoOStage {};
+  std::conditional_t<kSeparateO, OStage, NoOStage> os;
   MbarRing<kStages> k_ring;
   MbarRing<kStages> v_ring;
   uint64_t q_full;
+  uint64_t q_empty;
+
+  __device__ __forceinline__ uint8_t* o_stage(int c) {
+    if constexpr (kSeparateO) return reinterpret_cast<uint8_t*>(os.o[c][0]);
+    else return reinterpret_cast<uint8_t*>(q[c][0]);
+  }
 };
 
 }  // namespace fa4::cuda::sm90

@@ -1,6 +1,7 @@
-// The work of one CTA of the sm90 forward kernel, computed identically by every role: which
-// (batch, head, block_m-row query tile), the sequence's lengths, and the key tiles its mask sees.
-// Producer and consumers derive the same loop bounds from it, so the rings stay in step.
+// One tile of work of the sm90 forward kernel, computed identically by every role from the
+// linear tile index of the persistent schedule (common/tile_schedule.h): which (batch, head,
+// block_m-row query tile), the sequence's lengths, and the key tiles its mask sees. Producer and
+// consumers derive the same loop bounds from it, so the rings stay in step.
 #pragma once
 
 #include <climits>
@@ -8,6 +9,7 @@
 
 #include "cuda/common/fwd_args.h"
 #include "cuda/common/seq_info.cuh"
+#include "cuda/common/tile_schedule.h"
 #include "cuda/sm90/fwd_config.h"
 
 namespace fa4::cuda::sm90 {
@@ -24,11 +26,13 @@ struct TileWork {
   // kv_row0 + j in kv_b.
   int q_row0 = 0, q_b = 0, kv_row0 = 0, kv_b = 0;
 
-  // False (uniform over the CTA) when the CTA has no rows to compute.
-  __device__ __forceinline__ bool init(const FwdArgs& p, int block_m, int block_n) {
-    if (!cta_tile<true>(p, block_m, &m_block, &batch, &split)) return false;
+  // Tile t of the schedule. False (uniform over the CTA) when it has no rows to compute.
+  __device__ __forceinline__ bool init(const FwdArgs& p, const TileSchedule& sched, int64_t t, int block_m, int block_n) {
+    int bx, by, bz;
+    sched.coords(t, &bx, &by, &bz);
+    if (!query_tile<true>(p, block_m, bx, static_cast<int>(sched.gx), bz, &m_block, &batch, &split)) return false;
     si.init(p, batch);
-    head = blockIdx.y;
+    head = by;
     hk = head / p.group;
     rows_seq = static_cast<int>(si.sq);
     m0 = m_block * block_m;

@@ -1,0 +1,51 @@
+// The persistent tile schedule: which tile of the virtual grid a persistent CTA works on next.
+// Host- and device-visible (the planner fills it in; tests/test_tile_schedule.cpp checks it on
+// the CPU).
+//
+// The virtual grid is the one a non-persistent launch would use (x = query tiles of a sequence,
+// or all sequences' varlen tiles; y = query head; z = batch x split; cta_tile reads it). A
+// persistent launch has ctas <= x * y * z CTAs; CTA b takes linear tiles b, b + ctas, b + 2 ctas,
+// ... in the order `coords` defines:
+//   - (y, z) pairs are taken in sections of `section` pairs; inside a section x is the slowest
+//     index, so the CTAs that run at the same time share few heads' K / V (it stays in L2);
+//   - section = 1 (non-causal): one head's query tiles back to back, all reading the same K / V;
+//   - section > 1 (causal, sized by the planner to fit K / V of the section in L2): x walks the
+//     tiles heaviest first (cta_tile reverses x under a causal / windowed mask), so across the
+//     section the longest tiles start first and the short ones fill the tail -- longest
+//     processing time first, which is what balances the static round-robin.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FA4_HD __host__ __device__ __forceinline__
+#else
+#define FA4_HD inline
+#endif
+
+namespace fa4::cuda {
+
+struct TileSchedule {
+  int64_t gx = 0, gy = 0, gz = 0;  // the virtual grid (each >= 1 when there is work)
+  int64_t section = 1;             // (y, z) pairs per section, >= 1
+
+  FA4_HD int64_t total() const { return gx * gy * gz; }
+
+  // Linear tile t in [0, total()) -> virtual block (x, y, z).
+  FA4_HD void coords(int64_t t, int* x, int* y, int* z) const {
+    const int64_t pairs = gy * gz;
+    const int64_t full = section * gx;           // tiles of one full section
+    const int64_t sec = t / full;                // every section before the last is full
+    const int64_t first = sec * section;         // first (y, z) pair of the section
+    const int64_t here = pairs - first < section ? pairs - first : section;  // pairs in it
+    const int64_t r = t - sec * full;
+    const int64_t pair = first + r % here;
+    *x = static_cast<int>(r / here);
+    *y = static_cast<int>(pair % gy);
+    *z = static_cast<int>(pair / gy);
+  }
+};
+
+}  // namespace fa4::cuda
+
+#undef FA4_HD
