@@ -303,6 +303,10 @@ TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
   EXPECT_EQ(tile(96), std::make_tuple(Kernel::sm90, 128, 128, (128 * 128 + 2 * 128 * 256) * 2 + 2048 + 128 * 128 * 2));
   EXPECT_EQ(tile(256), std::make_tuple(Kernel::sm90, 256, 64, (128 * 256 + 2 * 64 * 512) * 2 + 2048));
   EXPECT_EQ(Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 1024, .sk = 1024}).on(h200_auto()).m, 192);
+  // (192, 128) (MLA prefill): its own instance, 128 x 128 tiles, O staged in Q
+  const Plan mla = Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = 192, .dv = 128, .sq = 1024, .sk = 1024}).on(h200_auto());
+  EXPECT_EQ(std::make_tuple(mla.kernel, mla.dqk, mla.dv, mla.n, mla.smem),
+            std::make_tuple(Kernel::sm90, 192, 128, 128, (128 * 192 + 2 * 128 * 320) * 2 + 2048));
   // GQA prefill: one CTA per query head, K/V of its kv head.
   const Plan gqa = Planned({.batch = 4, .hq = 32, .hkv = 8, .sq = 1024, .sk = 1024}).on(h200_auto());
   EXPECT_EQ(gqa.kernel, Kernel::sm90);
@@ -323,6 +327,9 @@ TEST(CudaPlan, Sm90PersistentSchedule) {
   // K / V of one (kv head, sequence): 4096 keys x 256 x 2 B = 2 MB -> 12 pairs in 25 MB, x4 with GQA 4
   const Plan causal = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
   EXPECT_EQ(causal.sched.section, 12);
+  EXPECT_EQ(causal.ctas, 32 * 16 * 2);  // 32 > 16 masked tiles per sequence: one CTA per tile
+  const Plan causal_short = Planned({.batch = 16, .hq = 16, .hkv = 16, .sq = 1024, .sk = 1024, .causal = true}).on(dl);
+  EXPECT_EQ(causal_short.ctas, 132);
   const Plan gqa = Planned({.batch = 2, .hq = 16, .hkv = 4, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
   EXPECT_EQ(gqa.sched.section, 32);  // 48, clamped to the 32 pairs
   // fewer tiles than SMs: one CTA per tile
@@ -361,6 +368,11 @@ TEST(TileSchedule, EveryTileOnceInSectionOrder) {
 }
 
 TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
+  {  // no keys: a tensor map has no empty dimension
+    DeviceLimits pref = h200_auto();
+    pref.prefer = Kernel::sm90;
+    EXPECT_EQ(Planned({.batch = 4, .hq = 64, .hkv = 64, .sq = 1024, .sk = 0}).on(pref).kernel, Kernel::sm80);
+  }
   const Shape big{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096};
   auto kernel = [](Shape s, DeviceLimits dl) { return Planned(s).on(dl).kernel; };
   Shape s = big;
@@ -368,7 +380,9 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
   s = big, s.num_splits = 2;  // forced split-KV
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
-  s = big, s.dqk = 192, s.dv = 128;  // no (192, 128) instance yet
+  s = big, s.dqk = 192, s.dv = 192;  // (192, 192) pads to 256; (192, 128) has its own instance
+  EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm90);
+  s = big, s.dqk = 64, s.dv = 128;  // no instance for dqk < dv
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
   s = big, s.q_head_stride = 132;  // 264-byte head stride: not a multiple of TMA's 16 bytes
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);

@@ -38,9 +38,9 @@ bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
 // below 2^40, every extent below 2^31 (the kernel's coordinates are signed 32-bit).
 bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_head, int64_t s_row, int64_t s_bl) {
   const int64_t ext[3] = {heads, rows, bl}, st[3] = {s_head, s_row, s_bl};
-  if (cols > INT32_MAX) return false;
+  if (cols < 1 || cols > INT32_MAX) return false;
   for (int i = 0; i < 3; ++i) {
-    if (ext[i] > INT32_MAX) return false;
+    if (ext[i] < 1 || ext[i] > INT32_MAX) return false;  // a tensor map has no empty dimension (sk = 0: sm80)
     if (ext[i] > 1 && (st[i] <= 0 || (st[i] * 2) % 16 != 0 || st[i] >= (int64_t(1) << 39))) return false;
   }
   return true;
@@ -210,18 +210,25 @@ Plan plan_simt(const Problem& pb, const DeviceLimits& dl) {
 // The persistent schedule of the sm90 kernel (common/tile_schedule.h): one CTA per SM at most.
 // Without a causal / windowed mask every tile costs the same and one head's tiles run side by
 // side (section 1). With one, a section holds the (head, batch) pairs whose K / V fit half the L2
-// (heads of one KV head share theirs), its tiles heaviest first.
+// (heads of one KV head share theirs), its tiles heaviest first -- but a static round-robin over
+// tiles of unequal cost leaves a tail the hardware's own CTA dispatch does not: measured
+// (docs/perf/sm90-notes.md) persistent CTAs win 7-10 % at S = 1k (8 tiles per sequence) and lose
+// 4-9 % at S = 8k causal, so masked problems with more than kMaxPersistentMaskedTiles query tiles
+// per sequence launch one CTA per tile (same kernel, ctas = tiles) until a dynamic scheduler lands.
+constexpr int64_t kMaxPersistentMaskedTiles = 16;
 void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   pl.sched.gx = pl.grid.x, pl.sched.gy = pl.grid.y, pl.sched.gz = pl.grid.z;
   pl.sched.section = 1;
-  if (pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0) {
+  const bool masked = pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0;
+  if (masked) {
     const int64_t l2 = dl.l2_bytes > 0 ? dl.l2_bytes : (int64_t{40} << 20);
     const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * 2);  // one KV head, one sequence
     const int64_t pairs = pl.grid.y * pl.grid.z;
     pl.sched.section = std::clamp<int64_t>(l2 / 2 / kv_bytes * pb.group, 1, std::max<int64_t>(pairs, 1));
   }
   const int64_t total = pl.sched.total();
-  pl.ctas = FA4_SM90_PERSISTENT && dl.sms > 0 ? std::min<int64_t>(total, dl.sms) : total;
+  const bool persistent = FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || pl.grid.x <= kMaxPersistentMaskedTiles);
+  pl.ctas = persistent ? std::min<int64_t>(total, dl.sms) : total;
 }
 
 // sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs,

@@ -34,10 +34,11 @@ struct MbarRing {
       ptx::mbarrier_init(&empty[s], empty_arrivals);
     }
   }
-  // Producer: wait until slot st is free, then announce `bytes` of TMA into it.
-  __device__ __forceinline__ uint64_t* acquire(const PipelineState<kStages>& st, uint32_t bytes) {
+  // Producer: wait until slot st is free, then the leader announces `bytes` of TMA into it (a
+  // whole producer warp may wait; one thread must arrive).
+  __device__ __forceinline__ uint64_t* acquire(const PipelineState<kStages>& st, uint32_t bytes, bool leader = true) {
     ptx::mbarrier_wait_parity(&empty[st.index], st.phase ^ 1u);
-    ptx::mbarrier_arrive_expect_tx(&full[st.index], bytes);
+    if (leader) ptx::mbarrier_arrive_expect_tx(&full[st.index], bytes);
     return &full[st.index];
   }
   // Consumer: wait until slot st holds its tile.

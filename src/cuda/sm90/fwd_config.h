@@ -68,13 +68,17 @@ struct TileCfg {
 };
 
 // The kernel head dims a problem's (dqk, dv) run on: both padded up to 64, 128 or 256 (zero-filled
-// TMA boxes, guarded stores) when equal after padding; false where no sm90 instance covers them
-// (e.g. (192, 128), which stays on sm80).
+// TMA boxes, guarded stores) when equal after padding, and (192, 128) (DeepSeek's MLA prefill:
+// dqk in (128, 192], dv <= 128); false where no sm90 instance covers them.
 struct DimPair {
   int dqk, dv;
 };
 constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
   auto pad = [](int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; };
+  if (dqk > 128 && dqk <= 192 && dv > 0 && dv <= 128) {
+    *out = {192, 128};
+    return true;
+  }
   const int a = pad(dqk), b = pad(dv);
   if (a == 0 || a != b) return false;
   *out = {a, b};
@@ -86,6 +90,7 @@ constexpr TileCfg tile_cfg(int dqk, int dv) {
   // N sizes the wrappers provide (sm90_ptx.cuh).
   if (dqk <= 64) return {FA4_SM90_CONSUMERS_D64, FA4_SM90_BLOCK_N_D64, 3};
   if (dqk <= 128) return {2, FA4_SM90_BLOCK_N_D128, 2};
+  if (dqk <= 192) return {2, 128, 2};  // (192, 128): O staged in Q (separate_o does not fit)
   (void)dv;
   return {2, FA4_SM90_BLOCK_N_D256, 2};
 }

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
 
   if (role_of(threadIdx.x) == Role::producer) {
     ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();
-    if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) produce<T>(P, sh);
+    if (threadIdx.x / 32 == 0) produce<T>(P, sh);  // warp 0; warps 1-3 exit
     return;
   }
   ptx::setmaxnreg_inc<consumer_regs(T::kConsumers)>();

@@ -65,6 +65,7 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, bool bf16, dim3 grid, 
   switch (dims.dqk) {
     case 64: return launch_fwd_d64(P, bf16, grid, stream);
     case 128: return launch_fwd_d128(P, bf16, grid, stream);
+    case 192: return launch_fwd_d192_128(P, bf16, grid, stream);
     case 256: return launch_fwd_d256(P, bf16, grid, stream);
   }
   return cudaErrorInvalidValue;

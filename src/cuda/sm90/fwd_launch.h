@@ -23,5 +23,6 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, bool bf16, dim3 grid, 
 cudaError_t launch_fwd_d64(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d192_128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 
 }  // namespace fa4::cuda::sm90

@@ -11,9 +11,9 @@ namespace fa4::cuda::sm90 {
 // libfa4 in the process.
 namespace {
 
-template <typename Elem, int D>
+template <typename Elem, int Dqk, int Dv>
 cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream) {
-  using T = FwdTraits<Elem, D, D>;
+  using T = FwdTraits<Elem, Dqk, Dv>;
   static bool configured[64] = {};
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -27,9 +27,10 @@ cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream)
   return cudaGetLastError();
 }
 
-template <int D>
+template <int Dqk, int Dv = Dqk>
 cudaError_t launch_dims(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream) {
-  return bf16 ? launch_instance<__nv_bfloat16, D>(P, grid, stream) : launch_instance<__half, D>(P, grid, stream);
+  return bf16 ? launch_instance<__nv_bfloat16, Dqk, Dv>(P, grid, stream)
+              : launch_instance<__half, Dqk, Dv>(P, grid, stream);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The load role of the sm90 forward kernel: one elected thread of the producer warp issues every
-// TMA copy of the CTA, tile after tile of the persistent schedule -- per tile Q (every consumer's
+// The load role of the sm90 forward kernel: the producer warp walks the tiles (all 32 lanes:
+// the varlen tile search is warp-collective) and one elected lane issues every TMA copy of the
+// CTA, tile after tile of the persistent schedule -- per tile Q (every consumer's
 // 64 rows on one barrier), then per key tile K into the K ring and V into the V ring (separate
 // rings, so S = Q K^T of tile t + 1 can start while V of tile t is still in flight). The rings
 // and the Q barriers run on across tiles, so the next tile's loads start while the consumers
@@ -15,13 +16,16 @@ namespace fa4::cuda::sm90 {
 
 template <class T>
 __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& sh) {
+  const bool leader = ptx::elect_one_sync();
   constexpr int kBlockN = T::kBlockN;
   constexpr int kQBytes = T::kBlockM * T::kDqk * 2;
   constexpr int kKBytes = kBlockN * T::kDqk * 2;
   constexpr int kVBytes = kBlockN * T::kDv * 2;
-  ptx::tma_prefetch_descriptor(&P.tm_q);
-  ptx::tma_prefetch_descriptor(&P.tm_k);
-  ptx::tma_prefetch_descriptor(&P.tm_v);
+  if (leader) {
+    ptx::tma_prefetch_descriptor(&P.tm_q);
+    ptx::tma_prefetch_descriptor(&P.tm_k);
+    ptx::tma_prefetch_descriptor(&P.tm_v);
+  }
 
   PipelineState<T::kStages> st;  // the rings run on across tiles
   uint32_t tiles_done = 0;       // tiles whose Q was loaded: the q_full / q_empty phase
@@ -31,12 +35,17 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     const int n = w.n_tiles();
     auto load_kv = [&](int it) {
       const int row = w.kv_row0 + w.tile_at(it) * kBlockN;
-      uint64_t* kb = sh.k_ring.acquire(st, kKBytes);
+      uint64_t* kb = sh.k_ring.acquire(st, kKBytes, leader);
+      if (leader) {
 #pragma unroll
-      for (int ch = 0; ch < T::kDqk / 64; ++ch) ptx::tma_load_4d(sh.k[st.index][ch], &P.tm_k, kb, ch * 64, w.hk, row, w.kv_b);
-      uint64_t* vb = sh.v_ring.acquire(st, kVBytes);
+        for (int ch = 0; ch < T::kDqk / 64; ++ch) ptx::tma_load_4d(sh.k[st.index][ch], &P.tm_k, kb, ch * 64, w.hk, row, w.kv_b);
+      }
+      uint64_t* vb = sh.v_ring.acquire(st, kVBytes, leader);
+      if (leader) {
 #pragma unroll
-      for (int ch = 0; ch < T::kDv / 64; ++ch) ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, ch * 64, w.hk, row, w.kv_b);
+        for (int ch = 0; ch < T::kDv / 64; ++ch) ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, ch * 64, w.hk, row, w.kv_b);
+      }
+      __syncwarp();
       st.advance();
     };
     // The first K / V tile goes out before Q: it waits only for ring slots, while Q waits for
@@ -44,12 +53,15 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     if (n > 0) load_kv(0);
     // Q (every tile loads it, empty ones too: the q barriers' phases count tiles).
     if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
-    ptx::mbarrier_arrive_expect_tx(&sh.q_full, kQBytes);
+    if (leader) {
+      ptx::mbarrier_arrive_expect_tx(&sh.q_full, kQBytes);
 #pragma unroll
-    for (int c = 0; c < T::kConsumers; ++c)
+      for (int c = 0; c < T::kConsumers; ++c)
 #pragma unroll
-      for (int ch = 0; ch < T::kDqk / 64; ++ch)
-        ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row0 + w.m0 + c * kRowsPerConsumer, w.q_b);
+        for (int ch = 0; ch < T::kDqk / 64; ++ch)
+          ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row0 + w.m0 + c * kRowsPerConsumer, w.q_b);
+    }
+    __syncwarp();
     ++tiles_done;
     for (int it = 1; it < n; ++it) load_kv(it);
   }
