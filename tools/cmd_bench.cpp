@@ -22,7 +22,7 @@ namespace {
 const std::vector<OptSpec>& bench_options() {
   static const std::vector<OptSpec> t = {
       {"--backend", 0, ArgKind::choice, "B", "auto, reference, cpu, cuda (default cpu)", 0, 0, 0, 0, "auto|reference|cpu|cuda"},
-      {"--dtypes", 0, ArgKind::choice_list, "T,...", "input dtypes from f32, f16, bf16, e4m3 (default bf16)", 0, 0, 0, 0, "f32|f16|bf16|e4m3"},
+      {"--dtypes", 0, ArgKind::choice_list, "T,...", "input dtypes from f32, f16, bf16, e4m3 (also fp32, float32, fp16, float16, bfloat16, fp8) (default bf16)", 0, 0, 0, 0, FA4_CLI_DTYPES},
       {"--seqlens", 0, ArgKind::int_list, "S,...", "prefill: sequence lengths, Sq = Sk (default 512,1024,2048)", 1, 1 << 24},
       {"--head-dims", 0, ArgKind::int_list, "D,...", "head dims, Dqk = Dv (default 64,128; decode 128)", 1, 256},
       {"--causal", 0, ArgKind::choice_list, "no,yes", "prefill: mask variants, no, yes or both (default no,yes)", 0, 0, 0, 0, "no|yes"},

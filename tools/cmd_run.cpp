@@ -28,7 +28,7 @@ const std::vector<OptSpec>& run_options() {
       {"--kv-heads", 0, ArgKind::integer, "HKV", "key/value heads, must divide --heads: GQA/MQA (default --heads)", 1, 4096},
       {"--head-dim", 'd', ArgKind::integer, "D", "head dim of q and k (default 64)", 1, 256},
       {"--head-dim-v", 0, ArgKind::integer, "DV", "head dim of v and out (default --head-dim)", 1, 256},
-      {"--dtype", 0, ArgKind::choice, "T", "input dtype: f32, f16, bf16, e4m3 (out bf16) (default bf16)", 0, 0, 0, 0, "f32|f16|bf16|e4m3"},
+      {"--dtype", 0, ArgKind::choice, "T", "input dtype: f32 (fp32, float32), f16 (fp16, float16), bf16 (bfloat16), e4m3 (fp8; out bf16) (default bf16)", 0, 0, 0, 0, FA4_CLI_DTYPES},
       {"--causal", 0, ArgKind::flag, "", "causal mask (bottom-right aligned)"},
       {"--window", 0, ArgKind::int_pair, "L,R", "sliding window, -1 = unbounded side", -1, kI32},
       {"--chunk", 0, ArgKind::integer, "C", "chunked causal attention with chunk size C (0 = off)", 0, kI32},

@@ -29,7 +29,10 @@ bool wants_help(int argc, char** argv, int first);
 int report_status(const fa4::Status& st);
 
 // Command-line names <-> library enums (the parser has already checked the names).
-fa4::DType dtype_from_name(const std::string& s);        // f32 f16 bf16 e4m3
+// Every spelling --dtype / --dtypes accept: f32 fp32 float32, f16 fp16 float16 half, bf16
+// bfloat16, e4m3 fp8 float8_e4m3 float8_e4m3fn (outputs always print the short name).
+#define FA4_CLI_DTYPES "f32|fp32|float32|f16|fp16|float16|half|bf16|bfloat16|e4m3|fp8|float8_e4m3|float8_e4m3fn"
+fa4::DType dtype_from_name(const std::string& s);        // any spelling in FA4_CLI_DTYPES
 fa4::Backend backend_from_name(const std::string& s);    // auto reference cpu cuda
 Dist dist_from_name(const std::string& s);               // normal uniform outliers
 

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <map>
 
+#include "args.h"
 #include "commands.h"
 
 namespace fa4cli {
@@ -32,10 +33,12 @@ int report_status(const fa4::Status& st) {
 }
 
 fa4::DType dtype_from_name(const std::string& s) {
-  if (s == "f32") return fa4::DType::float32;
-  if (s == "f16") return fa4::DType::float16;
-  if (s == "e4m3") return fa4::DType::float8_e4m3;
-  return fa4::DType::bfloat16;
+  if (s == "f32" || s == "fp32" || s == "float32") return fa4::DType::float32;
+  if (s == "f16" || s == "fp16" || s == "float16" || s == "half") return fa4::DType::float16;
+  if (s == "e4m3" || s == "fp8" || s == "float8_e4m3" || s == "float8_e4m3fn") return fa4::DType::float8_e4m3;
+  if (s == "bf16" || s == "bfloat16") return fa4::DType::bfloat16;
+  usage_error("--dtype", "expected one of f32, f16, bf16, e4m3 (or fp32/float32, fp16/float16, bfloat16, fp8), got '" +
+                             s + "'");
 }
 
 fa4::Backend backend_from_name(const std::string& s) {

@@ -191,6 +191,42 @@ def test_info_help():
     expect("FLOPs = 2 * (Dqk + Dv)" in out, "run help states the FLOP formula", out)
     rc, out, _ = fa4("--version")
     expect(rc == 0 and out.startswith("fa4 "), "--version", out)
+    version = out.split()[1] if rc == 0 and len(out.split()) > 1 else None
+    # info --json: one JSON object with the same content
+    rc, out, err = fa4("info", "--json")
+    expect(rc == 0 and err == "", f"info --json: exit {rc}", err)
+    try:
+        j = json.loads(out)
+        expect(j["version"] == version, "info --json: version", out)
+        names = [b["name"] for b in j["backends"]]
+        expect(names[:3] == ["reference", "cpu", "cuda"] or {"reference", "cpu", "cuda"} <= set(names),
+               "info --json: backends", out)
+        expect(all(isinstance(b["available"], bool) and isinstance(b["detail"], str) for b in j["backends"]),
+               "info --json: backend fields", out)
+        cpu = [b for b in j["backends"] if b["name"] == "cpu"][0]
+        expect(cpu["available"] is True, "info --json: cpu available", out)
+        expect(isinstance(j["threads"]["hardware"], int) and j["threads"]["hardware"] >= 1
+               and isinstance(j["cpu_features"], str) and isinstance(j["compiler"], str), "info --json: fields", out)
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        expect(False, f"info --json: not the expected JSON: {e}", out)
+    rc, out, err = fa4("info", "--json", env={"OMP_NUM_THREADS": "1"})
+    try:
+        expect(rc == 0 and json.loads(out)["threads"]["omp_num_threads"] == "1", "info --json: OMP_NUM_THREADS", out)
+    except ValueError as e:
+        expect(False, f"info --json with OMP_NUM_THREADS: {e}", out)
+
+
+def test_dtype_spellings():
+    """--dtype / --dtypes accept the common spellings; outputs name the short one."""
+    for names, short in ((("f32", "fp32", "float32"), "f32"), (("f16", "fp16", "float16", "half"), "f16"),
+                         (("bf16", "bfloat16"), "bf16"), (("e4m3", "fp8", "float8_e4m3", "float8_e4m3fn"), "e4m3")):
+        for name in names:
+            rc, out, err = fa4("run", *SMALL, "--dtype", name, "--check")
+            expect(rc == 0 and f"dtype {short}," in out and ": PASS" in out, f"run --dtype {name}", out + err)
+        rc, out, err = fa4("bench", "--quick", "--reps", "1", "--seqlens", "128", "--head-dims", "64", "--causal", "no",
+                           "--dtypes", ",".join(names))
+        rows = [l for l in out.splitlines() if l.startswith(short + " ")]
+        expect(rc == 0 and len(rows) == len(names), f"bench --dtypes {','.join(names)}: {len(names)} rows", out + err)
 
 
 # (arguments, the text the one stderr line must name)
@@ -228,6 +264,10 @@ BAD = [
     (["bench", "--decode", "--kv-lens", "0"], "--kv-lens"),
     (["run", "--json", "/nonexistent-dir/r.json"], "--json"),
     (["info", "--verbose"], "--verbose"),
+    (["info", "--json", "x"], "x"),                              # --json is a flag on info
+    (["run", "--dtype", "float64"], "--dtype"),
+    (["run", "--dtype", "FP16"], "--dtype"),                      # spellings are lower case
+    (["bench", "--dtypes", "fp16,bfloat17"], "--dtypes"),
     (["frob"], "frob"),
     (["help", "frob"], "frob"),
     ([], "missing command"),
@@ -314,6 +354,7 @@ def main():
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         test_info_help()
+        test_dtype_spellings()
         test_bad_args(tmp)
         test_output_paths(tmp)
         test_run()

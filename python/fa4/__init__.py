@@ -7,7 +7,8 @@
     out = fa4.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, page_table=pt)
     out = fa4.combine(out_partials, lse_partials)
 
-    from fa4.flash_attn_compat import flash_attn_func   # flash-attn's names and argument order
+    from fa4.flash_attn_compat import flash_attn_func      # flash-attn 2's names and argument order
+    from fa4.flash_attn_interface import flash_attn_func   # flash-attn 3's
 
 Outputs are allocated in the caller's framework. With torch, the ops are also registered as
 torch.library custom ops (torch.ops.fa4.*) so torch.compile(fullgraph=True) traces them.
@@ -37,7 +38,16 @@ from ._errors import (
     OutOfMemoryError,
     UnsupportedError,
 )
-from .flash_attn_compat import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from .flash_attn_compat import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+    flash_attn_with_kvcache,
+)
+from . import flash_attn_compat, flash_attn_interface
 
 __version__ = _fa4.version()
 built_with_cuda = bool(_fa4.built_with_cuda)
@@ -45,29 +55,26 @@ built_with_cuda = bool(_fa4.built_with_cuda)
 
 def register_torch_ops():
     """Registers fa4's torch.library ops (torch.ops.fa4.fwd, fwd_append, combine) and routes
-    torch tensors through them. Done automatically at ``import fa4`` when torch is installed
-    (set FA4_IMPORT_TORCH=0 to skip importing torch; torch tensors then register on first use)."""
+    torch tensors through them (idempotent). ``import fa4`` never imports torch itself: when torch
+    is already imported this runs then; otherwise on the first torch tensor fa4 sees (or set
+    FA4_IMPORT_TORCH=1 to import torch at ``import fa4``). Call it yourself before
+    torch.compile-ing code that calls fa4 if torch was imported after fa4 and no torch tensor
+    has been through fa4 yet."""
     from . import _torch
 
     _torch.register()
 
 
 def _maybe_torch():
-    if "torch" in _sys.modules:
+    if "torch" not in _sys.modules and _os.environ.get("FA4_IMPORT_TORCH", "0") != "1":
+        return  # lazily, on the first torch tensor (fa4._api._is_torch)
+    try:
         register_torch_ops()
-        return
-    if _os.environ.get("FA4_IMPORT_TORCH", "1") == "0":
-        return
-    import importlib.util
+    except Exception as e:  # a broken torch install must not break `import fa4`
+        import warnings
 
-    if importlib.util.find_spec("torch") is not None:
-        try:
-            register_torch_ops()
-        except Exception as e:  # a broken torch install must not break `import fa4`
-            import warnings
-
-            warnings.warn(f"fa4: torch is installed but could not be set up ({type(e).__name__}: {e}); "
-                          f"torch support is off", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"fa4: torch could not be set up ({type(e).__name__}: {e}); torch support is off",
+                      RuntimeWarning, stacklevel=2)
 
 
 _maybe_torch()
@@ -75,6 +82,8 @@ _maybe_torch()
 __all__ = [
     "attention", "attention_varlen", "attention_with_kvcache", "combine", "backend_info",
     "backend_available", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+    "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func", "flash_attn_compat", "flash_attn_interface",
     "register_torch_ops", "Fa4Error", "InvalidArgumentError", "DTypeError", "UnsupportedError",
     "BackendUnavailableError", "DeviceError", "OutOfMemoryError", "InternalError", "built_with_cuda",
 ]

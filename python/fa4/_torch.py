@@ -25,7 +25,7 @@ import torch
 
 from . import _api
 from . import _fa4 as _ext
-from ._errors import DTypeError, InvalidArgumentError, _error
+from ._errors import DTypeError, InvalidArgumentError, UnsupportedError, _error
 
 Tensor = torch.Tensor
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # not subclasses such as FakeTensor / FunctionalTensor
@@ -38,7 +38,11 @@ if _FP8 is not None:
 try:
     _is_compiling = torch.compiler.is_compiling
 except AttributeError:  # torch < 2.3
-    from torch._dynamo import is_compiling as _is_compiling
+    try:
+        from torch._dynamo import is_compiling as _is_compiling
+    except ImportError:  # torch < 2.0 (or a build without dynamo): nothing compiles
+        def _is_compiling():
+            return False
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
@@ -77,6 +81,21 @@ def _ws_alloc(q):
         return t, t.data_ptr()
 
     return alloc
+
+
+def _no_grad_check(tensors):
+    """fa4 is forward only: with grad mode on, an input that requires grad would get an output
+    without a grad_fn and training code would lose its gradients without a word. That is an error
+    (naming the tensor); under torch.no_grad() / torch.inference_mode() the call runs. `tensors`
+    is a sequence of (name, tensor or None)."""
+    if not torch.is_grad_enabled():
+        return
+    for name, x in tensors:
+        if x is not None and getattr(x, "requires_grad", False):
+            raise _error(UnsupportedError, name,
+                         f"{name}: requires grad while grad mode is on, but fa4 is forward only (no backward "
+                         f"pass: the output would carry no gradient); call it under torch.no_grad() / "
+                         f"torch.inference_mode(), or pass {name}.detach()")
 
 
 def _empty(name, shape, dtype, device):
@@ -130,6 +149,7 @@ def _finish(o, lse, out, return_lse):
 
 def attention(q, k, v, causal, window, chunk, softcap, sinks, scale, return_lse, out, backend, q_descale,
               k_descale, v_descale, num_splits, num_threads):
+    _no_grad_check((("q", q), ("k", k), ("v", v), ("sinks", sinks)))
     sc, wl, wr, b = _scalars(scale, window, backend)
     if _fast(q):
         B, Sq, Hq, _ = _api._rank(q, "q", 4, "[B, Sq, Hq, Dqk]")
@@ -148,6 +168,7 @@ def attention(q, k, v, causal, window, chunk, softcap, sinks, scale, return_lse,
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, causal, window,
                      chunk, softcap, sinks, scale, return_lse, out, backend, q_descale, k_descale, v_descale,
                      num_splits, num_threads):
+    _no_grad_check((("q", q), ("k", k), ("v", v), ("sinks", sinks)))
     sc, wl, wr, b = _scalars(scale, window, backend)
     if _fast(q):
         Tq, Hq, _ = _api._rank(q, "q", 3, "[Tq, Hq, Dqk]")
@@ -167,6 +188,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_
 def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, page_table, cu_seqlens_q,
                            max_seqlen_q, num_splits, causal, window, chunk, softcap, sinks, scale, return_lse, out,
                            backend, q_descale, k_descale, v_descale, num_threads):
+    _no_grad_check((("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("sinks", sinks)))
     sc, wl, wr, b = _scalars(scale, window, backend)
     varlen_q = cu_seqlens_q is not None
     if varlen_q:
@@ -195,6 +217,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch
 
 
 def combine(out_partials, lse_partials, out, out_dtype, return_lse, backend, num_threads):
+    _no_grad_check((("out_partials", out_partials), ("lse_partials", lse_partials)))
     b = _api._backend(backend)
     S, B, Sq, H, Dv = _api._rank(out_partials, "out_partials", 5, "[S, B, Sq, H, Dv]")
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):

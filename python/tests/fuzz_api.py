@@ -128,7 +128,11 @@ def scalar_mutation(rng, c, names):
             return
     elif name in ("window", "window_size"):
         w = list(cur if cur is not None else (-1, -1))
-        w[rng.integers(2)] = BAD_INT[rng.integers(len(BAD_INT))] if rng.random() < 0.8 else -2
+        if name == "window_size":  # flash-attn's rules: None and any negative edge are unbounded (valid)
+            bad = [x for x in BAD_INT if x is not None]
+            w[rng.integers(2)] = bad[rng.integers(len(bad))]
+        else:
+            w[rng.integers(2)] = BAD_INT[rng.integers(len(BAD_INT))] if rng.random() < 0.8 else -2
         c.kw[name] = tuple(w) if rng.random() < 0.8 else "ab"
     else:  # ints: chunk, num_splits, num_threads, max_seqlen_*, cache_seqlens
         if rng.random() < 0.25 and isinstance(cur, int):
@@ -418,7 +422,8 @@ def reference(c, before):
                           **ref_kw(c))
     if c.kind in ("kvcache", "append"):
         kc, vc = before if before is not None else (a["k_cache"], a["v_cache"])
-        lens = np.broadcast_to(np.asarray(kw["cache_seqlens"]), (a["q"].shape[0],)).astype(np.int64)
+        lens = None if kw.get("cache_seqlens") is None else \
+            np.broadcast_to(np.asarray(kw["cache_seqlens"]), (a["q"].shape[0],)).astype(np.int64)  # None: all
         if c.kind == "append":
             kc = append_ref(kc, kw["k"], lens, kw.get("cache_batch_idx"), kw.get("page_table"))
             vc = append_ref(vc, kw["v"], lens, kw.get("cache_batch_idx"), kw.get("page_table"))

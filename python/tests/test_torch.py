@@ -68,10 +68,12 @@ def test_out_argument(rng, path):
     tol_check(n(out), attention_ref(n(q), n(k), n(v))[0], "float32")
 
 
-def test_sinks_and_requires_grad_inputs(rng, path):
+def test_sinks_and_requires_grad_inputs_under_no_grad(rng, path):
+    # inputs that require grad run under no_grad (with grad mode on they are an error: test_torch_dropin.py)
     q, k, v = (t(rng, (1, 3, 2, 8)).requires_grad_() for _ in range(3))
     sinks = t(rng, (2,))
-    out = fa4.attention(q, k, v, sinks=sinks)
+    with torch.no_grad():
+        out = fa4.attention(q, k, v, sinks=sinks)
     tol_check(n(out), attention_ref(n(q), n(k), n(v), sinks=n(sinks))[0], "float32")
 
 
@@ -340,16 +342,3 @@ def test_cuda_compile_reduce_overhead(rng):
     for _ in range(3):
         got = cf(q, k, v)
     torch.testing.assert_close(got, f(q, k, v))
-
-
-def test_torch_imported_after_fa4_registers_lazily():
-    import subprocess
-    import sys
-
-    code = ("import fa4, sys; assert 'torch' not in sys.modules; import torch; "
-            "q = torch.randn(1, 3, 2, 8); o = fa4.attention(q, q, q, causal=True); "
-            "assert isinstance(o, torch.Tensor) and o.shape == (1, 3, 2, 8); "
-            "assert hasattr(torch.ops.fa4, 'fwd'); print('ok')")
-    env = dict(__import__("os").environ, FA4_IMPORT_TORCH="0")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
-    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
