@@ -32,6 +32,7 @@ rank instead of hanging.
 
 import math
 import struct
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -138,9 +139,7 @@ def unshard(x, group=None, layout="zigzag", *, dim=1):
     except Fa4Error as e:
         err = e
     _agree("unshard", group, rank, world, _meta_device(group, x), err, fields)
-    x = x.contiguous()
-    parts = [torch.empty_like(x) for _ in range(world)]
-    dist.all_gather(parts, x, group=group)
+    parts = [p.view(x.shape) for p in _all_gather(x.contiguous().view(-1), group, world)]
     if layout == "contiguous":
         return torch.cat(parts, dim=d)
     h = x.shape[d] // 2
@@ -156,8 +155,21 @@ def unshard(x, group=None, layout="zigzag", *, dim=1):
 # ---------------------------------------------------------------------------------------------
 
 
+def _all_gather(flat, group, world):
+    """Every rank's copy of the 1-d tensor ``flat``: [world tensors]. One buffer with NCCL."""
+    if world == 1:
+        return [flat]
+    if dist.get_backend(group) == "nccl" and hasattr(dist, "all_gather_into_tensor"):
+        out = flat.new_empty(world * flat.numel())
+        dist.all_gather_into_tensor(out, flat, group=group)
+        return list(out.chunk(world)) if flat.numel() else [flat.new_empty(0) for _ in range(world)]
+    parts = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(parts, flat, group=group)
+    return parts
+
+
 def _dtype_code(dt):
-    return _DTYPES.get(dt, 100 + abs(hash(str(dt))) % 1000)
+    return _DTYPES.get(dt, 100 + zlib.crc32(str(dt).encode()))  # stable across processes
 
 
 def _meta_device(group, x):
@@ -230,7 +242,8 @@ def _show(name, v):
         for dt, c in _DTYPES.items():
             if c == v:
                 return str(dt)
-        return "another dtype"
+        return next((str(d) for d in (torch.int32, torch.int64, torch.uint8, torch.int8, torch.bool, torch.float64)
+                     if _dtype_code(d) == v), "another dtype")
     if name == "layout":
         return repr(_LAYOUTS[v]) if 0 <= v < len(_LAYOUTS) else str(v)
     if name == "comm":
@@ -483,8 +496,7 @@ def _allgather(q, k, v, group, rank, world, layout, wl, wr, softcap, scale, sink
         buf = torch.empty(nk + nv, dtype=k.dtype, device=k.device)
         buf[:nk].view(B, Sk, Hkv, Dqk).copy_(k)
         buf[nk:].view(B, Sk, Hkv, Dv).copy_(v)
-        parts = [torch.empty_like(buf) for _ in range(world)]
-        dist.all_gather(parts, buf, group=group)
+        parts = _all_gather(buf, group, world)
         # The whole K / V in sequence order: chunk i of the global sequence is at index i.
         nseg = len(_segments(layout, 0, world, Sk))
         kc, vc = [None] * (world * nseg), [None] * (world * nseg)

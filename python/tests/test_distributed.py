@@ -279,6 +279,14 @@ def _worker(rank, world, init_file, seed, results):
                 results.put(("bad", rank, name, (type(e).__name__, str(e), isinstance(e, fa4.Fa4Error))))
         # the group still works after every error above
         results.put(("after", rank, "after", _run_case(CASES[0], rank, world, seed + 1000)))
+        # a subgroup (ranks 1 .. W-1: group ranks are not global ranks)
+        sub = dist.new_group(list(range(1, world)))
+        if rank >= 1:
+            try:
+                for c in (CASES[0], CASES[2]):
+                    results.put(("sub", rank, c["name"], _run_case(c, rank - 1, world - 1, seed + 2000, group=sub)))
+            except Exception:
+                results.put(("sub", rank, "error", {"error": traceback.format_exc()}))
         dist.destroy_process_group()
         results.put(("done", rank, None, None))
     except Exception:
@@ -297,7 +305,7 @@ def _spawn(world, seed):
         t0 = time.time()
         for p in procs:
             p.start()
-        got = {"case": {}, "bad": {}, "after": {}, "fatal": {}, "done": set()}
+        got = {"case": {}, "bad": {}, "after": {}, "sub": {}, "fatal": {}, "done": set()}
         deadline = t0 + DEADLINE[world]
         while len(got["done"]) + len(got["fatal"]) < world and time.time() < deadline:
             try:
@@ -402,6 +410,14 @@ def test_group_still_works_after_errors(group_run):
     _group_ok(group_run)
     for rank in range(group_run["world"]):
         _check_metrics(group_run["after"][("after", rank)], CASES[0]["dtype"], f"after errors, rank {rank}")
+
+
+def test_subgroup(group_run):
+    _group_ok(group_run)
+    for rank in range(1, group_run["world"]):
+        assert ("error", rank) not in group_run["sub"], group_run["sub"][("error", rank)]["error"]
+        for c in (CASES[0], CASES[2]):
+            _check_metrics(group_run["sub"][(c["name"], rank)], c["dtype"], f"subgroup, {c['name']}, rank {rank}")
 
 
 def test_group_time(group_run):
