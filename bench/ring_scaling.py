@@ -73,7 +73,8 @@ def init(args):
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))
-        if args.device == "cuda":
+        if args.device == "cuda":  # (more ranks than GPUs share them: NCCL may refuse that)
+            local %= torch.cuda.device_count()
             torch.cuda.set_device(local)
         dist.init_process_group("nccl" if args.device == "cuda" else "gloo",
                                 timeout=datetime.timedelta(minutes=10))

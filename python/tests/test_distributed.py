@@ -456,6 +456,25 @@ def test_world1(world1, case):
     _check_metrics(_run_case(case, 0, 1, int.from_bytes(os.urandom(4), "little")), case["dtype"], case["name"])
 
 
+@pytest.mark.skipif(not (torch.cuda.is_available() and fa4.backend_available("cuda")),
+                    reason="no CUDA device or no cuda backend in this build")
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("comm", ["ring", "allgather"])
+def test_world1_cuda(world1, layout, comm):
+    # CUDA tensors, the cuda backend, world size 1 (no traffic: the gloo group only agrees)
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    q, k, v = (torch.randn(1, 512, h, 128, generator=g).to("cuda", torch.bfloat16) for h in (8, 2, 2))
+    sinks = torch.randn(8, generator=g).cuda()
+    for kw in (dict(causal=True), dict(window=(100, 0)), dict(causal=True, sinks=sinks)):
+        out, lse = fd.ring_attention(q, k, v, layout=layout, comm=comm, return_lse=True, **kw)
+        assert out.is_cuda and out.dtype == torch.bfloat16
+        ref, ref_lse = fa4.attention(q.cpu().float(), k.cpu().float(), v.cpu().float(), return_lse=True,
+                                     backend="reference", **{a: (b.cpu() if torch.is_tensor(b) else b) for a, b in kw.items()})
+        m = _compare(out.cpu(), ref, lse.cpu(), ref_lse, torch.bfloat16)
+        m["unshard_ok"] = True
+        _check_metrics(m, torch.bfloat16, f"cuda {layout} {comm} {kw.keys()}")
+
+
 def test_requires_grad_without_grad_mode_is_fine(world1):
     q = _t(1, 4, 1, 8, dtype=F32).requires_grad_()
     with torch.no_grad():
