@@ -202,7 +202,7 @@ def main():
     f = lambda x, p: "—" if x is None else f"{x:.{p}f}"  # noqa: E731
     for r in rows:
         say(f"| {r['S']} | {r['world']} | {r['layout']} | {r['comm']} | {f(r['t1_ms'], 2)} | {r['tw_ms']:.2f} | "
-            f"{f(r['speedup'], 2)} | {f(r['efficiency'], 3)} | {r['tflops_per_device']:.1f} |")
+            f"{f(r['speedup'], 2)} | {f(r['efficiency'], 3)} | {r['tflops_per_device']:.3g} |")
     if rank == 0 and args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(world=world, device=gpu, dtype=args.dtype, B=B, Hq=Hq, Hkv=Hkv, D=D, causal=args.causal,
