@@ -47,6 +47,7 @@ _LAYOUTS = ("zigzag", "contiguous")
 _COMMS = ("ring", "allgather")
 _DTYPES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
 _MSG = 384  # bytes of an error message carried to the other ranks
+_ONE_CALL_AT_WORLD_1 = True  # (tests set False to run the ring's step machinery on one process)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,10 +382,6 @@ def _local_checks(q, k, v, sinks, layout, comm, causal, window, softcap, scale, 
                              f"equal chunks (the global length must divide by 2 x world size: use fa4.distributed.shard)")
     if k.shape[1] != v.shape[1]:
         raise _error(InvalidArgumentError, "v", f"v: local sequence length {v.shape[1]} differs from k's {k.shape[1]}")
-    # Everything else fa4 checks (head dims, GQA ratio, dtypes, devices, sinks, backend) on a
-    # one-row probe of this rank's shard: it fails here, before any rank starts sending.
-    _attention(q[:, :1], k[:, :1], v[:, :1], sinks=sinks, softcap=softcap, scale=scale, backend=backend,
-               num_threads=num_threads)
     return causal, wl, wr, softcap, scale
 
 
@@ -418,10 +415,18 @@ def ring_attention(q, k, v, *, group=None, causal=False, window=(-1, -1), softca
                   ("causal", int(causal)), ("window[0]", wl), ("window[1]", wr), ("softcap", _f2i(softcap)),
                   ("scale", -1 if scale_v is None else _f2i(scale_v)), ("sinks (given)", int(sinks is not None)),
                   ("layout", _LAYOUTS.index(layout)), ("comm", _COMMS.index(comm))]
+        if world > 1:
+            # Everything else fa4 checks (head dims, GQA ratio, dtypes, devices, sinks, backend) on
+            # a one-row probe of this rank's shard: it fails here, before any rank starts sending.
+            _attention(q[:, :1], k[:, :1], v[:, :1], sinks=sinks, softcap=softcap, scale=scale_v, backend=backend,
+                       num_threads=num_threads)
     except Fa4Error as e:
         err = e
     _agree("ring_attention", group, rank, world, _meta_device(group, q), err, fields)
     return_lse = bool(return_lse)
+    if world == 1 and _ONE_CALL_AT_WORLD_1:  # the shard is the whole sequence, in order: one fa4 call
+        return _attention(q, k, v, window=(wl, wr), softcap=softcap, scale=scale_v, sinks=sinks,
+                          return_lse=return_lse, backend=backend, num_threads=num_threads)
     with torch.no_grad():
         if comm == "allgather":
             out, lse = _allgather(q, k, v, group, rank, world, layout, wl, wr, softcap, scale_v, sinks, backend,

@@ -451,8 +451,15 @@ def world1():
             dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("case", CASES[:4] + CASES[10:14] + CASES[14:16], ids=lambda c: c["name"])
-def test_world1(world1, case):
+@pytest.fixture(params=["one-call", "ring-steps"])
+def world1_path(request, monkeypatch):
+    # world size 1 is one fa4 call; "ring-steps" runs the ring's plan / merge machinery instead
+    monkeypatch.setattr(fd, "_ONE_CALL_AT_WORLD_1", request.param == "one-call")
+    return request.param
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_world1(world1, world1_path, case):
     _check_metrics(_run_case(case, 0, 1, int.from_bytes(os.urandom(4), "little")), case["dtype"], case["name"])
 
 
@@ -460,7 +467,7 @@ def test_world1(world1, case):
                     reason="no CUDA device or no cuda backend in this build")
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
 @pytest.mark.parametrize("comm", ["ring", "allgather"])
-def test_world1_cuda(world1, layout, comm):
+def test_world1_cuda(world1, world1_path, layout, comm):
     # CUDA tensors, the cuda backend, world size 1 (no traffic: the gloo group only agrees)
     g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     q, k, v = (torch.randn(1, 512, h, 128, generator=g).to("cuda", torch.bfloat16) for h in (8, 2, 2))
