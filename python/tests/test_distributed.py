@@ -75,6 +75,10 @@ CASES = [
     _case("allgather-zigzag-full-fp32-nolse", comm="allgather", dtype=F32, lse=False, n=5),
     _case("allgather-contig-sq-gt-sk-fp32", comm="allgather", layout="contiguous", dtype=F32, causal=True, n=7,
           nk=3),
+    _case("zigzag-sq-gt-sk-empty-rows-sinks-fp32", dtype=F32, causal=True, sinks=True, n=8, nk=3),
+    _case("allgather-zigzag-sq-gt-sk-empty-rows-sinks", comm="allgather", causal=True, sinks=True, n=8, nk=3),
+    _case("zigzag-causal-d256-bf16", dtype=BF16, causal=True, Hq=2, Hkv=1, D=256, n=6),
+    _case("contig-odd-dims-40-24-gqa3", layout="contiguous", Hq=6, Hkv=2, D=40, Dv=24, window=(4, 2), n=9),
 ]
 
 
