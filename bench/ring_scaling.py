@@ -165,7 +165,7 @@ def main():
                         (B, S, Hkv, D), dt, dev, gq)
                     reps = args.single_reps or (min(args.reps, 3) if S > 128 * 1024 else args.reps)
                     try:
-                        t1 = timed(lambda: fa4.attention(q, k, v, **kw), dev, reps, 1, collective=False)
+                        t1 = timed(lambda q=q, k=k, v=v: fa4.attention(q, k, v, **kw), dev, reps, 1, collective=False)
                     except (fa4.Fa4Error, RuntimeError, MemoryError) as e:
                         say(f"S={S}: one-device baseline failed ({type(e).__name__}: {e})")
                         t1 = None
@@ -185,8 +185,10 @@ def main():
                 k = rand((B, n, Hkv, D), dt, dev, g)
                 v = rand((B, n, Hkv, D), dt, dev, g)
                 for comm in comms:
-                    tw = timed(lambda: fd.ring_attention(q, k, v, layout=layout, comm=comm, **kw), dev, args.reps,
-                               args.warmup)
+                    def ring(q=q, k=k, v=v, layout=layout, comm=comm):
+                        return fd.ring_attention(q, k, v, layout=layout, comm=comm, **kw)
+
+                    tw = timed(ring, dev, args.reps, args.warmup)
                     row = dict(S=S, world=world, layout=layout, comm=comm, t1_ms=None if t1 is None else t1 * 1e3,
                                tw_ms=tw * 1e3, tflops_per_device=flops / tw / world / 1e12,
                                speedup=None if t1 is None else t1 / tw,

@@ -12,7 +12,6 @@ killed), never a stuck CI. World size 1 runs in this process; the GPU benchmark'
 path (bench/ring_scaling.py on CPU / gloo) runs as a subprocess.
 """
 import datetime
-import math
 import os
 import queue
 import subprocess
