@@ -9,6 +9,7 @@
 
     from fa4.flash_attn_compat import flash_attn_func      # flash-attn 2's names and argument order
     from fa4.flash_attn_interface import flash_attn_func   # flash-attn 3's
+    import fa4.distributed                                 # ring attention on torch.distributed (lazy)
 
 Outputs are allocated in the caller's framework. With torch, the ops are also registered as
 torch.library custom ops (torch.ops.fa4.*) so torch.compile(fullgraph=True) traces them.
@@ -78,6 +79,16 @@ def _maybe_torch():
 
 
 _maybe_torch()
+
+
+def __getattr__(name):
+    # fa4.distributed (torch only) is imported on first use, not by `import fa4`.
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module(".distributed", __name__)
+    raise AttributeError(f"module 'fa4' has no attribute {name!r}")
+
 
 __all__ = [
     "attention", "attention_varlen", "attention_with_kvcache", "combine", "backend_info",
