@@ -324,14 +324,23 @@ TEST(CudaPlan, Sm90PersistentSchedule) {
   EXPECT_EQ(pl.sched.gz, 2);
   EXPECT_EQ(pl.sched.section, 1);
   EXPECT_EQ(pl.ctas, 132);
-  // K / V of one (kv head, sequence): 4096 keys x 256 x 2 B = 2 MB -> 12 pairs in 25 MB, x4 with GQA 4
+  // Dense causal (FA4_SM90_MASKED_LPT): one section of all 32 (head, batch) pairs, heaviest
+  // tiles first, CTAs snaking.
   const Plan causal = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
-  EXPECT_EQ(causal.sched.section, 12);
-  EXPECT_EQ(causal.ctas, 32 * 16 * 2);  // 32 > 16 masked tiles per sequence: one CTA per tile
-  const Plan causal_short = Planned({.batch = 16, .hq = 16, .hkv = 16, .sq = 1024, .sk = 1024, .causal = true}).on(dl);
-  EXPECT_EQ(causal_short.ctas, 132);
-  const Plan gqa = Planned({.batch = 2, .hq = 16, .hkv = 4, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
-  EXPECT_EQ(gqa.sched.section, 32);  // 48, clamped to the 32 pairs
+  EXPECT_EQ(causal.sched.section, 32);
+  EXPECT_EQ(causal.sched.snake, 1);
+  EXPECT_EQ(causal.ctas, 132);
+  EXPECT_EQ(pl.sched.snake, 0);
+  // Varlen causal: K / V of one (kv head, sequence) = 4096 keys x 256 x 2 B = 2 MB -> 12 pairs in
+  // 25 MB, x4 with GQA 4 (clamped to the 16 heads); its virtual grid (all sequences' tiles, > 16)
+  // runs one CTA per tile.
+  const Plan vl = Planned({.batch = 2, .hq = 16, .hkv = 4, .sq = 4096, .sk = 4096, .varlen = true, .total_q = 8192,
+                           .causal = true})
+                      .on(dl);
+  EXPECT_EQ(vl.kernel, Kernel::sm90);
+  EXPECT_EQ(vl.sched.section, 16);
+  EXPECT_EQ(vl.sched.snake, 0);
+  EXPECT_EQ(vl.ctas, vl.sched.total());
   // fewer tiles than SMs: one CTA per tile
   const Plan small = Planned({.batch = 1, .hq = 132, .hkv = 132, .sq = 128, .sk = 4096}).on(dl);
   EXPECT_EQ(small.kernel, Kernel::sm90);
@@ -365,6 +374,24 @@ TEST(TileSchedule, EveryTileOnceInSectionOrder) {
     }
     for (int v : seen) EXPECT_EQ(v, 1);
   }
+}
+
+// Persistent CTAs: over all rounds every tile goes to exactly one CTA, straight or snaking.
+TEST(TileSchedule, RoundsCoverEveryTileOnce) {
+  for (int snake = 0; snake < 2; ++snake)
+    for (int64_t ctas : {1, 3, 7, 132}) {
+      fa4::cuda::TileSchedule s{7, 5, 3, 15, snake};
+      std::vector<int> seen(static_cast<size_t>(s.total()), 0);
+      for (int64_t r = 0; r < s.rounds(ctas); ++r)
+        for (int64_t b = 0; b < ctas; ++b) {
+          const int64_t t = s.tile_for(r, b, ctas);
+          if (t < 0) continue;
+          ASSERT_LT(t, s.total());
+          ++seen[static_cast<size_t>(t)];
+          if (snake && (r & 1)) EXPECT_EQ(t, r * ctas + ctas - 1 - b);
+        }
+      for (int v : seen) EXPECT_EQ(v, 1);
+    }
 }
 
 TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {

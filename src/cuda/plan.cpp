@@ -208,26 +208,35 @@ Plan plan_simt(const Problem& pb, const DeviceLimits& dl) {
 }
 
 // The persistent schedule of the sm90 kernel (common/tile_schedule.h): one CTA per SM at most.
-// Without a causal / windowed mask every tile costs the same and one head's tiles run side by
-// side (section 1). With one, a section holds the (head, batch) pairs whose K / V fit half the L2
-// (heads of one KV head share theirs), its tiles heaviest first -- but a static round-robin over
-// tiles of unequal cost leaves a tail the hardware's own CTA dispatch does not: measured
-// (docs/perf/sm90-notes.md) persistent CTAs win 7-10 % at S = 1k (8 tiles per sequence) and lose
-// 4-9 % at S = 8k causal, so masked problems with more than kMaxPersistentMaskedTiles query tiles
-// per sequence launch one CTA per tile (same kernel, ctas = tiles) until a dynamic scheduler lands.
+//   - No causal / windowed mask: every tile costs the same; one head's tiles run side by side
+//     (section 1), sharing its K / V in L2.
+//   - Masked, dense (FA4_SM90_MASKED_LPT): all tiles in one heaviest-first order, CTAs snaking.
+//     bench/schedule_model.py (tile cost = its key tiles + 1) puts that within 0.3 % of an even
+//     split at S = 8k and 3 % at 1k (tile quantization); the L2-sized sections with a plain
+//     round-robin (FA4_SM90_MASKED_LPT=0) are 12-26 % over, and measured 4-10 % behind one CTA
+//     per tile at S = 8k (docs/perf/sm90-notes.md), whose hardware dispatch the model puts 4-15 %
+//     over. To be confirmed on the GPU (the A/B: -DFA4_SM90_MASKED_LPT=0).
+//   - Masked varlen: tiles are not sorted by cost across sequences, so more than
+//     kMaxPersistentMaskedTiles of them launch one CTA per tile (the hardware balances), in
+//     L2-sized sections of the (head, batch) pairs whose K / V fit half the L2.
 constexpr int64_t kMaxPersistentMaskedTiles = 16;
 void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   pl.sched.gx = pl.grid.x, pl.sched.gy = pl.grid.y, pl.sched.gz = pl.grid.z;
   pl.sched.section = 1;
   const bool masked = pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0;
-  if (masked) {
+  const bool lpt = FA4_SM90_MASKED_LPT && masked && !pb.varlen_q;
+  if (lpt) {
+    pl.sched.section = std::max<int64_t>(pl.grid.y * pl.grid.z, 1);
+    pl.sched.snake = 1;
+  } else if (masked) {
     const int64_t l2 = dl.l2_bytes > 0 ? dl.l2_bytes : (int64_t{40} << 20);
     const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * 2);  // one KV head, one sequence
     const int64_t pairs = pl.grid.y * pl.grid.z;
     pl.sched.section = std::clamp<int64_t>(l2 / 2 / kv_bytes * pb.group, 1, std::max<int64_t>(pairs, 1));
   }
   const int64_t total = pl.sched.total();
-  const bool persistent = FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || pl.grid.x <= kMaxPersistentMaskedTiles);
+  const bool persistent =
+      FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || lpt || pl.grid.x <= kMaxPersistentMaskedTiles);
   pl.ctas = persistent ? std::min<int64_t>(total, dl.sms) : total;
 }
 

@@ -4,8 +4,9 @@
 //
 // The virtual grid is the one a non-persistent launch would use (x = query tiles of a sequence,
 // or all sequences' varlen tiles; y = query head; z = batch x split; cta_tile reads it). A
-// persistent launch has ctas <= x * y * z CTAs; CTA b takes linear tiles b, b + ctas, b + 2 ctas,
-// ... in the order `coords` defines:
+// persistent launch has ctas <= x * y * z CTAs; in round r CTA b takes linear tile r * ctas + b
+// (with `snake`, r * ctas + ctas - 1 - b in odd rounds: on tiles sorted heaviest first that pairs
+// a CTA's heavy tiles with light ones), in the order `coords` defines:
 //   - (y, z) pairs are taken in sections of `section` pairs; inside a section x is the slowest
 //     index, so the CTAs that run at the same time share few heads' K / V (it stays in L2);
 //   - section = 1 (non-causal): one head's query tiles back to back, all reading the same K / V;
@@ -28,8 +29,15 @@ namespace fa4::cuda {
 struct TileSchedule {
   int64_t gx = 0, gy = 0, gz = 0;  // the virtual grid (each >= 1 when there is work)
   int64_t section = 1;             // (y, z) pairs per section, >= 1
+  int32_t snake = 0;               // odd rounds walk the CTAs backwards
 
   FA4_HD int64_t total() const { return gx * gy * gz; }
+  FA4_HD int64_t rounds(int64_t ctas) const { return (total() + ctas - 1) / ctas; }
+  // The linear tile of CTA `cta` (of `ctas`) in round r; -1 past the last tile.
+  FA4_HD int64_t tile_for(int64_t r, int64_t cta, int64_t ctas) const {
+    const int64_t t = r * ctas + ((snake != 0 && (r & 1) != 0) ? ctas - 1 - cta : cta);
+    return t < total() ? t : -1;
+  }
 
   // Linear tile t in [0, total()) -> virtual block (x, y, z).
   FA4_HD void coords(int64_t t, int* x, int* y, int* z) const {

@@ -34,6 +34,12 @@
 #ifndef FA4_SM90_PERSISTENT
 #define FA4_SM90_PERSISTENT 1
 #endif
+//   FA4_SM90_MASKED_LPT    1: dense causal / windowed problems run persistent in one global
+//                          heaviest-first order, CTAs snaking (cuda/plan.cpp schedule_sm90);
+//                          0: L2-sized sections, one CTA per tile past 16 tiles per sequence
+#ifndef FA4_SM90_MASKED_LPT
+#define FA4_SM90_MASKED_LPT 1
+#endif
 // Tile shapes per head-dim class, for the A/B runs that choose them (docs/perf/sm90-notes.md):
 // key tiles (wgmma N of S = Q K^T: 64, 80, 128, 176, 192 or 256) and consumer warpgroups.
 #ifndef FA4_SM90_BLOCK_N_D64

@@ -66,7 +66,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   if (FA4_SM90_PINGPONG && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
   typename Consumer<T>::Ring st;  // the K / V rings run on across tiles
   uint32_t tiles_done = 0;        // the q_full phase
-  for (int64_t t = blockIdx.x; t < P.sched.total(); t += gridDim.x) {
+  const int64_t rounds = P.sched.rounds(gridDim.x);
+  for (int64_t r = 0; r < rounds; ++r) {
+    const int64_t t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
+    if (t < 0) continue;
     TileWork w;
     if (!w.init(P.a, P.sched, t, T::kBlockM, T::kBlockN)) continue;  // uniform over the CTA
     Consumer<T> cs(sh, P.a, w, c);

@@ -29,7 +29,10 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
 
   PipelineState<T::kStages> st;  // the rings run on across tiles
   uint32_t tiles_done = 0;       // tiles whose Q was loaded: the q_full / q_empty phase
-  for (int64_t t = blockIdx.x; t < P.sched.total(); t += gridDim.x) {
+  const int64_t rounds = P.sched.rounds(gridDim.x);
+  for (int64_t r = 0; r < rounds; ++r) {
+    const int64_t t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
+    if (t < 0) continue;
     TileWork w;
     if (!w.init(P.a, P.sched, t, T::kBlockM, kBlockN)) continue;
     const int n = w.n_tiles();
