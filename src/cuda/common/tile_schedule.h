@@ -18,11 +18,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FA4_HD __host__ __device__ __forceinline__
-#else
-#define FA4_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace fa4::cuda {
 
@@ -56,4 +52,3 @@ struct TileSchedule {
 
 }  // namespace fa4::cuda
 
-#undef FA4_HD
