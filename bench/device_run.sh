@@ -106,6 +106,10 @@ if [[ $BENCH == 1 ]]; then
   Q=$([[ $QUICK == 1 ]] && echo --quick)
   timeout 540 python3 bench/peers.py --lib "$DIR/lib/libfa4.so" --out "$OUT" $Q $BENCH_ARGS > "$OUT/bench.log" 2>&1
   SUMMARY+=("bench: rc=$? ($(( $(date +%s) - start )) s)")
+  # Accuracy against an fp64 reference, fa4 and every installed peer on the same inputs
+  start=$(date +%s)
+  timeout 240 python3 bench/accuracy.py --lib "$DIR/lib/libfa4.so" --out "$OUT" $Q > "$OUT/accuracy.log" 2>&1
+  SUMMARY+=("accuracy: rc=$? ($(( $(date +%s) - start )) s)")
 fi
 
 echo "===== failures (first lines) ====="
@@ -117,5 +121,6 @@ grep -B2 -A12 "Failure" "$OUT/tests_99kb.log" 2>/dev/null | head -40
 grep -B2 -A12 "Failure" "$OUT/sm90_ptx.log" 2>/dev/null | head -40
 echo "===== bench ====="
 [[ -f "$OUT/peers.md" ]] && cat "$OUT/peers.md" || tail -30 "$OUT/bench.log" 2>/dev/null
+[[ -f "$OUT/accuracy.md" ]] && { echo "===== accuracy (max-abs / rel-L2 vs fp64) ====="; cat "$OUT/accuracy.md"; }
 echo "===== summary ====="
 printf '%s\n' "${SUMMARY[@]}"
