@@ -229,50 +229,52 @@ def bench_gemm(timer):
     return 2 * 8192 ** 3 / ms / 1e9
 
 
-def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None):
+PREFILL_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=("bf16",)):
     variants = variants or {}
     rows = []
-    for d in dims:
-        for causal in causals:
-            for s in seqs:
-                b, h = 16384 // s, 2048 // d
-                q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-                k = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-                v = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-                out = torch.empty_like(q)
-                p = fa4.params(q, k, v, out, causal=causal)
-                qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BHSD views
-                flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                fns = {"fa4": lambda: fa4.call(p)}
-                fns.update(peer_fns(q, k, v, causal))
-                outs_ab = {}
-                for name, lib in variants.items():
-                    outs_ab[name] = torch.empty_like(q)
-                    pv = lib.params(q, k, v, outs_ab[name], causal=causal)
-                    fns["ab_" + name] = (lambda lib, pv: lambda: lib.call(pv))(lib, pv)
-                t = timer.compare_ms(fns)
-                err = None
-                if check:
-                    fa4.call(p)
-                    ref = sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION).transpose(1, 2)
-                    err = (out.float() - ref.float()).abs().max().item()
-                tf = lambda t: None if t is None else flops / t / 1e9
-                r = dict(d=d, causal=int(causal), s=s, b=b, h=h, dtype="bf16", fa4=tf(t["fa4"]),
-                         **{n: tf(t.get(n)) for n in PEERS}, max_abs_diff_vs_flash=err)
-                r["best_peer"] = best_peer(r)
-                for name in variants:
-                    r["ab_" + name] = tf(t["ab_" + name])
-                    if check:
-                        fns["ab_" + name]()
-                        fa4.call(p)
-                        torch.cuda.synchronize()
-                        r[f"ab_{name}_max_abs_diff_vs_fa4"] = (outs_ab[name].float() - out.float()).abs().max().item()
-                rows.append(r)
-                print(f"  prefill d={d} causal={int(causal)} s={s}: fa4 {fmt(r['fa4'])}  " +
-                      "  ".join(f"{n} {fmt(r[n])}" for n in PEERS) + " TFLOP/s" +
-                      (f"  maxdiff {err:.3g}" if err is not None else "") +
-                      "".join(f"  {n} {fmt(r['ab_' + n])}" for n in variants), flush=True)
-                del q, k, v, out, qt, kt, vt, outs_ab
+    for dname, d, causal, s in ((dn, d, c, s) for dn in dtypes for d in dims for c in causals for s in seqs):
+        dt = PREFILL_DTYPES[dname]
+        b, h = 16384 // s, 2048 // d
+        q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
+        k = torch.randn(b, s, h, d, device="cuda", dtype=dt)
+        v = torch.randn(b, s, h, d, device="cuda", dtype=dt)
+        out = torch.empty_like(q)
+        p = fa4.params(q, k, v, out, causal=causal)
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BHSD views
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        fns = {"fa4": lambda: fa4.call(p)}
+        fns.update(peer_fns(q, k, v, causal))
+        outs_ab = {}
+        for name, lib in variants.items():
+            outs_ab[name] = torch.empty_like(q)
+            pv = lib.params(q, k, v, outs_ab[name], causal=causal)
+            fns["ab_" + name] = (lambda lib, pv: lambda: lib.call(pv))(lib, pv)
+        t = timer.compare_ms(fns)
+        err = None
+        if check:
+            fa4.call(p)
+            ref = sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION).transpose(1, 2)
+            err = (out.float() - ref.float()).abs().max().item()
+        tf = lambda t: None if t is None else flops / t / 1e9
+        r = dict(d=d, causal=int(causal), s=s, b=b, h=h, dtype=dname, fa4=tf(t["fa4"]),
+                 **{n: tf(t.get(n)) for n in PEERS}, max_abs_diff_vs_flash=err)
+        r["best_peer"] = best_peer(r)
+        for name in variants:
+            r["ab_" + name] = tf(t["ab_" + name])
+            if check:
+                fns["ab_" + name]()
+                fa4.call(p)
+                torch.cuda.synchronize()
+                r[f"ab_{name}_max_abs_diff_vs_fa4"] = (outs_ab[name].float() - out.float()).abs().max().item()
+        rows.append(r)
+        print(f"  prefill {dname} d={d} causal={int(causal)} s={s}: fa4 {fmt(r['fa4'])}  " +
+              "  ".join(f"{n} {fmt(r[n])}" for n in PEERS) + " TFLOP/s" +
+              (f"  maxdiff {err:.3g}" if err is not None else "") +
+              "".join(f"  {n} {fmt(r['ab_' + n])}" for n in variants), flush=True)
+        del q, k, v, out, qt, kt, vt, outs_ab
     return rows
 
 
@@ -374,20 +376,20 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
          f" implementations, order reshuffled every round, {IDLE_S * 1000:.0f} ms idle before each block; prefill: L2 flushed before each rep;"
          " decode: inputs are far larger than the L2", "",
          f"cuBLAS bf16 GEMM 8192^3: **{gemm:.0f} TFLOP/s**", "",
-         "## Prefill, bf16, TFLOP/s (B*S = 16384, H*D = 2048)", "",
-         "| D | causal | S | B | H | fa4 | FA3 | FA4 (CuTe) | cuDNN | FA2 | fa4 / best peer |",
-         "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "## Prefill, TFLOP/s (B*S = 16384, H*D = 2048)", "",
+         "| dtype | D | causal | S | B | H | fa4 | FA3 | FA4 (CuTe) | cuDNN | FA2 | fa4 / best peer |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in prefill:
-        L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {fmt(r['fa4'])} | {fmt(r.get('fa3'))} | "
+        L.append(f"| {r['dtype']} | {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {r['h']} | {fmt(r['fa4'])} | {fmt(r.get('fa3'))} | "
                  f"{fmt(r.get('fa4_cute'))} | {fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | "
                  f"**{fmt(ratio(r['fa4'], r.get('best_peer')), 3)}** |")
     if ab_names:
         L += ["", "## A/B: other builds of fa4, same rounds, same inputs (TFLOP/s)", "",
-              "| D | causal | S | fa4 | " + " | ".join(ab_names) + " | fa4/flash | " +
+              "| dtype | D | causal | S | fa4 | " + " | ".join(ab_names) + " | fa4/flash | " +
               " | ".join(f"{n}/flash | {n}/fa4" for n in ab_names) + " |",
-              "|---|---|---|---|" + "---|" * len(ab_names) + "---|" + "---|---|" * len(ab_names)]
+              "|---|---|---|---|---|" + "---|" * len(ab_names) + "---|" + "---|---|" * len(ab_names)]
         for r in prefill:
-            L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {fmt(r['fa4'])} | " +
+            L.append(f"| {r['dtype']} | {r['d']} | {r['causal']} | {r['s']} | {fmt(r['fa4'])} | " +
                      " | ".join(fmt(r['ab_' + n]) for n in ab_names) + f" | {fmt(ratio(r['fa4'], r['flash']), 3)} | " +
                      " | ".join(f"{fmt(ratio(r['ab_' + n], r['flash']), 3)} | {fmt(ratio(r['ab_' + n], r['fa4']), 3)}"
                                 for n in ab_names) + " |")
@@ -423,6 +425,7 @@ def main():
     ap.add_argument("--skip-varlen", action="store_true")
     ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated)")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
+    ap.add_argument("--dtypes", default="bf16", help="prefill input types: bf16, fp16 or bf16,fp16")
     ap.add_argument("--ab", action="append", default=[], metavar="NAME=LIB",
                     help="another libfa4 build timed in the same rounds on the prefill sweep (repeatable)")
     args = ap.parse_args()
@@ -459,7 +462,11 @@ def main():
     else:
         dims = [int(x) for x in args.dims.split(",")]
         seqs = [int(x) for x in args.seqs.split(",")]
-        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, dims, [False, True], seqs, check, variants)
+        dtypes = [x for x in args.dtypes.split(",") if x]
+        if any(x not in PREFILL_DTYPES for x in dtypes):
+            ap.error(f"--dtypes: expected a list of {', '.join(PREFILL_DTYPES)}, got {args.dtypes!r}")
+        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, dims, [False, True], seqs, check, variants,
+                                                             dtypes)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
         varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [256, 1024, 4096], check)
     os.makedirs(args.out, exist_ok=True)
