@@ -79,6 +79,19 @@ struct Unit {
   int64_t cost;             // rows x keys, for largest-first scheduling
 };
 
+// K / V packed once per (batch, kv head, key tile) for the 16-bit kernels, when several query
+// tiles read them (packing in every work unit cost ~25% of a bf16 prefill on AMX at S = 2048):
+// tile t of (b, hk) holds keys [t nk, t nk + n), n = min(nk, seqlen_k - t nk), as kb then vt
+// (cpu_kernels.h layouts) in a fixed-size slot; flags = the packers' kTiny / kNonFinite bits.
+struct Panels {
+  int64_t nk = 0, slot = 0, kb_elems = 0;  // slot: uint16 elements per tile
+  std::vector<int64_t> first;  // [b * hkv + hk]: index of its tile 0
+  std::unique_ptr<uint16_t[]> data;
+  std::unique_ptr<uint8_t[]> flags;
+  const uint16_t* kb(int64_t tile) const { return data.get() + tile * slot; }
+  const uint16_t* vt(int64_t tile) const { return data.get() + tile * slot + kb_elems; }
+};
+
 // Everything a worker needs, shared read-only.
 struct Plan {
   const Problem* pb;
@@ -94,16 +107,22 @@ struct Plan {
   float* part_o = nullptr;  // [nsplit][total_rows][dv] normalized partials (nsplit > 1)
   float* part_lse = nullptr;  // [nsplit][total_rows]
   uint8_t* part_redo = nullptr;  // [nsplit][total_rows]: 1 = that split saw an extreme score (the merge recomputes the row)
+  const Panels* panels = nullptr;  // pre-packed K / V (lowp only), or nullptr: units pack their own
 };
 
-// The key range [lo, hi) of split s of a tile whose rows see [klo, khi): equal shares rounded
-// up to whole key tiles, so splits never share a tile.
+// The key range [lo, hi) of split s of a tile whose rows see [klo, khi): equal shares of whole
+// key tiles counted from klo rounded down to a tile boundary, so every key tile of the walk is an
+// aligned tile [t * tile_keys, (t + 1) * tile_keys) (the pre-packed K/V panels are cut so) and
+// splits never share one. Keys of the first tile below klo are seen by no row of the query tile:
+// the mask classifies that tile as partial and masks them.
 void split_range(int64_t klo, int64_t khi, int64_t nsplit, int64_t s, int64_t tile_keys, int64_t* lo, int64_t* hi) {
-  const int64_t len = std::max<int64_t>(0, khi - klo);
+  const int64_t base = khi > klo ? klo / tile_keys * tile_keys : klo;
+  const int64_t len = std::max<int64_t>(0, khi - base);
   const int64_t chunk = round_up((len + nsplit - 1) / nsplit, tile_keys);
-  *lo = std::min(khi, klo + s * chunk);
+  *lo = std::min(khi, base + s * chunk);
   *hi = std::min(khi, *lo + chunk);
 }
+
 
 // Per-thread tile storage (layouts in cpu_kernels.h). O^T has dv_p = round_up(dv, 16) rows (the
 // AMX tiles write whole 16-dim blocks); the packed 16-bit panels exist only with lowp kernels.
@@ -347,8 +366,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   SoftmaxStep step{ws.st, 0, mp, mp, nullptr, nullptr, cap_in, pb.softcap,
                    ws.m_run, ws.l_run, ws.alpha};
   if (L && L->begin) L->begin();
+  // Pre-packed panels cover whole aligned tiles up to seqlen_k: a tile that ends past hi (only
+  // when hi = khi, so the keys beyond are masked for every row here) is used whole, as partial.
+  const Panels* pan = L ? plan.panels : nullptr;
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
-    const int64_t n = std::min(ws.nk, hi - j0);
+    const int64_t n = pan ? std::min(ws.nk, sm.sk - j0) : std::min(ws.nk, hi - j0);
     const TileKind kind = sm.classify(i0, i1, j0, j0 + n);
     if (kind == TileKind::empty) continue;
     // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
@@ -413,11 +435,20 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       continue;
     }
     if (L) {
-      for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-      const int kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
-      const int vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
+      const uint16_t *kb = ws.kb, *vt = ws.vt;
+      int kf = 0, vf = 0;
+      if (pan) {
+        const int64_t tile = pan->first[b * pb.hkv + hk] + j0 / ws.nk;
+        kb = pan->kb(tile);
+        vt = pan->vt(tile);
+        kf = vf = pan->flags[tile];
+      } else {
+        for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
+        kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
+        vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
+      }
       if (!((kf | vf) & LowpKernels::kTiny)) {
-        L->qk(ws.qv + ra * 2, mp, m, dqk, ws.kb, n, plan.terms, qpost, ws.st + ra);
+        L->qk(ws.qv + ra * 2, mp, m, dqk, kb, n, plan.terms, qpost, ws.st + ra);
         flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
                           step.hi ? ws.row_hi_rel : nullptr, ws.redo);
         K.softmax(step);
@@ -429,7 +460,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
           pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
                           ws.ot + ra);
         } else {
-          L->pv(ws.st + ra, mp, m, n, ws.vt, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
+          L->pv(ws.st + ra, mp, m, n, vt, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
         }
         continue;
       }
@@ -492,6 +523,56 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       plan.part_redo[u.split * plan.total_rows + grow] = ws.redo[r];
     }
   }
+}
+
+// Packs every key tile of every (batch, kv head) into panels, in parallel over tiles. False
+// (nothing packed) when the panels do not fit in memory: the units then pack their own.
+bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
+  const Problem& pb = *plan.pb;
+  const LowpKernels& L = *plan.lowp;
+  const int64_t nk = plan.tile_keys, T = plan.terms;
+  pn->nk = nk;
+  pn->kb_elems = T * nk * round_up(pb.dqk, 32);
+  pn->slot = round_up(pn->kb_elems + T * round_up(pb.dv, 16) * nk, 32);  // 64-byte aligned slots
+  pn->first.resize(static_cast<size_t>(pairs));
+  int64_t tiles = 0;
+  for (int64_t bh = 0; bh < pairs; ++bh) {
+    pn->first[bh] = tiles;
+    tiles += (pb.seqlen_k[bh / pb.hkv] + nk - 1) / nk;
+  }
+  int64_t elems = 0;
+  if (tiles == 0 || !checked_mul(tiles, pn->slot, &elems)) return false;
+  pn->data.reset(new (std::nothrow) uint16_t[static_cast<size_t>(elems)]);
+  pn->flags.reset(new (std::nothrow) uint8_t[static_cast<size_t>(tiles)]);
+  if (!pn->data || !pn->flags) {
+    pn->data.reset();
+    return false;
+  }
+  const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
+  const char* kbase = static_cast<const char*>(pb.p->k.data);
+  const char* vbase = static_cast<const char*>(pb.p->v.data);
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<const void*> kr(static_cast<size_t>(nk)), vr(static_cast<size_t>(nk));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const int64_t bh = std::upper_bound(pn->first.begin(), pn->first.end(), tile) - pn->first.begin() - 1;
+      const int64_t b = bh / pb.hkv, hk = bh % pb.hkv, j0 = (tile - pn->first[bh]) * nk;
+      const int64_t n = std::min(nk, pb.seqlen_k[b] - j0);
+      const KvRowOffsets rows(pb, b, hk);
+      for (int64_t t = 0; t < n; ++t) {
+        int64_t ko, vo;
+        rows.at(j0 + t, &ko, &vo);
+        kr[t] = kbase + ko * esz;
+        vr[t] = vbase + vo * esz;
+      }
+      uint16_t* slot = pn->data.get() + tile * pn->slot;
+      const int kf = L.pack_k(kr.data(), pb.dtype, n, pb.dqk, plan.terms, slot);
+      const int vf = L.pack_v(vr.data(), pb.dtype, n, pb.dv, plan.terms, slot + pn->kb_elems);
+      pn->flags[tile] = static_cast<uint8_t>(kf | vf);
+    }
+  }
+  return true;
 }
 
 // Split-KV count (core/splits.h). A work unit is (batch, kv head, tile of group x Sq packed
@@ -610,6 +691,8 @@ Status forward(const Problem& pb) {
 
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
+  Panels panels;
+  if (plan.lowp && g * pb.max_sq > plan.tile_rows && build_panels(plan, pairs, nt, &panels)) plan.panels = &panels;
   bool oom = false;
 #pragma omp parallel num_threads(workers)
   {
