@@ -375,12 +375,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     if (kind == TileKind::empty) continue;
     // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
     // never touched.
-    for (int64_t t = 0; t < n; ++t) {
-      int64_t ko, vo;
-      kv_rows.at(j0 + t, &ko, &vo);
-      ws.kraw[t] = kbase + ko * esz;
-      ws.vraw[t] = vbase + vo * esz;
-    }
+    // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
+    const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
+    if (!pan || pan->flags[pan_tile] != 0)
+      for (int64_t t = 0; t < n; ++t) {
+        int64_t ko, vo;
+        kv_rows.at(j0 + t, &ko, &vo);
+        ws.kraw[t] = kbase + ko * esz;
+        ws.vraw[t] = vbase + vo * esz;
+      }
     // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
     // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
     // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
@@ -438,19 +441,18 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       const uint16_t *kb = ws.kb, *vt = ws.vt;
       int kf = 0, vf = 0;
       if (pan) {
-        const int64_t tile = pan->first[b * pb.hkv + hk] + j0 / ws.nk;
-        kb = pan->kb(tile);
-        vt = pan->vt(tile);
-        kf = vf = pan->flags[tile];
+        kb = pan->kb(pan_tile);
+        vt = pan->vt(pan_tile);
+        kf = vf = pan->flags[pan_tile];
       } else {
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
         kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
         vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
       }
       if (!((kf | vf) & LowpKernels::kTiny)) {
-        L->qk(ws.qv + ra * 2, mp, m, dqk, kb, n, plan.terms, qpost, ws.st + ra);
-        flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
-                          step.hi ? ws.row_hi_rel : nullptr, ws.redo);
+        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, n, plan.terms, qpost, ws.st + ra))
+          flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+                            step.hi ? ws.row_hi_rel : nullptr, ws.redo);
         K.softmax(step);
         if (kind == TileKind::partial && (vf & LowpKernels::kNonFinite)) {
           for (int64_t t = 0; t < n; ++t) {

@@ -68,8 +68,9 @@ struct LowpKernels {
   int (*pack_k)(const void* const* krows, DType t, int64_t n, int64_t dqk, int terms, uint16_t* kb);
   int (*pack_v)(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt);
   // st[n'][i] = scale * sum_d kb[n'][d] qv[d][i]  for i < m (m, qv and st offset by whole 16-row
-  // blocks; row stride mp), n' < n; rows n..round_up(n, 16) of st may be overwritten.
-  void (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
+  // blocks; row stride mp), n' < n; rows n..round_up(n, 16) of st may be overwritten. Returns
+  // whether any of those scores is NaN or of magnitude >= 2^127 (the driver's extreme-row check).
+  bool (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
              float scale, float* st);
   // ot[e][i] = alpha[i] ot[e][i] + sum_n vt[e][n] p[n][i],  p = bf16(st) (P^T, row stride mp), i < m,
   // e < dv_p (rows dv..dv_p of ot hold zeros); pp: scratch of nk_p * m * T uint32.

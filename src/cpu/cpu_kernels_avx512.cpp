@@ -190,6 +190,7 @@ void softmax_avx512(const SoftmaxStep& s) {
   const bool cap = s.softcap_in != 0.0f;
   const __m512 cap_in = _mm512_set1_ps(s.softcap_in), cap_out = _mm512_set1_ps(s.softcap_out);
   const __m512 log2e = _mm512_set1_ps(1.4426950408889634f);
+  const __m512 rescale_thr = _mm512_set1_ps(8.0f * 0.6931471805599453f);  // 8 in log2 units
   for (int64_t m0 = 0; m0 < s.m; m0 += 16) {
     const __mmask16 lanes = head_mask(s.m - m0);
     float* col = s.st + m0;
@@ -217,7 +218,14 @@ void softmax_avx512(const SoftmaxStep& s) {
     }
     // NaN scores are not kept by max_ps; they poison the row through p and l instead.
     const __m512 m_old = _mm512_maskz_loadu_ps(lanes, s.m_run + m0);
-    const __m512 m_new = _mm512_max_ps(mx, m_old);
+    const __m512 m_cand = _mm512_max_ps(mx, m_old);
+    // Conditional rescale (FA4): a row keeps its stale max while the new one exceeds it by at
+    // most 8 in log2 units, so p <= 2^8 (exact enough in fp32 and bf16) and alpha = 1: the
+    // O^T rescale of that 16-row block is skipped (rescale_ot_avx512). The final 1/l and lse use
+    // the same m, so the result is the same function.
+    const __mmask16 keep = _mm512_cmp_ps_mask(m_old, neg_inf, _CMP_NEQ_OQ) &
+                           _mm512_cmp_ps_mask(_mm512_sub_ps(m_cand, m_old), rescale_thr, _CMP_LE_OQ);
+    const __m512 m_new = _mm512_mask_blend_ps(keep, m_cand, m_old);
     const __m512 m_use = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_UQ), m_new);  // -inf -> 0
     // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow), row
     // sums in two accumulators.
@@ -447,7 +455,7 @@ inline uint32_t dword_at(const uint16_t* p) {
 // st block: keys [0, NB) of kb x queries [0, 16 MV) of qv.
 template <int NB, int MV>
 inline void qk16_block(const uint16_t* qv, int64_t mp, int64_t d2n, int64_t qplane, const uint16_t* kb,
-                       int64_t dqk_p, int64_t kplane, int terms, float scale, float* st) {
+                       int64_t dqk_p, int64_t kplane, int terms, float scale, float* st, __mmask16* ext) {
   __m512 c[NB][MV];
 #pragma GCC unroll 16
   for (int n = 0; n < NB; ++n)
@@ -468,37 +476,46 @@ inline void qk16_block(const uint16_t* qv, int64_t mp, int64_t d2n, int64_t qpla
       }
     }
   }
-  const __m512 sc = _mm512_set1_ps(scale);
+  const __m512 sc = _mm512_set1_ps(scale), big = _mm512_set1_ps(0x1p127f);
+  __mmask16 e = 0;
 #pragma GCC unroll 16
   for (int n = 0; n < NB; ++n)
 #pragma GCC unroll 3
-    for (int v = 0; v < MV; ++v) _mm512_storeu_ps(st + n * mp + 16 * v, _mm512_mul_ps(sc, c[n][v]));
+    for (int v = 0; v < MV; ++v) {
+      const __m512 x = _mm512_mul_ps(sc, c[n][v]);
+      _mm512_storeu_ps(st + n * mp + 16 * v, x);
+      e |= _mm512_cmp_ps_mask(_mm512_abs_ps(x), big, _CMP_NLT_UQ);
+    }
+  *ext |= e;
 }
 
 template <int MV, int NB>
 inline void qk16_tail(int nb, const uint16_t* qv, int64_t mp, int64_t d2n, int64_t qplane, const uint16_t* kb,
-                      int64_t dqk_p, int64_t kplane, int terms, float scale, float* st) {
+                      int64_t dqk_p, int64_t kplane, int terms, float scale, float* st, __mmask16* ext) {
   if constexpr (NB > 1) {
-    if (nb == NB - 1) return qk16_block<NB - 1, MV>(qv, mp, d2n, qplane, kb, dqk_p, kplane, terms, scale, st);
-    return qk16_tail<MV, NB - 1>(nb, qv, mp, d2n, qplane, kb, dqk_p, kplane, terms, scale, st);
+    if (nb == NB - 1) return qk16_block<NB - 1, MV>(qv, mp, d2n, qplane, kb, dqk_p, kplane, terms, scale, st, ext);
+    return qk16_tail<MV, NB - 1>(nb, qv, mp, d2n, qplane, kb, dqk_p, kplane, terms, scale, st, ext);
   }
 }
 
 template <int NB, int MV>
-void qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
+bool qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
             float scale, float* st) {
+  __mmask16 ext = 0;
   const int64_t dqk_p = rup(dqk, 32), d2n = (dqk + 1) / 2, qplane = dqk_p * mp, kplane = rup(n, 32) * dqk_p;
   for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
     int64_t n0 = 0;
     for (; n0 + NB <= n; n0 += NB)
-      qk16_block<NB, MV>(qv + m0 * 2, mp, d2n, qplane, kb + n0 * dqk_p, dqk_p, kplane, terms, scale, st + n0 * mp + m0);
+      qk16_block<NB, MV>(qv + m0 * 2, mp, d2n, qplane, kb + n0 * dqk_p, dqk_p, kplane, terms, scale, st + n0 * mp + m0,
+                         &ext);
     if (n0 < n)
       qk16_tail<MV, NB>(static_cast<int>(n - n0), qv + m0 * 2, mp, d2n, qplane, kb + n0 * dqk_p, dqk_p, kplane, terms,
-                        scale, st + n0 * mp + m0);
+                        scale, st + n0 * mp + m0, &ext);
   }
+  return ext != 0;
 }
 
-void qk16_avx512(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
+bool qk16_avx512(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
                  float scale, float* st) {
   if (m % 48 == 0) return qk16_t<8, 3>(qv, mp, m, dqk, kb, n, terms, scale, st);
   if (m % 32 == 0) return qk16_t<12, 2>(qv, mp, m, dqk, kb, n, terms, scale, st);
