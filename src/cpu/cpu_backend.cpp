@@ -7,8 +7,11 @@
 // stay monotone in r. The packed rows are cut into query tiles of up to kTileRows rows; a work
 // unit is (b, hk, query tile, split) and units run under dynamic scheduling, largest first.
 // Inside a unit the key range the tile can see (SeqMask::key_range, intersected with the
-// split's share) is walked in tiles of kTileKeys keys: empty tiles are skipped, full tiles are
-// not masked, partial tiles mask per element.
+// split's share) is walked in aligned tiles of plan.tile_keys keys (32 for the fp32 kernels, the
+// 16-bit kernels' own key_tile otherwise): empty tiles are skipped, full tiles are not masked,
+// partial tiles mask per element. The 16-bit kernels read K / V as packed bf16 panels, packed
+// once per (batch, kv head, key tile) before the units run when several query tiles share them.
+// Kernels by ISA: cpu_kernels.h; which one runs: cpu_isa.cpp.
 //
 // Numerics: scores in natural units (Q prescaled by scale and descales only); the softmax
 // multiplies by log2(e) after subtracting the row max, 2^((s - m) log2 e), so it needs exp2 only
