@@ -456,8 +456,13 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
         if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, n, plan.terms, qpost, ws.st + ra))
           flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
                             step.hi ? ws.row_hi_rel : nullptr, ws.redo);
+        // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
+        const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
+        step.pp = exact_pv ? nullptr : ws.pp;
+        step.terms = plan.terms;
         K.softmax(step);
-        if (kind == TileKind::partial && (vf & LowpKernels::kNonFinite)) {
+        step.pp = nullptr;
+        if (exact_pv) {
           for (int64_t t = 0; t < n; ++t) {
             K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
             ws.vrows[t] = ws.vc + t * dv;
@@ -465,7 +470,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
           pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
                           ws.ot + ra);
         } else {
-          L->pv(ws.st + ra, mp, m, n, vt, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
+          L->pv(nullptr, mp, m, n, vt, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
         }
         continue;
       }

@@ -42,6 +42,11 @@ struct SoftmaxStep {
   float* m_run;       // [mp] running max, natural units (-inf before the first key)
   float* l_run;       // [mp] running sum of exp(s - m) = 2^((s - m) log2 e)
   float* alpha;       // [mp] out: exp(m_old - m_new), the factor O must be rescaled by
+  // 16-bit kernels (softmax_avx512 only): when set, P^T goes straight to the pv panel
+  // pp [terms][nk_p/2][m][2] (LowpKernels layout, rows nk..nk_p zero) instead of back into st,
+  // saving a pass over the tile; pv is then called with st = nullptr.
+  uint16_t* pp = nullptr;
+  int terms = 1;
 };
 
 // 16-bit products on packed panels, fp32 accumulation: bf16 inputs (and fp8 e4m3, exact in
@@ -73,7 +78,8 @@ struct LowpKernels {
   bool (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
              float scale, float* st);
   // ot[e][i] = alpha[i] ot[e][i] + sum_n vt[e][n] p[n][i],  p = bf16(st) (P^T, row stride mp), i < m,
-  // e < dv_p (rows dv..dv_p of ot hold zeros); pp: scratch of nk_p * m * T uint32.
+  // e < dv_p (rows dv..dv_p of ot hold zeros); pp: scratch of nk_p * m * T uint32 (st == nullptr:
+  // pp already holds P^T, written by the softmax step).
   void (*pv)(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
              const float* alpha, uint16_t* pp, float* ot);
   // Per-thread setup around a run of qk / pv calls (AMX: load and release the tile

@@ -30,6 +30,11 @@ namespace {
 
 inline int64_t rup(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 inline __mmask16 head_mask(int64_t k) { return k >= 16 ? __mmask16(0xffff) : __mmask16((1u << k) - 1); }
+inline __m256i bf16_bits(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }  // round to nearest even
+inline __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+inline __m512i pair16(__m256i a, __m256i b) {  // dword i = a[i] | b[i] << 16
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
 
 // ---------------------------------------------------------------------------------------------
 // fp32 transposed micro-kernels (same contracts as the AVX2 table, m a multiple of 16).
@@ -228,6 +233,27 @@ void softmax_avx512(const SoftmaxStep& s) {
     // sums in two accumulators.
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
     int64_t n = 0;
+    if (s.pp) {  // P^T straight into bf16 key pairs (hi, and lo for 2 terms)
+      const int64_t nk_p = rup(s.nk, 32), plane = nk_p * s.m;
+      for (; n < s.nk; n += 2) {
+        const __m512 p0 =
+            exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
+        const __m512 p1 = n + 1 < s.nk ? exp2_512(_mm512_mul_ps(
+                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + (n + 1) * s.mp), m_use), log2e))
+                                       : _mm512_setzero_ps();
+        sum0 = _mm512_add_ps(sum0, p0);
+        sum1 = _mm512_add_ps(sum1, p1);
+        const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
+        uint16_t* dst = s.pp + (n / 2 * s.m + m0) * 2;
+        _mm512_mask_storeu_epi32(dst, lanes, pair16(h0, h1));
+        if (s.terms == 2)
+          _mm512_mask_storeu_epi32(dst + plane, lanes, pair16(bf16_bits(_mm512_sub_ps(p0, bf16_widen(h0))),
+                                                              bf16_bits(_mm512_sub_ps(p1, bf16_widen(h1)))));
+      }
+      for (int64_t j = (s.nk + 1) / 2; j < nk_p / 2; ++j)
+        for (int tm = 0; tm < s.terms; ++tm)
+          _mm512_mask_storeu_epi32(s.pp + tm * plane + (j * s.m + m0) * 2, lanes, _mm512_setzero_si512());
+    }
     for (; n + 2 <= s.nk; n += 2) {
       const __m512 p0 =
           exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
@@ -255,8 +281,6 @@ void softmax_avx512(const SoftmaxStep& s) {
 // ---------------------------------------------------------------------------------------------
 // Packers for the 16-bit panels (layouts in cpu_kernels.h).
 
-inline __m256i bf16_bits(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }  // round to nearest even
-inline __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
 // 16 elements [c0, c0 + 16) of one row (lanes outside k read as 0) as bf16 hi (and lo for 2
 // terms); flags gets kTiny / kNonFinite (bf16 subnormals are flushed by the products, so a tiny
@@ -300,9 +324,6 @@ inline void load_bf16(const void* row, DType t, int64_t c0, __mmask16 k, int ter
   *nonfinite |= _mm512_fpclass_ps_mask(x, 0x99);  // NaN, +-inf
 }
 
-inline __m512i pair16(__m256i a, __m256i b) {  // dword i = a[i] | b[i] << 16
-  return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-}
 
 int flags_of(__mmask16 tiny, __mmask16 nonfinite) {
   return (tiny ? LowpKernels::kTiny : 0) | (nonfinite ? LowpKernels::kNonFinite : 0);
@@ -574,7 +595,7 @@ void pv16_t(const uint16_t* pp, int64_t mp, int64_t m, int64_t n, const uint16_t
 
 void pv16_avx512(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
                  const float* alpha, uint16_t* pp, float* ot) {
-  pack_p_avx512(st, mp, m, n, terms, pp);
+  if (st) pack_p_avx512(st, mp, m, n, terms, pp);
   rescale_ot_avx512(ot, mp, m, dv, alpha);
   if (m % 48 == 0) return pv16_t<8, 3>(pp, mp, m, n, vt, dv, terms, ot);
   if (m % 32 == 0) return pv16_t<12, 2>(pp, mp, m, n, vt, dv, terms, ot);
