@@ -599,7 +599,17 @@ int num_splits(const Problem& pb, int workers, int64_t tile_rows, int64_t tile_k
 
 // Packed rows per query tile: the group x Sq rows of a (batch, kv head), up to kTileRows, whole
 // 8-row groups.
+// The row-major decode kernels serve every tile when no tile has more than 8 packed rows (and
+// their layout conditions hold): then the plan is theirs (8-row tiles, 32-key tiles, no packed
+// 16-bit panels), whatever the table's own tiles are.
+bool rows_kernels_ok(const Problem& pb, const Kernels& k) {
+  return k.qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
+         pb.dtype != DType::int32;
+}
+bool all_rows_tiles(const Problem& pb, const Kernels& k) { return rows_kernels_ok(pb, k) && pb.group * pb.max_sq <= 8; }
+
 int64_t tile_rows_for(const Problem& pb, const Kernels& k) {
+  if (all_rows_tiles(pb, k)) return 8;
   return std::min(kTileRows, round_up(pb.group * pb.max_sq, k.row_align));
 }
 
@@ -607,7 +617,7 @@ int64_t tile_rows_for(const Problem& pb, const Kernels& k) {
 // (the packers read whole vectors); nullptr: the fp32 kernels.
 const LowpKernels* lowp_for(const Problem& pb, const Kernels& k, int* terms) {
   *terms = pb.dtype == DType::float16 ? 2 : 1;
-  if (pb.ks.dim != 1 || pb.vs.dim != 1) return nullptr;
+  if (pb.ks.dim != 1 || pb.vs.dim != 1 || all_rows_tiles(pb, k)) return nullptr;
   if (pb.dtype == DType::bfloat16 || pb.dtype == DType::float8_e4m3) return k.lowp_bf16;
   if (pb.dtype == DType::float16) return k.lowp_f16;
   return nullptr;
@@ -651,8 +661,7 @@ Status forward(const Problem& pb) {
   plan.tile_keys = tile_keys_for(plan.lowp);
   plan.tile_rows = tile_rows_for(pb, *plan.kern);
   plan.nsplit = num_splits(pb, nt, plan.tile_rows, plan.tile_keys);
-  plan.rows_kernels = plan.kern->qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
-                      pb.dtype != DType::int32;
+  plan.rows_kernels = rows_kernels_ok(pb, *plan.kern);
 
   // Units, and the global packed-row numbering used by the split partials.
   // Sizes of host scratch, checked: varlen q does not bound B x Hkv by out's size, and the
