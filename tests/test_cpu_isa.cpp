@@ -130,16 +130,12 @@ TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {
     cfg.dqk = cfg.dv = 64;
     cfg.sq = 40;
     cfg.sk = 150;
-    cfg.scale = which == 2 ? 0.0f : 1e37f;
+    cfg.scale = which == 2 ? 0.0f : 1e38f;  // scores ~ 1e-39 * 1e38 * sqrt(64) = O(1)
     const uint64_t seed = derive_seed(63000 + which);
     FA4_SEED_TRACE(seed);
     Case orig = make_case(cfg, seed);
     Tensor& t = which == 0 ? orig.k : which == 1 ? orig.q : orig.v;
     for (int64_t off : t.offsets()) t.set(off, t.get(off) * 1e-39f);
-    if (which != 2) {  // the other operand normal but small: scores ~ 1e-39 * 1e-2 * 1e37 * D
-      Tensor& o = which == 0 ? orig.q : orig.k;
-      for (int64_t off : o.offsets()) o.set(off, o.get(off) * 1e-2f);
-    }
     Case ref = orig, cpu = orig;
     ASSERT_TRUE(ref.run(Backend::reference).ok());
     ASSERT_TRUE(cpu.run(Backend::cpu).ok());
