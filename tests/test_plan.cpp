@@ -461,16 +461,18 @@ TEST(DescribePlan, EachBackendDescribesItself) {
   fa4::PlanInfo info;
   ASSERT_TRUE(fa4::describe_plan(t.params(Backend::cpu), &info));
   EXPECT_EQ(info.backend, Backend::cpu);
-  EXPECT_TRUE(info.kernel == "avx2" || info.kernel == "generic") << info.kernel;
-  EXPECT_EQ(info.tile_m, 64);  // 20 rows x group 3 = 60, whole 8-row groups
-  EXPECT_EQ(info.tile_n, 32);
+  EXPECT_TRUE(info.kernel == "amx" || info.kernel == "avx512" || info.kernel == "avx2" || info.kernel == "generic")
+      << info.kernel;
+  EXPECT_EQ(info.tile_m, 64);  // 20 rows x group 3 = 60, whole 8-row (16-row on AVX-512) groups
+  EXPECT_EQ(info.tile_n, info.kernel == "amx" ? 128 : 32);  // AMX: 128-key bf16 tiles
   EXPECT_TRUE(info.pack_gqa);
   EXPECT_EQ(info.splits, 1);  // 2 x 2 tiles fill both threads
   // One kv head, one token, 2 threads: two splits (700 keys allow 5 of 4 x 32 keys).
   c.batch = 1, c.hkv = 1, c.sq = 1;
   Case d = make_case(c, derive_seed(96001));
   ASSERT_TRUE(fa4::describe_plan(d.params(Backend::cpu), &info));
-  EXPECT_EQ(info.tile_m, 8);
+  EXPECT_EQ(info.tile_m, 8);   // the row-major decode kernels on every path
+  EXPECT_EQ(info.tile_n, 32);
   EXPECT_EQ(info.splits, 2);
   ASSERT_TRUE(fa4::describe_plan(d.params(Backend::reference), &info));
   EXPECT_EQ(info.backend, Backend::reference);

@@ -7,8 +7,11 @@
 // stay monotone in r. The packed rows are cut into query tiles of up to kTileRows rows; a work
 // unit is (b, hk, query tile, split) and units run under dynamic scheduling, largest first.
 // Inside a unit the key range the tile can see (SeqMask::key_range, intersected with the
-// split's share) is walked in tiles of kTileKeys keys: empty tiles are skipped, full tiles are
-// not masked, partial tiles mask per element.
+// split's share) is walked in aligned tiles of plan.tile_keys keys (32 for the fp32 kernels, the
+// 16-bit kernels' own key_tile otherwise): empty tiles are skipped, full tiles are not masked,
+// partial tiles mask per element. The 16-bit kernels read K / V as packed bf16 panels, packed
+// once per (batch, kv head, key tile) before the units run when several query tiles share them.
+// Kernels by ISA: cpu_kernels.h; which one runs: cpu_isa.cpp.
 //
 // Numerics: scores in natural units (Q prescaled by scale and descales only); the softmax
 // multiplies by log2(e) after subtracting the row max, 2^((s - m) log2 e), so it needs exp2 only
@@ -55,7 +58,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // head's K and V (strided rows, usually from L3 or DRAM), so tall tiles matter most: at 96 rows
 // the K/V conversion stalled ~15% of the run, at 192 rows ~8%. Q^T (96 KB) + O^T (96 KB) + S^T
 // (24 KB) + converted K/V (2 x 16 KB) stay well inside the 512 KB L2; 32-key tiles keep the
-// P^T strip of the P·V kernel in L1.
+// P^T strip of the P·V kernel in L1. The 16-bit product kernels (LowpKernels) name their own key
+// tile (64 on AMX: one O^T tile load / store per two k-steps).
 constexpr int64_t kTileRows = 192;
 constexpr int64_t kTileKeys = 32;
 
@@ -78,10 +82,26 @@ struct Unit {
   int64_t cost;             // rows x keys, for largest-first scheduling
 };
 
+// K / V packed once per (batch, kv head, key tile) for the 16-bit kernels, when several query
+// tiles read them (packing in every work unit cost ~25% of a bf16 prefill on AMX at S = 2048):
+// tile t of (b, hk) holds keys [t nk, t nk + n), n = min(nk, seqlen_k - t nk), as kb then vt
+// (cpu_kernels.h layouts) in a fixed-size slot; flags = the packers' kTiny / kNonFinite bits.
+struct Panels {
+  int64_t nk = 0, slot = 0, kb_elems = 0;  // slot: uint16 elements per tile
+  std::vector<int64_t> first;  // [b * hkv + hk]: index of its tile 0
+  std::unique_ptr<uint16_t[]> data;
+  std::unique_ptr<uint8_t[]> flags;
+  const uint16_t* kb(int64_t tile) const { return data.get() + tile * slot; }
+  const uint16_t* vt(int64_t tile) const { return data.get() + tile * slot + kb_elems; }
+};
+
 // Everything a worker needs, shared read-only.
 struct Plan {
   const Problem* pb;
   const Kernels* kern;
+  const LowpKernels* lowp = nullptr;  // 16-bit products for this dtype (nullptr: fp32 kernels)
+  int terms = 1;                      // bf16 terms per element in the packed panels (fp16: 2)
+  int64_t tile_keys = kTileKeys;      // keys per tile (a multiple of 32)
   int64_t tile_rows;        // packed rows per query tile (<= kTileRows)
   int64_t nsplit;
   bool rows_kernels;        // the row-major kernels apply (tiles of <= 8 rows use them)
@@ -90,47 +110,49 @@ struct Plan {
   float* part_o = nullptr;  // [nsplit][total_rows][dv] normalized partials (nsplit > 1)
   float* part_lse = nullptr;  // [nsplit][total_rows]
   uint8_t* part_redo = nullptr;  // [nsplit][total_rows]: 1 = that split saw an extreme score (the merge recomputes the row)
+  const Panels* panels = nullptr;  // pre-packed K / V (lowp only), or nullptr: units pack their own
 };
 
-// The key range [lo, hi) of split s of a tile whose rows see [klo, khi): equal shares rounded
-// up to whole key tiles, so splits never share a tile.
-void split_range(int64_t klo, int64_t khi, int64_t nsplit, int64_t s, int64_t* lo, int64_t* hi) {
-  const int64_t len = std::max<int64_t>(0, khi - klo);
-  const int64_t chunk = round_up((len + nsplit - 1) / nsplit, kTileKeys);
-  *lo = std::min(khi, klo + s * chunk);
+// The key range [lo, hi) of split s of a tile whose rows see [klo, khi): equal shares of whole
+// key tiles counted from klo rounded down to a tile boundary, so every key tile of the walk is an
+// aligned tile [t * tile_keys, (t + 1) * tile_keys) (the pre-packed K/V panels are cut so) and
+// splits never share one. Keys of the first tile below klo are seen by no row of the query tile:
+// the mask classifies that tile as partial and masks them.
+void split_range(int64_t klo, int64_t khi, int64_t nsplit, int64_t s, int64_t tile_keys, int64_t* lo, int64_t* hi) {
+  const int64_t base = khi > klo ? klo / tile_keys * tile_keys : klo;
+  const int64_t len = std::max<int64_t>(0, khi - base);
+  const int64_t chunk = round_up((len + nsplit - 1) / nsplit, tile_keys);
+  *lo = std::min(khi, base + s * chunk);
   *hi = std::min(khi, *lo + chunk);
 }
 
-// Per-thread tile storage (layouts in cpu_kernels.h).
+
+// Per-thread tile storage (layouts in cpu_kernels.h). O^T has dv_p = round_up(dv, 16) rows (the
+// AMX tiles write whole 16-dim blocks); the packed 16-bit panels exist only with lowp kernels.
 struct Workspace {
-  int64_t mp_max, nk, dqk, dv;
+  int64_t mp_max, nk, dqk, dv, dv_p;
   AlignedBuffer buf;
-  float *qt = nullptr, *st = nullptr, *ot = nullptr, *kc = nullptr, *vc = nullptr, *m_run = nullptr,
+  float *qt = nullptr, *qt2 = nullptr, *st = nullptr, *ot = nullptr, *kc = nullptr, *vc = nullptr, *m_run = nullptr,
         *l_run = nullptr, *alpha = nullptr, *row = nullptr;
+  uint16_t *qv = nullptr, *kb = nullptr, *vt = nullptr, *pp = nullptr;  // packed bf16 panels
   int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
   int64_t *row_lo = nullptr, *row_hi = nullptr;
   uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
 
-  static size_t bytes(int64_t mp, int64_t nk, int64_t dqk, int64_t dv) {
-    const int64_t floats = dqk * mp + nk * mp + dv * mp + nk * dqk + nk * dv + 3 * mp + std::max(dqk, dv);
-    return static_cast<size_t>(round_up(floats * 4, 64) + round_up(2 * mp * 4, 64) + round_up(2 * mp * 8, 64) +
-                               round_up(4 * nk * 8, 64) + round_up(mp, 64) + 19 * 64);
-  }
-  bool ok() const { return buf.p != nullptr; }
-  Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_)
-      : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), buf(bytes(mp, nk_, dqk_, dv_)) {
-    if (!buf.p) return;  // out of memory: ok() says so
-    char* c = static_cast<char*>(buf.p);
-    auto take = [&c](int64_t n, int64_t elem) {
-      void* r = c;
-      c += round_up(std::max<int64_t>(n, 1) * elem, 64);
+  // Carves the buffer (p == nullptr: only counts the bytes).
+  size_t carve(char* p, int terms) {
+    const int64_t dqk_p = round_up(dqk, 32), mp = mp_max;
+    size_t off = 0;
+    auto take = [&](int64_t n, int64_t elem) -> void* {
+      void* r = p ? p + off : nullptr;
+      off += static_cast<size_t>(round_up(std::max<int64_t>(n, 1) * elem, 64));
       return r;
     };
     qt = static_cast<float*>(take(dqk * mp, 4));
     st = static_cast<float*>(take(nk * mp, 4));
-    ot = static_cast<float*>(take(dv * mp, 4));
+    ot = static_cast<float*>(take(dv_p * mp, 4));
     kc = static_cast<float*>(take(nk * dqk, 4));
     vc = static_cast<float*>(take(nk * dv, 4));
     m_run = static_cast<float*>(take(mp, 4));
@@ -146,6 +168,21 @@ struct Workspace {
     kraw = static_cast<const void**>(take(nk, 8));
     vraw = static_cast<const void**>(take(nk, 8));
     redo = static_cast<uint8_t*>(take(mp, 1));
+    if (terms > 0) {
+      qt2 = static_cast<float*>(take(dqk * mp, 4));
+      qv = static_cast<uint16_t*>(take(terms * dqk_p * mp, 2));
+      kb = static_cast<uint16_t*>(take(terms * nk * dqk_p, 2));
+      vt = static_cast<uint16_t*>(take(terms * dv_p * nk, 2));
+      pp = static_cast<uint16_t*>(take(terms * nk * mp, 2));
+    }
+    return off;
+  }
+  bool ok() const { return buf.p != nullptr; }
+  // terms = 0: no packed panels (fp32 kernels only).
+  Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_, int terms)
+      : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), dv_p(round_up(dv_, 16)), buf(carve(nullptr, terms)) {
+    if (!buf.p) return;  // out of memory: ok() says so
+    carve(static_cast<char*>(buf.p), terms);
   }
 };
 
@@ -260,10 +297,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const Kernels& K = *plan.kern;
   const int64_t g = pb.group, dqk = pb.dqk, dv = pb.dv, b = u.b, hk = u.hk;
   const SeqMask sm = pb.seq_mask(b);
-  const int64_t rows = u.rows, mp = round_up(rows, 8);
+  const int64_t rows = u.rows, align = K.row_align;
   const int64_t i0 = u.r0 / g, i1 = (u.r0 + rows - 1) / g + 1;  // query positions of the tile
   // Row-major path (Q [8][dqk], O [8][dv], K/V read in place) for tiles of <= 8 rows.
-  const bool rowwise = mp == 8 && plan.rows_kernels;
+  const bool rowwise = rows <= 8 && plan.rows_kernels;
+  const int64_t mp = rowwise ? 8 : round_up(rows, align);
   // O element (row r, dim e) lives at ot[r * o_rs + e * o_es].
   const int64_t o_rs = rowwise ? dv : 1, o_es = rowwise ? 1 : mp;
 
@@ -271,31 +309,49 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const float dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk), dvs = pb.descale_v(b, hk);
   const bool cap = pb.softcap > 0.0f;
   const float qscale = pb.scale * dq * dk;
+  // The 16-bit products: the packed Q carries only the power of two 2^e of qscale (an exact
+  // multiply, so bf16 / fp8 / fp16-split queries stay exact), the rest (qpost in [1, 2)) scales
+  // the fp32 product. A tile whose K / V holds bf16 subnormals (flushed by the matrix units) runs
+  // on the fp32 kernels instead, from qt (Q x qscale, as in the fp32 path).
+  const LowpKernels* L = rowwise ? nullptr : plan.lowp;
+  float qpow2 = 1.0f, qpost = 1.0f;
+  if (L && std::isnormal(qscale)) {
+    qpow2 = std::ldexp(1.0f, std::ilogb(qscale));
+    qpost = qscale / qpow2;
+  } else {
+    L = nullptr;
+  }
   const int64_t q_rs = rowwise ? dqk : 1, q_ds = rowwise ? 1 : mp;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
     K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * static_cast<int64_t>(dtype_size(pb.dtype)),
               pb.dtype, pb.qs.dim, dqk, ws.row);
     for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = ws.row[d] * qscale;
+    if (L)
+      for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = ws.row[d] * qpow2;
     ws.row_lo[r] = sm.row_lo(i);
     ws.row_hi[r] = sm.row_hi(i);
   }
   for (int64_t r = rows; r < mp; ++r) {  // padding rows: zero queries, bounds of the last row
     for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = 0.0f;
+    if (L)
+      for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = 0.0f;
     ws.row_lo[r] = ws.row_lo[rows - 1];
     ws.row_hi[r] = ws.row_hi[rows - 1];
   }
+  // A subnormal in the packed Q (flushed by the products): this unit runs on the fp32 kernels.
+  if (L && (L->pack_q(ws.qt2, mp, dqk, plan.terms, ws.qv) & LowpKernels::kTiny)) L = nullptr;
   for (int64_t r = 0; r < mp; ++r) {
     ws.m_run[r] = kNegInf;
     ws.l_run[r] = 0.0f;
     ws.redo[r] = 0;
   }
-  std::fill(ws.ot, ws.ot + dv * mp, 0.0f);
+  std::fill(ws.ot, ws.ot + ws.dv_p * mp, 0.0f);
 
   // ---- key range of this tile and split ----
   int64_t klo, khi, lo, hi;
   sm.key_range(i0, i1, &klo, &khi);
-  split_range(klo, khi, plan.nsplit, u.split, &lo, &hi);
+  split_range(klo, khi, plan.nsplit, u.split, plan.tile_keys, &lo, &hi);
 
   const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
   const char* kbase = static_cast<const char*>(p.k.data);
@@ -312,18 +368,25 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const float cap_in = cap ? std::min(1.0f / pb.softcap, std::numeric_limits<float>::max()) : 0.0f;
   SoftmaxStep step{ws.st, 0, mp, mp, nullptr, nullptr, cap_in, pb.softcap,
                    ws.m_run, ws.l_run, ws.alpha};
+  if (L && L->begin) L->begin();
+  // Pre-packed panels cover whole aligned tiles up to seqlen_k: a tile that ends past hi (only
+  // when hi = khi, so the keys beyond are masked for every row here) is used whole, as partial.
+  const Panels* pan = L ? plan.panels : nullptr;
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
-    const int64_t n = std::min(ws.nk, hi - j0);
+    const int64_t n = pan ? std::min(ws.nk, sm.sk - j0) : std::min(ws.nk, hi - j0);
     const TileKind kind = sm.classify(i0, i1, j0, j0 + n);
     if (kind == TileKind::empty) continue;
     // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
     // never touched.
-    for (int64_t t = 0; t < n; ++t) {
-      int64_t ko, vo;
-      kv_rows.at(j0 + t, &ko, &vo);
-      ws.kraw[t] = kbase + ko * esz;
-      ws.vraw[t] = vbase + vo * esz;
-    }
+    // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
+    const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
+    if (!pan || pan->flags[pan_tile] != 0)
+      for (int64_t t = 0; t < n; ++t) {
+        int64_t ko, vo;
+        kv_rows.at(j0 + t, &ko, &vo);
+        ws.kraw[t] = kbase + ko * esz;
+        ws.vraw[t] = vbase + vo * esz;
+      }
     // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
     // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
     // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
@@ -350,8 +413,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       if (!rowwise) {
         while (ra < mp && ws.row_hi_rel[ra] == 0) ++ra;
         while (rb > ra && ws.row_lo_rel[rb - 1] == n) --rb;
-        ra = ra / 8 * 8;
-        rb = std::min(mp, round_up(rb, 8));
+        ra = ra / align * align;
+        rb = std::min(mp, round_up(rb, align));
         if (ra >= rb) continue;
       }
     }
@@ -377,6 +440,42 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
         K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
       continue;
     }
+    if (L) {
+      const uint16_t *kb = ws.kb, *vt = ws.vt;
+      int kf = 0, vf = 0;
+      if (pan) {
+        kb = pan->kb(pan_tile);
+        vt = pan->vt(pan_tile);
+        kf = vf = pan->flags[pan_tile];
+      } else {
+        for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
+        kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
+        vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
+      }
+      if (!((kf | vf) & LowpKernels::kTiny)) {
+        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, n, plan.terms, qpost, ws.st + ra))
+          flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+                            step.hi ? ws.row_hi_rel : nullptr, ws.redo);
+        // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
+        const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
+        step.pp = exact_pv ? nullptr : ws.pp;
+        step.terms = plan.terms;
+        K.softmax(step);
+        step.pp = nullptr;
+        if (exact_pv) {
+          for (int64_t t = 0; t < n; ++t) {
+            K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+            ws.vrows[t] = ws.vc + t * dv;
+          }
+          pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
+                          ws.ot + ra);
+        } else {
+          L->pv(nullptr, mp, m, n, vt, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
+        }
+        continue;
+      }
+      // bf16 subnormals in this tile's K / V: the fp32 kernels below.
+    }
     // Converted to contiguous fp32 rows even when K/V are fp32 already: measured on Zen3, the
     // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
     // costs.
@@ -397,6 +496,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     else
       K.pv(ws.st + ra, mp, m, n, ws.vrows, dv, ws.alpha + ra, ws.ot + ra);
   }
+  if (L && L->end) L->end();
 
   // ---- finalize: sink (split 0 only), normalization, empty rows, lse ----
   const bool sink = pb.has_sinks && u.split == 0;
@@ -435,21 +535,95 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   }
 }
 
+// Packs every key tile of every (batch, kv head) into panels, in parallel over tiles. False
+// (nothing packed) when the panels do not fit in memory: the units then pack their own.
+bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
+  const Problem& pb = *plan.pb;
+  const LowpKernels& L = *plan.lowp;
+  const int64_t nk = plan.tile_keys, T = plan.terms;
+  pn->nk = nk;
+  pn->kb_elems = T * nk * round_up(pb.dqk, 32);
+  pn->slot = round_up(pn->kb_elems + T * round_up(pb.dv, 16) * nk, 32);  // 64-byte aligned slots
+  pn->first.resize(static_cast<size_t>(pairs));
+  int64_t tiles = 0;
+  for (int64_t bh = 0; bh < pairs; ++bh) {
+    pn->first[bh] = tiles;
+    tiles += (pb.seqlen_k[bh / pb.hkv] + nk - 1) / nk;
+  }
+  int64_t elems = 0;
+  if (tiles == 0 || !checked_mul(tiles, pn->slot, &elems)) return false;
+  pn->data.reset(new (std::nothrow) uint16_t[static_cast<size_t>(elems)]);
+  pn->flags.reset(new (std::nothrow) uint8_t[static_cast<size_t>(tiles)]);
+  if (!pn->data || !pn->flags) {
+    pn->data.reset();
+    return false;
+  }
+  const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
+  const char* kbase = static_cast<const char*>(pb.p->k.data);
+  const char* vbase = static_cast<const char*>(pb.p->v.data);
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<const void*> kr(static_cast<size_t>(nk)), vr(static_cast<size_t>(nk));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const int64_t bh = std::upper_bound(pn->first.begin(), pn->first.end(), tile) - pn->first.begin() - 1;
+      const int64_t b = bh / pb.hkv, hk = bh % pb.hkv, j0 = (tile - pn->first[bh]) * nk;
+      const int64_t n = std::min(nk, pb.seqlen_k[b] - j0);
+      const KvRowOffsets rows(pb, b, hk);
+      for (int64_t t = 0; t < n; ++t) {
+        int64_t ko, vo;
+        rows.at(j0 + t, &ko, &vo);
+        kr[t] = kbase + ko * esz;
+        vr[t] = vbase + vo * esz;
+      }
+      uint16_t* slot = pn->data.get() + tile * pn->slot;
+      const int kf = L.pack_k(kr.data(), pb.dtype, n, pb.dqk, plan.terms, slot);
+      const int vf = L.pack_v(vr.data(), pb.dtype, n, pb.dv, plan.terms, slot + pn->kb_elems);
+      pn->flags[tile] = static_cast<uint8_t>(kf | vf);
+    }
+  }
+  return true;
+}
+
 // Split-KV count (core/splits.h). A work unit is (batch, kv head, tile of group x Sq packed
 // rows), one thread each: decode with one kv head is 1 unit and gets split over the cores
 // instead of leaving all but one idle. Each split keeps >= 4 key tiles (the partial row write
 // and the merge then cost little next to the split's share of the scores).
-int num_splits(const Problem& pb, int workers, int64_t tile_rows) {
+int num_splits(const Problem& pb, int workers, int64_t tile_rows, int64_t tile_keys) {
   const int64_t q_tiles = (pb.group * pb.max_sq + tile_rows - 1) / tile_rows;
   return choose_num_splits({.units = pb.batch * pb.hkv * q_tiles,
                             .slots = workers,
-                            .max_splits = pb.max_sk / (4 * kTileKeys),
+                            .max_splits = pb.max_sk / (4 * tile_keys),
                             .requested = pb.p->num_splits});
 }
 
 // Packed rows per query tile: the group x Sq rows of a (batch, kv head), up to kTileRows, whole
 // 8-row groups.
-int64_t tile_rows_for(const Problem& pb) { return std::min(kTileRows, round_up(pb.group * pb.max_sq, 8)); }
+// The row-major decode kernels serve every tile when no tile has more than 8 packed rows (and
+// their layout conditions hold): then the plan is theirs (8-row tiles, 32-key tiles, no packed
+// 16-bit panels), whatever the table's own tiles are.
+bool rows_kernels_ok(const Problem& pb, const Kernels& k) {
+  return k.qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
+         pb.dtype != DType::int32;
+}
+bool all_rows_tiles(const Problem& pb, const Kernels& k) { return rows_kernels_ok(pb, k) && pb.group * pb.max_sq <= 8; }
+
+int64_t tile_rows_for(const Problem& pb, const Kernels& k) {
+  if (all_rows_tiles(pb, k)) return 8;
+  return std::min(kTileRows, round_up(pb.group * pb.max_sq, k.row_align));
+}
+
+// The 16-bit product kernels serve 16-bit and fp8 inputs whose K / V rows have unit dim stride
+// (the packers read whole vectors); nullptr: the fp32 kernels.
+const LowpKernels* lowp_for(const Problem& pb, const Kernels& k, int* terms) {
+  *terms = pb.dtype == DType::float16 ? 2 : 1;
+  if (pb.ks.dim != 1 || pb.vs.dim != 1 || all_rows_tiles(pb, k)) return nullptr;
+  if (pb.dtype == DType::bfloat16 || pb.dtype == DType::float8_e4m3) return k.lowp_bf16;
+  if (pb.dtype == DType::float16) return k.lowp_f16;
+  return nullptr;
+}
+
+int64_t tile_keys_for(const LowpKernels* l) { return l ? l->key_tile : kTileKeys; }
 
 // 0 = the OpenMP default (all cores, or OMP_NUM_THREADS). More threads than processors only
 // oversubscribe the cores, and a huge request made libgomp abort the process ("Thread creation
@@ -483,10 +657,11 @@ Status forward(const Problem& pb) {
   plan.pb = &pb;
   plan.kern = &best_kernels();
   const int64_t g = pb.group;
-  plan.tile_rows = tile_rows_for(pb);
-  plan.nsplit = num_splits(pb, nt, plan.tile_rows);
-  plan.rows_kernels = plan.kern->qk_rows && pb.ks.dim == 1 && pb.vs.dim == 1 && pb.dqk % 8 == 0 && pb.dv % 8 == 0 &&
-                      pb.dtype != DType::int32;
+  plan.lowp = lowp_for(pb, *plan.kern, &plan.terms);
+  plan.tile_keys = tile_keys_for(plan.lowp);
+  plan.tile_rows = tile_rows_for(pb, *plan.kern);
+  plan.nsplit = num_splits(pb, nt, plan.tile_rows, plan.tile_keys);
+  plan.rows_kernels = rows_kernels_ok(pb, *plan.kern);
 
   // Units, and the global packed-row numbering used by the split partials.
   // Sizes of host scratch, checked: varlen q does not bound B x Hkv by out's size, and the
@@ -508,7 +683,7 @@ Status forward(const Problem& pb) {
         sm.key_range(r0 / g, (r0 + n - 1) / g + 1, &klo, &khi);
         for (int64_t s = 0; s < plan.nsplit; ++s) {
           int64_t lo, hi;
-          split_range(klo, khi, plan.nsplit, s, &lo, &hi);
+          split_range(klo, khi, plan.nsplit, s, plan.tile_keys, &lo, &hi);
           units.push_back({b, hk, r0, n, static_cast<int32_t>(s), n * (hi - lo)});
         }
       }
@@ -535,10 +710,13 @@ Status forward(const Problem& pb) {
 
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
+  Panels panels;
+  if (plan.lowp && g * pb.max_sq > plan.tile_rows && build_panels(plan, pairs, nt, &panels)) plan.panels = &panels;
   bool oom = false;
 #pragma omp parallel num_threads(workers)
   {
-    Workspace ws(plan.tile_rows, kTileKeys, pb.dqk, pb.dv);
+    Workspace ws(round_up(plan.tile_rows, plan.kern->row_align), plan.tile_keys, pb.dqk, pb.dv,
+                 plan.lowp ? plan.terms : 0);
     if (!ws.ok()) {
 #pragma omp atomic write
       oom = true;
@@ -612,16 +790,23 @@ Status cpu_combine(const CombineParams& c) {
 
 void cpu_describe(const Problem& pb, PlanInfo* info) {
   using namespace cpu;
-  info->kernel = best_kernels().name;
-  info->tile_m = tile_rows_for(pb);
-  info->tile_n = kTileKeys;
+  const Kernels& k = best_kernels();
+  int terms = 1;
+  const LowpKernels* lowp = lowp_for(pb, k, &terms);
+  info->kernel = k.name;
+  info->tile_m = tile_rows_for(pb, k);
+  info->tile_n = tile_keys_for(lowp);
   info->pack_gqa = pb.group > 1;  // the cpu tiles always pack the group's heads
-  info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m);
+  info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m, info->tile_n);
 }
 
 std::string cpu_info() {
   const cpu::Kernels& k = cpu::best_kernels();
-  const std::string isa = std::string(k.name) == "avx2" ? "AVX2+FMA" : "portable";
+  const std::string name = k.name;
+  const std::string isa = name == "amx"      ? "AMX-BF16 + AVX-512"
+                          : name == "avx512" ? (k.lowp_bf16 ? "AVX-512 + BF16" : "AVX-512")
+                          : name == "avx2"   ? "AVX2+FMA"
+                                             : "portable";
   return isa + ", " + std::to_string(omp_get_max_threads()) + " threads";
 }
 

@@ -1,6 +1,10 @@
 // The inner kernels of the cpu backend, behind a table of function pointers so one driver
-// (cpu_backend.cpp) runs on any CPU: the AVX2+FMA table (cpu_kernels_avx2.cpp) where the CPU
-// has it, the portable table (cpu_kernels_generic.cpp) otherwise.
+// (cpu_backend.cpp) runs on any CPU. Tables, best first (cpu_isa.cpp picks one per process from
+// CPUID, the OS's saved register state and FA4_CPU_ISA=amx|avx512|avx2|generic):
+//   amx     AMX-BF16 tiles for the 16-bit products (cpu_kernels_amx.cpp), AVX-512 for the rest
+//   avx512  AVX-512 F/BW/VL (+BF16 vdpbf16ps for the 16-bit products) (cpu_kernels_avx512.cpp)
+//   avx2    AVX2 + FMA + F16C, fp32 products (cpu_kernels_avx2.cpp)
+//   generic portable C++ (cpu_kernels_generic.cpp)
 //
 // Tile layout: everything the kernels touch is "transposed", queries along the fast axis.
 // One tile holds mp packed query rows (mp a multiple of 8 = one AVX2 vector of fp32):
@@ -38,10 +42,55 @@ struct SoftmaxStep {
   float* m_run;       // [mp] running max, natural units (-inf before the first key)
   float* l_run;       // [mp] running sum of exp(s - m) = 2^((s - m) log2 e)
   float* alpha;       // [mp] out: exp(m_old - m_new), the factor O must be rescaled by
+  // 16-bit kernels (softmax_avx512 only): when set, P^T goes straight to the pv panel
+  // pp [terms][nk_p/2][m][2] (LowpKernels layout, rows nk..nk_p zero) instead of back into st,
+  // saving a pass over the tile; pv is then called with st = nullptr.
+  uint16_t* pp = nullptr;
+  int terms = 1;
+};
+
+// 16-bit products on packed panels, fp32 accumulation: bf16 inputs (and fp8 e4m3, exact in
+// bf16) as they are; fp16 as two bf16 terms x = hi + lo (exact: 11 significant bits = 8 + the
+// rest), the products summed as hi*hi + hi*lo + lo*hi (relative error ~2^-16, below fp16's).
+// P is rounded to bf16 for the second product (hi + lo for fp16), as the GPU kernels do.
+// Packed layouts, bf16 bit patterns, T = terms (1 or 2), planes of one term after the other:
+//   qv [T][dqk_p/2][mp][2]  Q^T in pairs of dims ("VNNI"), dqk_p = round_up(dqk, 32)
+//   kb [T][nk_p][dqk_p]      K rows                       nk_p = round_up(n, 32)
+//   vt [T][dv_p][nk_p]       V^T                          dv_p = round_up(dv, 16)
+//   pp [T][nk_p/2][m][2]     P^T in pairs of keys (pv's own scratch)
+// These are what the AMX tiles read: S^T = K Q^T has A = K (16 keys x 32 dims), B = Q^T pairs
+// (16 dim pairs x 16 queries), C = 16 keys x 16 queries of st; O^T = V^T P^T has A = V^T (16
+// dims x 32 keys), B = P^T pairs, C = 16 dims x 16 queries of ot. vdpbf16ps reads the same
+// panels (a broadcast dword of K or V^T times one row of pairs), so both tables share the packers.
+// The matrix units (and vdpbf16ps) treat bf16 subnormals as zero: the packers report a nonzero
+// |x| < 2^-126 (kTiny) and the driver then runs that tile (or unit, for Q) in fp32.
+struct LowpKernels {
+  static constexpr int kTiny = 1, kNonFinite = 2;  // pack_* result bits
+  int64_t key_tile;  // keys per tile the driver should use with these kernels (multiple of 32)
+  // qv from qt [dqk][mp] (fp32, already in the scale the product should see), all mp rows.
+  int (*pack_q)(const float* qt, int64_t mp, int64_t dqk, int terms, uint16_t* qv);
+  // kb / vt from n storage rows (unit dim stride) of dtype t; rows n..nk_p are zero.
+  int (*pack_k)(const void* const* krows, DType t, int64_t n, int64_t dqk, int terms, uint16_t* kb);
+  int (*pack_v)(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt);
+  // st[n'][i] = scale * sum_d kb[n'][d] qv[d][i]  for i < m (m, qv and st offset by whole 16-row
+  // blocks; row stride mp), n' < n; rows n..round_up(n, 16) of st may be overwritten. Returns
+  // whether any of those scores is NaN or of magnitude >= 2^127 (the driver's extreme-row check).
+  bool (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
+             float scale, float* st);
+  // ot[e][i] = alpha[i] ot[e][i] + sum_n vt[e][n] p[n][i],  p = bf16(st) (P^T, row stride mp), i < m,
+  // e < dv_p (rows dv..dv_p of ot hold zeros); pp: scratch of nk_p * m * T uint32 (st == nullptr:
+  // pp already holds P^T, written by the softmax step).
+  void (*pv)(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
+             const float* alpha, uint16_t* pp, float* ot);
+  // Per-thread setup around a run of qk / pv calls (AMX: load and release the tile
+  // configuration); nullptr = nothing to do.
+  void (*begin)();
+  void (*end)();
 };
 
 struct Kernels {
   const char* name;
+  int64_t row_align;  // mp (rows of a transposed tile) is a multiple of this: 8 or 16 (one vector)
   // st[n][i] = sum_d krows[n][d] * qt[d][i]   for n < nk, i < m.
   void (*qk)(const float* qt, int64_t mp, int64_t m, int64_t d, const float* const* krows, int64_t nk, float* st);
   // ot[e][i] = alpha[i] * ot[e][i] + sum_n vrows[n][e] * pt[n][i]   for e < dv, i < m.
@@ -61,17 +110,37 @@ struct Kernels {
                   const float* alpha, float* o);
   // dst[i] = (float) src[i * stride], i < n, for a floating storage dtype.
   void (*convert)(const void* src, DType t, int64_t stride, int64_t n, float* dst);
+  // The 16-bit product kernels for bf16 / fp8 and for fp16 inputs; nullptr = the fp32 kernels
+  // above (on converted rows) serve that dtype.
+  const LowpKernels* lowp_bf16;
+  const LowpKernels* lowp_f16;
 };
 
 const Kernels& generic_kernels();
 #if defined(__x86_64__) || defined(_M_X64)
 const Kernels& avx2_kernels();  // only call when the CPU has AVX2 and FMA (and F16C)
+// Only call when the CPU has AVX-512 F/BW/VL/DQ (and AVX2 + FMA + F16C); bf16: it has
+// AVX512_BF16 too (the 16-bit products then use vdpbf16ps).
+const Kernels& avx512_kernels(bool bf16);
+const LowpKernels& avx512_lowp();  // the packers (and vdpbf16ps products) the AMX table reuses
+const Kernels& amx_kernels();     // only call after amx_usable() (cpu_isa.cpp)
+// Pieces of the AVX-512 16-bit pv shared with the AMX one (AVX-512 BF16 only):
+//   pp = P^T pairs from st [n][mp] (layout above; m a multiple of 16)
+void pack_p_avx512(const float* st, int64_t mp, int64_t m, int64_t n, int terms, uint16_t* pp);
+//   ot[e][i] *= alpha[i], e < rows, i < m (16-query blocks whose alpha are all 1 untouched)
+void rescale_ot_avx512(float* ot, int64_t mp, int64_t m, int64_t rows, const float* alpha);
 #endif
 
 // e4m3 byte -> fp32 for all 256 codes (NaN codes included).
 const float* e4m3_lut();
 
-// The best table for this CPU (decided once).
+// The best table for this CPU (decided once per process; FA4_CPU_ISA=amx|avx512|avx2|generic
+// caps it: a request for an ISA the CPU or OS lacks gets the best one below it).
 const Kernels& best_kernels();
+
+// AMX usable: CPUID has AMX-TILE + AMX-BF16, the OS saves the tile state (XCR0 bits 17, 18) and,
+// on Linux, granted this process the tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM,
+// asked once per process, the first time this is called).
+bool amx_usable();
 
 }  // namespace fa4::core::cpu

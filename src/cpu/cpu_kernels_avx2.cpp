@@ -473,7 +473,8 @@ void convert_avx2(const void* src, DType t, int64_t stride, int64_t n, float* ds
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{"avx2", qk_avx2, pv_avx2, softmax_avx2, qk_rows_avx2, pv_rows_avx2, convert_avx2};
+  static const Kernels k{"avx2",       8,       qk_avx2, pv_avx2, softmax_avx2, qk_rows_avx2, pv_rows_avx2,
+                         convert_avx2, nullptr, nullptr};
   return k;
 }
 

@@ -2,16 +2,10 @@
 // ISA is. Same contracts as the AVX2 table (see cpu_kernels.h); used on CPUs without AVX2+FMA
 // and as a cross-check.
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <limits>
 
 #include "core/element.h"
 #include "cpu/cpu_kernels.h"
-
-#if defined(__x86_64__) || defined(_M_X64)
-#include <cpuid.h>
-#endif
 
 namespace fa4::core::cpu {
 namespace {
@@ -86,31 +80,9 @@ const float* e4m3_lut() {
 }
 
 const Kernels& generic_kernels() {
-  static const Kernels k{"generic", qk_generic, pv_generic, softmax_generic, nullptr, nullptr, convert_generic};
+  static const Kernels k{"generic", 8, qk_generic, pv_generic, softmax_generic, nullptr, nullptr, convert_generic,
+                         nullptr, nullptr};
   return k;
-}
-
-#if defined(__x86_64__) || defined(_M_X64)
-namespace {
-// F16C (the fp16 <-> fp32 conversions of the AVX2 table) straight from CPUID leaf 1, ECX bit 29:
-// clang < 15 rejects __builtin_cpu_supports("f16c") ("invalid cpu feature string"), and CPUID
-// works with every compiler. The OS side (YMM state saved by XSAVE) is already implied by
-// __builtin_cpu_supports("avx2"), which checks it.
-bool cpu_has_f16c() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
-}
-}  // namespace
-#endif
-
-// FA4_CPU_ISA=generic forces the portable kernels (cross-checks, benchmarks).
-const Kernels& best_kernels() {
-#if defined(__x86_64__) || defined(_M_X64)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
-                           !(std::getenv("FA4_CPU_ISA") && std::string(std::getenv("FA4_CPU_ISA")) == "generic");
-  if (avx2) return avx2_kernels();
-#endif
-  return generic_kernels();
 }
 
 }  // namespace fa4::core::cpu

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""fa4's cpu backend against PyTorch's CPU attention, in one process, on the same tensors.
+
+fa4 is called through its C ABI (libfa4.so via ctypes) on the torch tensors' data pointers
+(BHSD tensors passed as strided BSHD views: no copies); the peer is
+torch.nn.functional.scaled_dot_product_attention on CPU (its flash-attention CPU kernel for
+these inputs). Both run with the same thread count (torch.get_num_threads(), or --threads).
+Calls are interleaved: every round runs each implementation once, in a freshly shuffled order,
+and the median wall time per implementation is reported (DESIGN.md §5). A torch bf16 matmul
+(--gemm N, N^3, oneDNN: AMX on CPUs that have it) is timed before and after the attention cases,
+interleaved the same way, as the machine's matrix-unit ceiling; the decode cases are set
+against a streaming read of a large tensor (torch fp32 sum of 2 GB) as the memory-bandwidth ceiling.
+
+Accuracy (prefill, S <= --acc-max-s): rel-L2 and max-abs of fa4 and of torch against an fp64
+evaluation of the same inputs.
+
+Usage (torch from PyPI; a CUDA wheel works on a CPU-only machine given its CUDA libraries):
+  python3 bench/cpu_peers.py --lib build-cpu/libfa4.so [--quick | --full] [--threads N]
+         [--json FILE] [--isa amx|avx512|avx2|generic]
+FLOPs = 4 B H Sq Sk D, halved for causal; decode: GB/s of K + V bytes read.
+"""
+
+import argparse
+import ctypes
+import datetime
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+MAX_DIMS = 6
+
+
+class Fa4Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * MAX_DIMS), ("stride", ctypes.c_int64 * MAX_DIMS),
+                ("device", ctypes.c_int32), ("device_index", ctypes.c_int32)]
+
+
+class Fa4Params(ctypes.Structure):  # include/fa4/fa4_c.h
+    _fields_ = [("q", Fa4Tensor), ("k", Fa4Tensor), ("v", Fa4Tensor), ("out", Fa4Tensor), ("lse", Fa4Tensor),
+                ("scale", ctypes.c_float), ("softcap", ctypes.c_float), ("causal", ctypes.c_int32),
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64), ("chunk_size", ctypes.c_int64),
+                ("sinks", Fa4Tensor), ("q_descale", Fa4Tensor), ("k_descale", Fa4Tensor), ("v_descale", Fa4Tensor),
+                ("cu_seqlens_q", Fa4Tensor), ("cu_seqlens_k", Fa4Tensor), ("seqused_k", Fa4Tensor),
+                ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
+                ("cache_seqlens", Fa4Tensor), ("cache_batch_idx", Fa4Tensor), ("page_table", Fa4Tensor),
+                ("k_new", Fa4Tensor), ("v_new", Fa4Tensor),
+                ("num_splits", ctypes.c_int32), ("backend", ctypes.c_int32), ("num_threads", ctypes.c_int32),
+                ("stream", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+                ("workspace_alloc", ctypes.c_void_p), ("workspace_free", ctypes.c_void_p), ("workspace_ctx", ctypes.c_void_p)]
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build-cpu/libfa4.so")
+    ap.add_argument("--threads", type=int, default=0, help="0 = torch.get_num_threads()")
+    ap.add_argument("--quick", action="store_true", help="S <= 2048, D = 128, fewer decode shapes")
+    ap.add_argument("--full", action="store_true", help="every D at S = 8192 and every decode shape")
+    ap.add_argument("--budget-s", type=float, default=1.5, help="timed seconds per implementation per shape")
+    ap.add_argument("--min-reps", type=int, default=3)
+    ap.add_argument("--gemm", type=int, default=4096)
+    ap.add_argument("--acc-max-s", type=int, default=2048)
+    ap.add_argument("--dtypes", default="bf16,f16,f32")
+    ap.add_argument("--no-decode", action="store_true")
+    ap.add_argument("--no-prefill", action="store_true")
+    ap.add_argument("--isa", default=None, help="sets FA4_CPU_ISA before libfa4 loads")
+    ap.add_argument("--json", default=None)
+    return ap.parse_args()
+
+
+args = parse_args()
+if args.isa:
+    os.environ["FA4_CPU_ISA"] = args.isa
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+DT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+FA4_DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 4}
+
+
+def view(t):
+    v = Fa4Tensor()
+    v.data = t.data_ptr()
+    v.dtype = FA4_DT[t.dtype]
+    v.ndim = t.dim()
+    for i in range(t.dim()):
+        v.shape[i] = t.shape[i]
+        v.stride[i] = t.stride(i)
+    v.device = 0
+    v.device_index = 0
+    return v
+
+
+class Fa4:
+    def __init__(self, path, threads):
+        self.lib = ctypes.CDLL(path)
+        self.lib.fa4_attention_forward.argtypes = [ctypes.POINTER(Fa4Params)]
+        self.lib.fa4_last_error.restype = ctypes.c_char_p
+        self.lib.fa4_params_init.argtypes = [ctypes.POINTER(Fa4Params)]
+        self.threads = threads
+
+    def params(self, q, k, v, out, causal):
+        """q/k/v/out are torch BHSD tensors; fa4 gets their BSHD views (strides, no copy)."""
+        p = Fa4Params()
+        self.lib.fa4_params_init(ctypes.byref(p))
+        p.q, p.k, p.v, p.out = (view(t.transpose(1, 2)) for t in (q, k, v, out))
+        p.causal = 1 if causal else 0
+        p.backend = 2  # cpu
+        p.num_threads = self.threads
+        p.num_splits = 0
+        return p
+
+    def call(self, p):
+        if self.lib.fa4_attention_forward(ctypes.byref(p)) != 0:
+            raise RuntimeError("fa4: " + self.lib.fa4_last_error().decode())
+
+
+def interleaved(fns, reps):
+    """fns: {name: callable}; one call each per round, shuffled order; returns {name: [s]}."""
+    t = {n: [] for n in fns}
+    order = list(fns)
+    for _ in range(reps):
+        random.shuffle(order)
+        for n in order:
+            t0 = time.perf_counter()
+            fns[n]()
+            t[n].append(time.perf_counter() - t0)
+    return t
+
+
+def reps_for(fns):
+    """Warm up once each; reps so that each implementation gets about --budget-s."""
+    worst = 0.0
+    for f in fns.values():
+        t0 = time.perf_counter()
+        f()
+        worst = max(worst, time.perf_counter() - t0)
+    return max(args.min_reps, min(50, int(args.budget_s / max(worst, 1e-6))))
+
+
+def fp64_errors(q, k, v, causal, outs):
+    """rel-L2 / max-abs of each output against fp64 attention, one head at a time."""
+    num = {n: 0.0 for n in outs}
+    mx = {n: 0.0 for n in outs}
+    den = 0.0
+    B, H, S, D = q.shape
+    Hk = k.shape[1]
+    for b in range(B):
+        for h in range(H):
+            qd, kd, vd = q[b, h].double(), k[b, h * Hk // H].double(), v[b, h * Hk // H].double()
+            s = (qd @ kd.T) / math.sqrt(D)
+            if causal:
+                Sk = kd.shape[0]
+                mask = torch.ones(S, Sk, dtype=torch.bool).tril(Sk - S)
+                s = s.masked_fill(~mask, float("-inf"))
+            ref = torch.softmax(s, dim=-1) @ vd
+            den += float((ref * ref).sum())
+            for n, o in outs.items():
+                d = o[b, h].double() - ref
+                num[n] += float((d * d).sum())
+                mx[n] = max(mx[n], float(d.abs().max()))
+    return {n: (math.sqrt(num[n] / den), mx[n]) for n in outs}
+
+
+def gemm_rate(n, reps=5):
+    a = torch.randn(n, n, dtype=torch.bfloat16)
+    b = torch.randn(n, n, dtype=torch.bfloat16)
+    torch.matmul(a, b)
+    t = interleaved({"gemm": lambda: torch.matmul(a, b)}, reps)["gemm"]
+    return 2 * n ** 3 / statistics.median(t) / 1e9
+
+
+def stream_gbs(gb=2.0, reps=5):
+    """A streaming read: torch's fp32 sum (vectorized, memory-bound) over a tensor far beyond L3."""
+    x = torch.rand(int(gb * 1e9 / 4), dtype=torch.float32)
+    x.sum()
+    t = interleaved({"read": lambda: x.sum()}, reps)["read"]
+    return x.numel() * 4 / statistics.median(t) / 1e9
+
+
+def prefill_shapes():
+    dts = [d for d in args.dtypes.split(",") if d]
+    for dt in dts:
+        for d in (64, 128, 256):
+            for s in (512, 2048, 8192):
+                if args.quick and (s > 2048 or d != 128):
+                    continue
+                if s == 8192 and not args.full and d != 128:
+                    continue
+                for causal in (False, True):
+                    yield dict(dt=dt, B=1, H=16, S=s, D=d, causal=causal)
+
+
+def decode_shapes():
+    for b in (1, 4, 16):
+        for kv in (4096, 16384, 65536):
+            if args.quick and (kv > 16384 or b == 16):
+                continue
+            if not args.full and b == 16 and kv == 65536:
+                continue
+            yield dict(dt="bf16", B=b, Hq=32, Hkv=8, Sk=kv, D=128)
+
+
+def main():
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    fa4 = Fa4(args.lib, threads)
+    torch.manual_seed(0)
+    random.seed(0)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    meta = dict(date=datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), commit=commit, cpu=cpu_model,
+                threads=threads, torch=torch.__version__, torch_isa=torch.backends.cpu.get_cpu_capability(),
+                fa4_isa=os.environ.get("FA4_CPU_ISA", "best"), load=os.getloadavg()[0])
+    print("# " + json.dumps(meta), flush=True)
+    gemm0 = gemm_rate(args.gemm)
+    print(f"torch bf16 matmul {args.gemm}^3: {gemm0:.1f} GFLOP/s", flush=True)
+    rows = []
+    if not args.no_prefill:
+        print("| dtype | S | D | causal | fa4 GFLOP/s | torch GFLOP/s | fa4 / torch | fa4 / matmul | "
+              "fa4 rel-L2 | torch rel-L2 | fa4 max-abs | torch max-abs |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+        for sh in prefill_shapes():
+            dt = DT[sh["dt"]]
+            B, H, S, D = sh["B"], sh["H"], sh["S"], sh["D"]
+            q, k, v = (torch.randn(B, H, S, D, dtype=dt) for _ in range(3))
+            out = torch.empty(B, S, H, D, dtype=dt).transpose(1, 2)  # BHSD view of BSHD storage
+            p = fa4.params(q, k, v, out, sh["causal"])
+            res = {}
+            fns = {"fa4": lambda: fa4.call(p),
+                   "torch": lambda: res.__setitem__("t", F.scaled_dot_product_attention(q, k, v, is_causal=sh["causal"]))}
+            reps = reps_for(fns)
+            t = interleaved(fns, reps)
+            flops = 4 * B * H * S * S * D / (2 if sh["causal"] else 1)
+            r = dict(sh, reps=reps, fa4_ms=statistics.median(t["fa4"]) * 1e3, torch_ms=statistics.median(t["torch"]) * 1e3)
+            r["fa4_gflops"] = flops / r["fa4_ms"] / 1e6
+            r["torch_gflops"] = flops / r["torch_ms"] / 1e6
+            if S <= args.acc_max_s:
+                e = fp64_errors(q, k, v, sh["causal"], {"fa4": out, "torch": res["t"]})
+                r["fa4_rel_l2"], r["fa4_max_abs"] = e["fa4"]
+                r["torch_rel_l2"], r["torch_max_abs"] = e["torch"]
+            rows.append(r)
+            acc = (f"{r['fa4_rel_l2']:.2e} | {r['torch_rel_l2']:.2e} | {r['fa4_max_abs']:.2e} | {r['torch_max_abs']:.2e}"
+                   if "fa4_rel_l2" in r else "- | - | - | -")
+            print(f"| {sh['dt']} | {S} | {D} | {'yes' if sh['causal'] else 'no'} | {r['fa4_gflops']:.1f} | "
+                  f"{r['torch_gflops']:.1f} | {r['fa4_gflops'] / r['torch_gflops']:.2f} | {r['fa4_gflops'] / gemm0:.2f} | "
+                  f"{acc} |", flush=True)
+            del q, k, v, out, res
+    bw = None
+    if not args.no_decode:
+        bw = stream_gbs()
+        print(f"streaming read (torch fp32 sum of 2 GB): {bw:.1f} GB/s", flush=True)
+        print("| B | Hq/Hkv | kv len | fa4 GB/s | torch GB/s | fa4 / torch | fa4 / stream |")
+        print("|---|---|---|---|---|---|---|", flush=True)
+        for sh in decode_shapes():
+            dt = DT[sh["dt"]]
+            B, Hq, Hkv, Sk, D = sh["B"], sh["Hq"], sh["Hkv"], sh["Sk"], sh["D"]
+            q = torch.randn(B, Hq, 1, D, dtype=dt)
+            k, v = (torch.randn(B, Sk, Hkv, D, dtype=dt).transpose(1, 2) for _ in range(2))  # BSHD storage
+            out = torch.empty(B, 1, Hq, D, dtype=dt).transpose(1, 2)
+            p = fa4.params(q, k, v, out, False)
+            fns = {"fa4": lambda: fa4.call(p),
+                   "torch": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}
+            reps = reps_for(fns)
+            t = interleaved(fns, reps)
+            nbytes = 2 * B * Hkv * Sk * D * 2
+            r = dict(sh, reps=reps, fa4_ms=statistics.median(t["fa4"]) * 1e3, torch_ms=statistics.median(t["torch"]) * 1e3)
+            r["fa4_gbs"] = nbytes / r["fa4_ms"] / 1e6
+            r["torch_gbs"] = nbytes / r["torch_ms"] / 1e6
+            rows.append(r)
+            print(f"| {B} | {Hq}/{Hkv} | {Sk} | {r['fa4_gbs']:.1f} | {r['torch_gbs']:.1f} | "
+                  f"{r['fa4_gbs'] / r['torch_gbs']:.2f} | {r['fa4_gbs'] / bw:.2f} |", flush=True)
+            del q, k, v, out
+    gemm1 = gemm_rate(args.gemm)
+    print(f"torch bf16 matmul {args.gemm}^3 (after): {gemm1:.1f} GFLOP/s; load average now {os.getloadavg()[0]:.1f}",
+          flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(meta, gemm_gflops=[gemm0, gemm1], stream_gbs=bw, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

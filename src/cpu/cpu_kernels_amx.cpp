@@ -1,0 +1,187 @@
+// AMX-BF16 kernels for the 16-bit products (bf16, fp8 e4m3 as exact bf16, fp16 as hi + lo).
+// Compiled with -mamx-tile -mamx-bf16 and the AVX-512 flags (CMake: *_amx.cpp); only called
+// after amx_usable() (cpu_isa.cpp: CPUID, XCR0 and the Linux tile-data permission).
+//
+// Everything else (fp32 products, softmax, packers, decode rows) is the AVX-512 table's. The
+// panels are the ones cpu_kernels.h describes; every tile is 16 rows x 64 bytes:
+//   S^T = K Q^T  (2 x 2 C tiles: 32 keys x 32 queries)
+//     tmm0..3  C  [16 keys][16 queries] fp32        st + (n0 + 16a) mp + m0 + 16b
+//     tmm4..5  A  [16 keys][32 dims] bf16           kb, row stride dqk_p
+//     tmm6..7  B  [16 dim pairs][16 queries][2]     qv, row stride mp pairs
+//   O^T = V^T P^T  (2 x 2 C tiles: 32 dims x 32 queries, loaded from and stored to ot once per
+//   key tile, after the alpha rescale)
+//     tmm0..3  C  [16 dims][16 queries] fp32        ot + (e0 + 16a) mp + m0 + 16b
+//     tmm4..5  A  [16 dims][32 keys] bf16           vt, row stride nk_p
+//     tmm6..7  B  [16 key pairs][16 queries][2]     pp, row stride m pairs
+// 2 x 2 blocking: 4 tile multiplies per 4 tile loads, all 8 tile registers in use.
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* idiom.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstring>
+
+#include "cpu/cpu_kernels.h"
+
+namespace fa4::core::cpu {
+namespace {
+
+inline int64_t rup(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+constexpr int kProducts[3][2] = {{0, 0}, {0, 1}, {1, 0}};  // (A plane, B plane): hi*hi, hi*lo, lo*hi
+inline int num_products(int terms) { return terms == 2 ? 3 : 1; }
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  TileConfig() {
+    for (int i = 0; i < 8; ++i) {
+      colsb[i] = 64;
+      rows[i] = 16;
+    }
+  }
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// The tile configuration is per thread and anything else on the thread (another library's
+// AMX code between two calls) may change it, so it is loaded at the start of every work unit.
+void amx_begin() {
+  static const TileConfig cfg;
+  _tile_loadconfig(&cfg);
+}
+void amx_end() { _tile_release(); }
+
+template <bool N2, bool M2>
+inline void qk_block(const uint16_t* qv, int64_t mp, int64_t dqk_p, int64_t qplane, const uint16_t* kb, int64_t kplane,
+                     int terms, float* st) {
+  _tile_zero(0);
+  if constexpr (M2) _tile_zero(1);
+  if constexpr (N2) _tile_zero(2);
+  if constexpr (N2 && M2) _tile_zero(3);
+  const int64_t ka = dqk_p * 2, qb = mp * 4;  // byte strides
+  for (int pr = 0; pr < num_products(terms); ++pr) {
+    const uint16_t* k = kb + kProducts[pr][0] * kplane;
+    const uint16_t* q = qv + kProducts[pr][1] * qplane;
+    for (int64_t d0 = 0; d0 < dqk_p; d0 += 32) {
+      _tile_loadd(4, k + d0, ka);
+      if constexpr (N2) _tile_loadd(5, k + 16 * dqk_p + d0, ka);
+      _tile_loadd(6, q + d0 / 2 * mp * 2, qb);
+      if constexpr (M2) _tile_loadd(7, q + d0 / 2 * mp * 2 + 32, qb);
+      _tile_dpbf16ps(0, 4, 6);
+      if constexpr (M2) _tile_dpbf16ps(1, 4, 7);
+      if constexpr (N2) _tile_dpbf16ps(2, 5, 6);
+      if constexpr (N2 && M2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, st, qb);
+  if constexpr (M2) _tile_stored(1, st + 16, qb);
+  if constexpr (N2) _tile_stored(2, st + 16 * mp, qb);
+  if constexpr (N2 && M2) _tile_stored(3, st + 16 * mp + 16, qb);
+}
+
+bool qk_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
+            float scale, float* st) {
+  const int64_t dqk_p = rup(dqk, 32), n16 = rup(n, 16), qplane = dqk_p * mp, kplane = rup(n, 32) * dqk_p;
+  // The scale is applied in fp32 after the exact products (the packed Q carries only a power
+  // of two of it; see cpu_backend.cpp), in the same pass as the check for extreme scores, per
+  // 32-query strip while the strip is in L1.
+  const __m512 sc = _mm512_set1_ps(scale), big = _mm512_set1_ps(0x1p127f);
+  __mmask16 ext = 0;
+  for (int64_t m0 = 0; m0 < m; m0 += 32) {
+    const bool m2 = m - m0 >= 32;
+    for (int64_t n0 = 0; n0 < n16; n0 += 32) {
+      const bool n2 = n16 - n0 >= 32;
+      const uint16_t* q = qv + m0 * 2;
+      const uint16_t* k = kb + n0 * dqk_p;
+      float* s = st + n0 * mp + m0;
+      if (n2 && m2) qk_block<true, true>(q, mp, dqk_p, qplane, k, kplane, terms, s);
+      else if (n2) qk_block<true, false>(q, mp, dqk_p, qplane, k, kplane, terms, s);
+      else if (m2) qk_block<false, true>(q, mp, dqk_p, qplane, k, kplane, terms, s);
+      else qk_block<false, false>(q, mp, dqk_p, qplane, k, kplane, terms, s);
+    }
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = m0; i < m0 + (m2 ? 32 : 16); i += 16) {
+        const __m512 x = _mm512_mul_ps(sc, _mm512_loadu_ps(st + j * mp + i));
+        _mm512_storeu_ps(st + j * mp + i, x);
+        ext |= _mm512_cmp_ps_mask(_mm512_abs_ps(x), big, _CMP_NLT_UQ);
+      }
+  }
+  return ext != 0;
+}
+
+template <bool E2, bool M2>
+inline void pv_block(const uint16_t* pp, int64_t m, int64_t nk_p, int64_t pplane, const uint16_t* vt, int64_t vplane,
+                     int terms, int64_t mp, float* ot) {
+  const int64_t ob = mp * 4, va = nk_p * 2, pb = m * 4;  // byte strides
+  _tile_loadd(0, ot, ob);
+  if constexpr (M2) _tile_loadd(1, ot + 16, ob);
+  if constexpr (E2) _tile_loadd(2, ot + 16 * mp, ob);
+  if constexpr (E2 && M2) _tile_loadd(3, ot + 16 * mp + 16, ob);
+  for (int pr = 0; pr < num_products(terms); ++pr) {
+    const uint16_t* a = vt + kProducts[pr][0] * vplane;
+    const uint16_t* b = pp + kProducts[pr][1] * pplane;
+    for (int64_t k0 = 0; k0 < nk_p; k0 += 32) {
+      _tile_loadd(4, a + k0, va);
+      if constexpr (E2) _tile_loadd(5, a + 16 * nk_p + k0, va);
+      _tile_loadd(6, b + k0 / 2 * m * 2, pb);
+      if constexpr (M2) _tile_loadd(7, b + k0 / 2 * m * 2 + 32, pb);
+      _tile_dpbf16ps(0, 4, 6);
+      if constexpr (M2) _tile_dpbf16ps(1, 4, 7);
+      if constexpr (E2) _tile_dpbf16ps(2, 5, 6);
+      if constexpr (E2 && M2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, ot, ob);
+  if constexpr (M2) _tile_stored(1, ot + 16, ob);
+  if constexpr (E2) _tile_stored(2, ot + 16 * mp, ob);
+  if constexpr (E2 && M2) _tile_stored(3, ot + 16 * mp + 16, ob);
+}
+
+void pv_amx(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
+            const float* alpha, uint16_t* pp, float* ot) {
+  const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), pplane = nk_p * m, vplane = dv_p * nk_p;
+  if (st) pack_p_avx512(st, mp, m, n, terms, pp);
+  rescale_ot_avx512(ot, mp, m, dv, alpha);
+  for (int64_t m0 = 0; m0 < m; m0 += 32) {
+    const bool m2 = m - m0 >= 32;
+    for (int64_t e0 = 0; e0 < dv_p; e0 += 32) {
+      const bool e2 = dv_p - e0 >= 32;
+      const uint16_t* b = pp + m0 * 2;
+      const uint16_t* a = vt + e0 * nk_p;
+      float* o = ot + e0 * mp + m0;
+      if (e2 && m2) pv_block<true, true>(b, m, nk_p, pplane, a, vplane, terms, mp, o);
+      else if (e2) pv_block<true, false>(b, m, nk_p, pplane, a, vplane, terms, mp, o);
+      else if (m2) pv_block<false, true>(b, m, nk_p, pplane, a, vplane, terms, mp, o);
+      else pv_block<false, false>(b, m, nk_p, pplane, a, vplane, terms, mp, o);
+    }
+  }
+}
+
+}  // namespace
+
+const Kernels& amx_kernels() {
+  // 128-key tiles: the O^T tiles are loaded and stored once per key tile, so each load/store
+  // pair carries four k-steps of tile multiplies (measured, 1 thread, bf16 D = 128 S = 2048:
+  // 64 keys ~150, 128 keys ~165 GFLOP/s; 256 no better and S^T leaves L2 sooner).
+  static const LowpKernels lowp = [] {
+    LowpKernels k = avx512_lowp();
+    k.key_tile = 128;
+    k.qk = qk_amx;
+    k.pv = pv_amx;
+    k.begin = amx_begin;
+    k.end = amx_end;
+    return k;
+  }();
+  static const Kernels k = [] {
+    Kernels t = avx512_kernels(true);
+    t.name = "amx";
+    t.lowp_bf16 = &lowp;
+    t.lowp_f16 = &lowp;
+    return t;
+  }();
+  return k;
+}
+
+}  // namespace fa4::core::cpu

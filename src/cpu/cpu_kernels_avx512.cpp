@@ -1,0 +1,629 @@
+// AVX-512 kernels (F/BW/VL/DQ; BF16 for the 16-bit products). Compiled with the AVX-512 flags
+// (CMake: *_avx512.cpp) and only called after cpu_isa.cpp saw those features at run time.
+//
+// fp32 products (fp32 inputs; fp16 where there is no AMX: AVX-512 has no fp16 dot product with
+// fp32 accumulation before AVX10.2, and three vdpbf16ps per hi/lo product retire fewer
+// multiply-adds than one fp32 FMA): the transposed micro-kernels of the AVX2 table with 16
+// queries per vector and 32 registers, NB broadcast rows x MV vectors of accumulators:
+//   MV = 3: NB = 8 (24 acc)   MV = 2: NB = 12 (24 acc)   MV = 1: NB = 16 (16 acc)
+// Two 512-bit FMA pipes x 4-cycle latency need 8 independent chains; an inner step issues NB
+// broadcasts (embedded {1to16} operands) + MV loads for NB * MV FMAs.
+//
+// 16-bit products: vdpbf16ps on the packed panels of cpu_kernels.h (also what the AMX table
+// reads), two products per lane per instruction: a dword broadcast of K (or V^T) holds one pair
+// of dims (keys), the other operand is one row of Q^T (P^T) pairs for 16 queries.
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* idiom.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstring>
+#include <limits>
+
+// Deliberately no core/*.h helpers here (see cpu_kernels_avx2.cpp): an inline function compiled
+// in this file could be the copy the linker keeps for the whole library.
+#include "cpu/cpu_kernels.h"
+
+namespace fa4::core::cpu {
+namespace {
+
+inline int64_t rup(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+inline __mmask16 head_mask(int64_t k) { return k >= 16 ? __mmask16(0xffff) : __mmask16((1u << k) - 1); }
+inline __m256i bf16_bits(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }  // round to nearest even
+inline __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+inline __m512i pair16(__m256i a, __m256i b) {  // dword i = a[i] | b[i] << 16
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp32 transposed micro-kernels (same contracts as the AVX2 table, m a multiple of 16).
+
+// S^T block: keys kr[0..NB) x queries [0, 16 MV), summed over d.
+template <int NB, int MV>
+inline void qk_block(const float* qt, int64_t mp, int64_t d, const float* const* kr, float* st) {
+  __m512 c[NB][MV];
+#pragma GCC unroll 16
+  for (int n = 0; n < NB; ++n)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) c[n][v] = _mm512_setzero_ps();
+  const float* k[NB];
+#pragma GCC unroll 16
+  for (int n = 0; n < NB; ++n) k[n] = kr[n];
+  for (int64_t dd = 0; dd < d; ++dd) {
+    __m512 x[MV];
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) x[v] = _mm512_loadu_ps(qt + dd * mp + 16 * v);
+#pragma GCC unroll 16
+    for (int n = 0; n < NB; ++n) {
+      const __m512 bc = _mm512_set1_ps(k[n][dd]);
+#pragma GCC unroll 3
+      for (int v = 0; v < MV; ++v) c[n][v] = _mm512_fmadd_ps(bc, x[v], c[n][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int n = 0; n < NB; ++n)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) _mm512_storeu_ps(st + n * mp + 16 * v, c[n][v]);
+}
+
+template <int MV, int NB>
+inline void qk_tail(int nb, const float* qt, int64_t mp, int64_t d, const float* const* kr, float* st) {
+  if constexpr (NB > 1) {
+    if (nb == NB - 1) return qk_block<NB - 1, MV>(qt, mp, d, kr, st);
+    return qk_tail<MV, NB - 1>(nb, qt, mp, d, kr, st);
+  }
+}
+
+template <int NB, int MV>
+void qk_t(const float* qt, int64_t mp, int64_t m, int64_t d, const float* const* krows, int64_t nk, float* st) {
+  for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
+    int64_t n0 = 0;
+    for (; n0 + NB <= nk; n0 += NB) qk_block<NB, MV>(qt + m0, mp, d, krows + n0, st + n0 * mp + m0);
+    if (n0 < nk) qk_tail<MV, NB>(static_cast<int>(nk - n0), qt + m0, mp, d, krows + n0, st + n0 * mp + m0);
+  }
+}
+
+void qk_avx512(const float* qt, int64_t mp, int64_t m, int64_t d, const float* const* krows, int64_t nk, float* st) {
+  if (m % 48 == 0) return qk_t<8, 3>(qt, mp, m, d, krows, nk, st);
+  if (m % 32 == 0) return qk_t<12, 2>(qt, mp, m, d, krows, nk, st);
+  return qk_t<16, 1>(qt, mp, m, d, krows, nk, st);
+}
+
+// O^T block: value dims [e0, e0 + NB) x queries [0, 16 MV), rescaled by alpha, over nk keys.
+template <int NB, int MV>
+inline void pv_block(const float* pt, int64_t mp, int64_t nk, const float* const* vr, int64_t e0, const float* alpha,
+                     float* ot) {
+  __m512 c[NB][MV];
+  {
+    __m512 a[MV];
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) a[v] = _mm512_loadu_ps(alpha + 16 * v);
+#pragma GCC unroll 16
+    for (int n = 0; n < NB; ++n)
+#pragma GCC unroll 3
+      for (int v = 0; v < MV; ++v) c[n][v] = _mm512_mul_ps(a[v], _mm512_loadu_ps(ot + n * mp + 16 * v));
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    __m512 x[MV];
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) x[v] = _mm512_loadu_ps(pt + j * mp + 16 * v);
+    const float* vj = vr[j] + e0;
+#pragma GCC unroll 16
+    for (int n = 0; n < NB; ++n) {
+      const __m512 bc = _mm512_set1_ps(vj[n]);
+#pragma GCC unroll 3
+      for (int v = 0; v < MV; ++v) c[n][v] = _mm512_fmadd_ps(bc, x[v], c[n][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int n = 0; n < NB; ++n)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) _mm512_storeu_ps(ot + n * mp + 16 * v, c[n][v]);
+}
+
+template <int MV, int NB>
+inline void pv_tail(int nb, const float* pt, int64_t mp, int64_t nk, const float* const* vr, int64_t e0,
+                    const float* alpha, float* ot) {
+  if constexpr (NB > 1) {
+    if (nb == NB - 1) return pv_block<NB - 1, MV>(pt, mp, nk, vr, e0, alpha, ot);
+    return pv_tail<MV, NB - 1>(nb, pt, mp, nk, vr, e0, alpha, ot);
+  }
+}
+
+template <int NB, int MV>
+void pv_t(const float* pt, int64_t mp, int64_t m, int64_t nk, const float* const* vrows, int64_t dv,
+          const float* alpha, float* ot) {
+  for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
+    int64_t e0 = 0;
+    for (; e0 + NB <= dv; e0 += NB) pv_block<NB, MV>(pt + m0, mp, nk, vrows, e0, alpha + m0, ot + e0 * mp + m0);
+    if (e0 < dv) pv_tail<MV, NB>(static_cast<int>(dv - e0), pt + m0, mp, nk, vrows, e0, alpha + m0, ot + e0 * mp + m0);
+  }
+}
+
+void pv_avx512(const float* pt, int64_t mp, int64_t m, int64_t nk, const float* const* vrows, int64_t dv,
+               const float* alpha, float* ot) {
+  if (m % 48 == 0) return pv_t<8, 3>(pt, mp, m, nk, vrows, dv, alpha, ot);
+  if (m % 32 == 0) return pv_t<12, 2>(pt, mp, m, nk, vrows, dv, alpha, ot);
+  return pv_t<16, 1>(pt, mp, m, nk, vrows, dv, alpha, ot);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax step (contract in cpu_kernels.h), 16 query rows per vector; m may end in a half vector
+// (the row-major decode tiles have mp = 8), handled with a lane mask.
+
+// 2^x as in the AVX2 table (Cephes exp2f polynomial on f = x - round(x), ~1.5 ulp): exactly 0
+// below -126, NaN stays NaN (max / min return their second operand, x, on NaN; scalef keeps it).
+inline __m512 exp2_512(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-126.0f), x));
+  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(xc, n);
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  const __m512 r = _mm512_scalef_ps(p, n);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // true for NaN
+  return _mm512_maskz_mov_ps(keep, r);
+}
+
+// tanh(x) = sign(x) (1 - t) / (1 + t), t = e^{-2|x|}, for |x| >= 0.625 (no overflow for any x);
+// below, 1 - t cancels, so the Cephes odd polynomial x + x^3 P(x^2) keeps ~1e-7 relative error
+// for the tiny arguments of huge softcaps (softcap = 1e4 .. 1e37).
+inline __m512 tanh_512(__m512 x) {
+  const __m512 ax = _mm512_abs_ps(x);
+  const __m512 t = exp2_512(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f * 1.4426950408889634f)));
+  const __m512 big = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), t), _mm512_add_ps(_mm512_set1_ps(1.0f), t));
+  const __m512 z = _mm512_mul_ps(ax, ax);
+  __m512 p = _mm512_set1_ps(-5.70498872745e-3f);
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
+  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
+  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), ax, ax);
+  const __mmask16 lt = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);  // NaN: big
+  const __m512 r = _mm512_mask_blend_ps(lt, big, small);
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+}
+
+void softmax_avx512(const SoftmaxStep& s) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const bool cap = s.softcap_in != 0.0f;
+  const __m512 cap_in = _mm512_set1_ps(s.softcap_in), cap_out = _mm512_set1_ps(s.softcap_out);
+  const __m512 log2e = _mm512_set1_ps(1.4426950408889634f);
+  for (int64_t m0 = 0; m0 < s.m; m0 += 16) {
+    const __mmask16 lanes = head_mask(s.m - m0);
+    float* col = s.st + m0;
+    // Pass 1: softcap, mask, row max (the reduction over keys is vertical).
+    __m512 mx = neg_inf;
+    if (cap || s.lo) {
+      __m512i lo = _mm512_setzero_si512(), hi = lo;
+      if (s.lo) {
+        lo = _mm512_maskz_loadu_epi32(lanes, s.lo + m0);
+        hi = _mm512_maskz_loadu_epi32(lanes, s.hi + m0);
+      }
+      for (int64_t n = 0; n < s.nk; ++n) {
+        __m512 x = _mm512_maskz_loadu_ps(lanes, col + n * s.mp);
+        if (cap) x = _mm512_mul_ps(cap_out, tanh_512(_mm512_mul_ps(x, cap_in)));
+        if (s.lo) {
+          const __m512i nv = _mm512_set1_epi32(static_cast<int32_t>(n));
+          const __mmask16 vis = _mm512_cmple_epi32_mask(lo, nv) & _mm512_cmpgt_epi32_mask(hi, nv);
+          x = _mm512_mask_blend_ps(vis, neg_inf, x);
+        }
+        _mm512_mask_storeu_ps(col + n * s.mp, lanes, x);
+        mx = _mm512_max_ps(mx, x);
+      }
+    } else {
+      for (int64_t n = 0; n < s.nk; ++n) mx = _mm512_max_ps(mx, _mm512_maskz_loadu_ps(lanes, col + n * s.mp));
+    }
+    // NaN scores are not kept by max_ps; they poison the row through p and l instead.
+    const __m512 m_old = _mm512_maskz_loadu_ps(lanes, s.m_run + m0);
+    // No conditional rescale (FA4's stale max, kept while the new one exceeds it by <= 8 in
+    // log2 units): measured here (bf16, D = 128, S = 2048, outlier inputs) it tripled the rel-L2
+    // error (4.4e-4 -> 1.5e-3: P up to 2^8 is rounded to bf16 where the row's largest term would
+    // be exactly 1) for no measurable speed; blocks whose max did not move still skip the O^T
+    // rescale (alpha = 1, rescale_ot_avx512).
+    const __m512 m_new = _mm512_max_ps(mx, m_old);
+    const __m512 m_use = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_UQ), m_new);  // -inf -> 0
+    // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow), row
+    // sums in two accumulators.
+    __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+    int64_t n = 0;
+    if (s.pp) {  // P^T straight into bf16 key pairs (hi, and lo for 2 terms)
+      const int64_t nk_p = rup(s.nk, 32), plane = nk_p * s.m;
+      for (; n < s.nk; n += 2) {
+        const __m512 p0 =
+            exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
+        const __m512 p1 = n + 1 < s.nk ? exp2_512(_mm512_mul_ps(
+                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + (n + 1) * s.mp), m_use), log2e))
+                                       : _mm512_setzero_ps();
+        sum0 = _mm512_add_ps(sum0, p0);
+        sum1 = _mm512_add_ps(sum1, p1);
+        const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
+        uint16_t* dst = s.pp + (n / 2 * s.m + m0) * 2;
+        _mm512_mask_storeu_epi32(dst, lanes, pair16(h0, h1));
+        if (s.terms == 2)
+          _mm512_mask_storeu_epi32(dst + plane, lanes, pair16(bf16_bits(_mm512_sub_ps(p0, bf16_widen(h0))),
+                                                              bf16_bits(_mm512_sub_ps(p1, bf16_widen(h1)))));
+      }
+      for (int64_t j = (s.nk + 1) / 2; j < nk_p / 2; ++j)
+        for (int tm = 0; tm < s.terms; ++tm)
+          _mm512_mask_storeu_epi32(s.pp + tm * plane + (j * s.m + m0) * 2, lanes, _mm512_setzero_si512());
+    }
+    for (; n + 2 <= s.nk; n += 2) {
+      const __m512 p0 =
+          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
+      const __m512 p1 =
+          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + (n + 1) * s.mp), m_use), log2e));
+      _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
+      _mm512_mask_storeu_ps(col + (n + 1) * s.mp, lanes, p1);
+      sum0 = _mm512_add_ps(sum0, p0);
+      sum1 = _mm512_add_ps(sum1, p1);
+    }
+    if (n < s.nk) {
+      const __m512 p0 =
+          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
+      _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
+      sum0 = _mm512_add_ps(sum0, p0);
+    }
+    const __m512 a = exp2_512(_mm512_mul_ps(_mm512_sub_ps(m_old, m_use), log2e));
+    _mm512_mask_storeu_ps(s.alpha + m0, lanes, a);
+    const __m512 l = _mm512_maskz_loadu_ps(lanes, s.l_run + m0);
+    _mm512_mask_storeu_ps(s.l_run + m0, lanes, _mm512_fmadd_ps(l, a, _mm512_add_ps(sum0, sum1)));
+    _mm512_mask_storeu_ps(s.m_run + m0, lanes, m_new);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packers for the 16-bit panels (layouts in cpu_kernels.h).
+
+
+// 16 elements [c0, c0 + 16) of one row (lanes outside k read as 0) as bf16 hi (and lo for 2
+// terms); flags gets kTiny / kNonFinite (bf16 subnormals are flushed by the products, so a tiny
+// value is reported; cvtneps flushes fp32 subnormals itself, so those are looked for before).
+inline void load_bf16(const void* row, DType t, int64_t c0, __mmask16 k, int terms, __m256i* hi, __m256i* lo,
+                      __mmask16* tiny, __mmask16* nonfinite) {
+  __m512 x;
+  if (t == DType::bfloat16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(row) + c0);
+    *hi = h;
+    *lo = _mm256_setzero_si256();
+    const __mmask16 exp_nz = _mm256_test_epi16_mask(h, _mm256_set1_epi16(0x7f80));
+    *tiny |= ~exp_nz & _mm256_test_epi16_mask(h, _mm256_set1_epi16(0x7fff));
+    *nonfinite |= _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7f80)), _mm256_set1_epi16(0x7f80));
+    return;
+  }
+  if (t == DType::float16) {
+    x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(row) + c0));
+  } else if (t == DType::float8_e4m3) {
+    // OCP e4m3fn -> fp32 (see cpu_kernels_avx2.cpp): magnitude bits << 20, times 2^120.
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, static_cast<const uint8_t*>(row) + c0));
+    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+    x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
+    x = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), x,
+                             _mm512_set1_ps(__builtin_nanf("")));
+    x = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(x), _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24)));
+  } else {  // float32
+    x = _mm512_maskz_loadu_ps(k, static_cast<const float*>(row) + c0);
+  }
+  *tiny |= _mm512_fpclass_ps_mask(x, 0x20);  // subnormal
+  const __m256i h = bf16_bits(x);
+  *hi = h;
+  if (terms == 2) {
+    const __m512 r = _mm512_sub_ps(x, bf16_widen(h));  // exact
+    *tiny |= _mm512_fpclass_ps_mask(r, 0x20);
+    *lo = bf16_bits(r);
+  } else {
+    *lo = _mm256_setzero_si256();
+  }
+  *nonfinite |= _mm512_fpclass_ps_mask(x, 0x99);  // NaN, +-inf
+}
+
+
+int flags_of(__mmask16 tiny, __mmask16 nonfinite) {
+  return (tiny ? LowpKernels::kTiny : 0) | (nonfinite ? LowpKernels::kNonFinite : 0);
+}
+
+int pack_q_avx512(const float* qt, int64_t mp, int64_t dqk, int terms, uint16_t* qv) {
+  const int64_t dqk_p = rup(dqk, 32), plane = dqk_p * mp;
+  __mmask16 tiny = 0, nonfinite = 0;
+  for (int64_t d2 = 0; d2 < dqk_p / 2; ++d2) {
+    const int64_t a = 2 * d2, b = 2 * d2 + 1;
+    uint16_t* dst = qv + d2 * mp * 2;
+    for (int64_t i0 = 0; i0 < mp; i0 += 16) {
+      const __mmask16 k = head_mask(mp - i0);
+      __m256i ha = _mm256_setzero_si256(), la = ha, hb = ha, lb = ha;
+      if (a < dqk) load_bf16(qt + a * mp, DType::float32, i0, k, terms, &ha, &la, &tiny, &nonfinite);
+      if (b < dqk) load_bf16(qt + b * mp, DType::float32, i0, k, terms, &hb, &lb, &tiny, &nonfinite);
+      _mm512_mask_storeu_epi32(dst + i0 * 2, k, pair16(ha, hb));
+      if (terms == 2) _mm512_mask_storeu_epi32(dst + plane + i0 * 2, k, pair16(la, lb));
+    }
+  }
+  return flags_of(tiny, 0);
+}
+
+int pack_k_avx512(const void* const* krows, DType t, int64_t n, int64_t dqk, int terms, uint16_t* kb) {
+  const int64_t dqk_p = rup(dqk, 32), nk_p = rup(n, 32), plane = nk_p * dqk_p;
+  __mmask16 tiny = 0, nonfinite = 0;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t c0 = 0; c0 < dqk_p; c0 += 16) {
+      __m256i h = _mm256_setzero_si256(), l = h;
+      if (c0 < dqk) load_bf16(krows[j], t, c0, head_mask(dqk - c0), terms, &h, &l, &tiny, &nonfinite);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(kb + j * dqk_p + c0), h);
+      if (terms == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(kb + plane + j * dqk_p + c0), l);
+    }
+  for (int tm = 0; tm < terms; ++tm)
+    std::memset(kb + tm * plane + n * dqk_p, 0, static_cast<size_t>((nk_p - n) * dqk_p) * 2);
+  return flags_of(tiny, nonfinite);
+}
+
+// In-register transpose of a 16 x 16 dword block (r[i] = row i on entry, column i on exit).
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // s[4i + k], 128-bit lane L = column 4L + k, rows 4i .. 4i + 3
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // out row 4L + k, lane i = s[4i + k] lane L: a 4 x 4 transpose of 128-bit lanes per k.
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i x0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x44), x1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xee);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x44),
+                  y1 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xee);
+    t[k] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    t[4 + k] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    t[8 + k] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// V^T panels, 32 keys x 16 dims at a time: dword (pair jj, dim e) = V[2jj][e] | V[2jj+1][e] << 16,
+// transposed to dim-major rows of 16 pairs (= 32 keys, one AMX A row).
+int pack_v_avx512(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt) {
+  const int64_t dv_p = rup(dv, 16), nk_p = rup(n, 32), plane = dv_p * nk_p;
+  __mmask16 tiny = 0, nonfinite = 0;
+  for (int64_t j0 = 0; j0 < nk_p; j0 += 32)
+    for (int64_t e0 = 0; e0 < dv_p; e0 += 16) {
+      __m512i wh[16], wl[16];
+      const __mmask16 k = head_mask(dv - e0);
+      for (int jj = 0; jj < 16; ++jj) {
+        const int64_t a = j0 + 2 * jj, b = a + 1;
+        __m256i ha = _mm256_setzero_si256(), la = ha, hb = ha, lb = ha;
+        if (a < n) load_bf16(vrows[a], t, e0, k, terms, &ha, &la, &tiny, &nonfinite);
+        if (b < n) load_bf16(vrows[b], t, e0, k, terms, &hb, &lb, &tiny, &nonfinite);
+        wh[jj] = pair16(ha, hb);
+        wl[jj] = pair16(la, lb);
+      }
+      transpose16(wh);
+      for (int ee = 0; ee < 16; ++ee) _mm512_storeu_si512(vt + (e0 + ee) * nk_p + j0, wh[ee]);
+      if (terms == 2) {
+        transpose16(wl);
+        for (int ee = 0; ee < 16; ++ee) _mm512_storeu_si512(vt + plane + (e0 + ee) * nk_p + j0, wl[ee]);
+      }
+    }
+  return flags_of(tiny, nonfinite);
+}
+
+}  // namespace
+
+// P^T pairs for the second product (shared with the AMX table through avx512_lowp's pv): pp
+// [T][nk_p/2][m][2] from st rows [0, n) (rows n .. nk_p read as 0).
+void pack_p_avx512(const float* st, int64_t mp, int64_t m, int64_t n, int terms, uint16_t* pp) {
+  const int64_t nk_p = rup(n, 32), plane = nk_p * m;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nk_p / 2; ++j) {
+    const int64_t a = 2 * j, b = a + 1;
+    uint16_t* dst = pp + j * m * 2;
+    for (int64_t i0 = 0; i0 < m; i0 += 16) {
+      const __m512 xa = a < n ? _mm512_loadu_ps(st + a * mp + i0) : zero;
+      const __m512 xb = b < n ? _mm512_loadu_ps(st + b * mp + i0) : zero;
+      const __m256i ha = bf16_bits(xa), hb = bf16_bits(xb);
+      _mm512_storeu_si512(dst + i0 * 2, pair16(ha, hb));
+      if (terms == 2) {
+        const __m256i la = bf16_bits(_mm512_sub_ps(xa, bf16_widen(ha))), lb = bf16_bits(_mm512_sub_ps(xb, bf16_widen(hb)));
+        _mm512_storeu_si512(dst + plane + i0 * 2, pair16(la, lb));
+      }
+    }
+  }
+}
+
+// ot[e][i] *= alpha[i] for e < rows, i < m; blocks of 16 queries whose alpha are all 1 are left.
+void rescale_ot_avx512(float* ot, int64_t mp, int64_t m, int64_t rows, const float* alpha) {
+  for (int64_t i0 = 0; i0 < m; i0 += 16) {
+    const __m512 a = _mm512_loadu_ps(alpha + i0);
+    if (_mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ) == 0) continue;
+    for (int64_t e = 0; e < rows; ++e) _mm512_storeu_ps(ot + e * mp + i0, _mm512_mul_ps(a, _mm512_loadu_ps(ot + e * mp + i0)));
+  }
+}
+
+namespace {
+
+// (A plane, B plane) of the products summed for T terms: hi*hi, then hi*lo + lo*hi for fp16.
+constexpr int kProducts[3][2] = {{0, 0}, {0, 1}, {1, 0}};
+inline int num_products(int terms) { return terms == 2 ? 3 : 1; }
+
+// ---------------------------------------------------------------------------------------------
+// vdpbf16ps products.
+
+inline __m512 dp(__m512 c, uint32_t pair, __m512i row) {
+  return _mm512_dpbf16_ps(c, (__m512bh)_mm512_set1_epi32(static_cast<int>(pair)), (__m512bh)row);
+}
+inline uint32_t dword_at(const uint16_t* p) {
+  uint32_t u;
+  std::memcpy(&u, p, 4);
+  return u;
+}
+
+// st block: keys [0, NB) of kb x queries [0, 16 MV) of qv.
+template <int NB, int MV>
+inline void qk16_block(const uint16_t* qv, int64_t mp, int64_t d2n, int64_t qplane, const uint16_t* kb,
+                       int64_t dqk_p, int64_t kplane, int terms, float scale, float* st, __mmask16* ext) {
+  __m512 c[NB][MV];
+#pragma GCC unroll 16
+  for (int n = 0; n < NB; ++n)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) c[n][v] = _mm512_setzero_ps();
+  for (int pr = 0; pr < num_products(terms); ++pr) {
+    const uint16_t* k = kb + kProducts[pr][0] * kplane;
+    const uint16_t* q = qv + kProducts[pr][1] * qplane;
+    for (int64_t d2 = 0; d2 < d2n; ++d2) {
+      __m512i x[MV];
+#pragma GCC unroll 3
+      for (int v = 0; v < MV; ++v) x[v] = _mm512_loadu_si512(q + (d2 * mp + 16 * v) * 2);
+#pragma GCC unroll 16
+      for (int n = 0; n < NB; ++n) {
+        const uint32_t pair = dword_at(k + n * dqk_p + 2 * d2);
+#pragma GCC unroll 3
+        for (int v = 0; v < MV; ++v) c[n][v] = dp(c[n][v], pair, x[v]);
+      }
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale), big = _mm512_set1_ps(0x1p127f);
+  __mmask16 e = 0;
+#pragma GCC unroll 16
+  for (int n = 0; n < NB; ++n)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) {
+      const __m512 x = _mm512_mul_ps(sc, c[n][v]);
+      _mm512_storeu_ps(st + n * mp + 16 * v, x);
+      e |= _mm512_cmp_ps_mask(_mm512_abs_ps(x), big, _CMP_NLT_UQ);
+    }
+  *ext |= e;
+}
+
+template <int MV, int NB>
+inline void qk16_tail(int nb, const uint16_t* qv, int64_t mp, int64_t d2n, int64_t qplane, const uint16_t* kb,
+                      int64_t dqk_p, int64_t kplane, int terms, float scale, float* st, __mmask16* ext) {
+  if constexpr (NB > 1) {
+    if (nb == NB - 1) return qk16_block<NB - 1, MV>(qv, mp, d2n, qplane, kb, dqk_p, kplane, terms, scale, st, ext);
+    return qk16_tail<MV, NB - 1>(nb, qv, mp, d2n, qplane, kb, dqk_p, kplane, terms, scale, st, ext);
+  }
+}
+
+template <int NB, int MV>
+bool qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
+            float scale, float* st) {
+  __mmask16 ext = 0;
+  const int64_t dqk_p = rup(dqk, 32), d2n = (dqk + 1) / 2, qplane = dqk_p * mp, kplane = rup(n, 32) * dqk_p;
+  for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
+    int64_t n0 = 0;
+    for (; n0 + NB <= n; n0 += NB)
+      qk16_block<NB, MV>(qv + m0 * 2, mp, d2n, qplane, kb + n0 * dqk_p, dqk_p, kplane, terms, scale, st + n0 * mp + m0,
+                         &ext);
+    if (n0 < n)
+      qk16_tail<MV, NB>(static_cast<int>(n - n0), qv + m0 * 2, mp, d2n, qplane, kb + n0 * dqk_p, dqk_p, kplane, terms,
+                        scale, st + n0 * mp + m0, &ext);
+  }
+  return ext != 0;
+}
+
+bool qk16_avx512(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
+                 float scale, float* st) {
+  if (m % 48 == 0) return qk16_t<8, 3>(qv, mp, m, dqk, kb, n, terms, scale, st);
+  if (m % 32 == 0) return qk16_t<12, 2>(qv, mp, m, dqk, kb, n, terms, scale, st);
+  return qk16_t<16, 1>(qv, mp, m, dqk, kb, n, terms, scale, st);
+}
+
+// ot block: dims [0, NB) of vt x queries [0, 16 MV) of pp, over j2n key pairs.
+template <int NB, int MV>
+inline void pv16_block(const uint16_t* pp, int64_t m, int64_t j2n, int64_t pplane, const uint16_t* vt, int64_t nk_p,
+                       int64_t vplane, int terms, int64_t mp, float* ot) {
+  __m512 c[NB][MV];
+#pragma GCC unroll 16
+  for (int e = 0; e < NB; ++e)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) c[e][v] = _mm512_loadu_ps(ot + e * mp + 16 * v);
+  for (int pr = 0; pr < num_products(terms); ++pr) {
+    const uint16_t* a = vt + kProducts[pr][0] * vplane;
+    const uint16_t* b = pp + kProducts[pr][1] * pplane;
+    for (int64_t j = 0; j < j2n; ++j) {
+      __m512i x[MV];
+#pragma GCC unroll 3
+      for (int v = 0; v < MV; ++v) x[v] = _mm512_loadu_si512(b + (j * m + 16 * v) * 2);
+#pragma GCC unroll 16
+      for (int e = 0; e < NB; ++e) {
+        const uint32_t pair = dword_at(a + e * nk_p + 2 * j);
+#pragma GCC unroll 3
+        for (int v = 0; v < MV; ++v) c[e][v] = dp(c[e][v], pair, x[v]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int e = 0; e < NB; ++e)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) _mm512_storeu_ps(ot + e * mp + 16 * v, c[e][v]);
+}
+
+template <int MV, int NB>
+inline void pv16_tail(int nb, const uint16_t* pp, int64_t m, int64_t j2n, int64_t pplane, const uint16_t* vt,
+                      int64_t nk_p, int64_t vplane, int terms, int64_t mp, float* ot) {
+  if constexpr (NB > 1) {
+    if (nb == NB - 1) return pv16_block<NB - 1, MV>(pp, m, j2n, pplane, vt, nk_p, vplane, terms, mp, ot);
+    return pv16_tail<MV, NB - 1>(nb, pp, m, j2n, pplane, vt, nk_p, vplane, terms, mp, ot);
+  }
+}
+
+template <int NB, int MV>
+void pv16_t(const uint16_t* pp, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
+            float* ot) {
+  const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), j2n = (n + 1) / 2, pplane = nk_p * m, vplane = dv_p * nk_p;
+  for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
+    int64_t e0 = 0;
+    for (; e0 + NB <= dv; e0 += NB)
+      pv16_block<NB, MV>(pp + m0 * 2, m, j2n, pplane, vt + e0 * nk_p, nk_p, vplane, terms, mp, ot + e0 * mp + m0);
+    if (e0 < dv)
+      pv16_tail<MV, NB>(static_cast<int>(dv - e0), pp + m0 * 2, m, j2n, pplane, vt + e0 * nk_p, nk_p, vplane, terms, mp,
+                        ot + e0 * mp + m0);
+  }
+}
+
+void pv16_avx512(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
+                 const float* alpha, uint16_t* pp, float* ot) {
+  if (st) pack_p_avx512(st, mp, m, n, terms, pp);
+  rescale_ot_avx512(ot, mp, m, dv, alpha);
+  if (m % 48 == 0) return pv16_t<8, 3>(pp, mp, m, n, vt, dv, terms, ot);
+  if (m % 32 == 0) return pv16_t<12, 2>(pp, mp, m, n, vt, dv, terms, ot);
+  return pv16_t<16, 1>(pp, mp, m, n, vt, dv, terms, ot);
+}
+
+}  // namespace
+
+const LowpKernels& avx512_lowp() {
+  static const LowpKernels k{32, pack_q_avx512, pack_k_avx512, pack_v_avx512, qk16_avx512, pv16_avx512, nullptr, nullptr};
+  return k;
+}
+
+const Kernels& avx512_kernels(bool bf16) {
+  // The row-major decode kernels (<= 8 query rows) and the conversions are the AVX2 table's:
+  // AVX-512 implies AVX2 + FMA + F16C (cpu_isa.cpp checks), and those kernels are bound by the
+  // K/V stream, not the vector width.
+  static const Kernels with_bf16 = [] {
+    const Kernels& a = avx2_kernels();
+    return Kernels{"avx512",     16,           qk_avx512, pv_avx512, softmax_avx512, a.qk_rows, a.pv_rows,
+                   a.convert, &avx512_lowp(), nullptr};
+  }();
+  static const Kernels without_bf16 = [] {
+    Kernels k = with_bf16;
+    k.lowp_bf16 = nullptr;
+    return k;
+  }();
+  return bf16 ? with_bf16 : without_bf16;
+}
+
+}  // namespace fa4::core::cpu

@@ -1,0 +1,147 @@
+// The cpu backend's ISA paths (src/cpu/cpu_isa.cpp): FA4_CPU_ISA really selects the path it
+// names where the machine has it, and the 16-bit product kernels (AMX tiles, vdpbf16ps) agree
+// with the reference on the shapes that stress their blocking and padding: head dims that are
+// not multiples of 32, packed-row counts that are not multiples of 16 / 32 / 48, key counts that
+// are not multiples of the 64-key tile, several query tiles, masks with partial tiles, splits,
+// paging, and bf16 subnormals (flushed by the matrix units, so those tiles must run in fp32).
+//
+// CTest runs this binary and the cpu-vs-reference suite once per ISA (tests/CMakeLists.txt).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "test_util.h"
+
+namespace fa4test {
+namespace {
+
+// What the machine has, asked independently of the library (CPUID only; the OS parts of the
+// library's check — XCR0, the Linux AMX permission — are assumed granted on a test machine).
+bool machine_has(const std::string& isa) {
+  if (isa == "generic") return true;
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __get_cpuid_count(7, 0, &a, &b, &c, &d);
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
+  const bool amx = avx512 && (d & (1u << 24)) && (d & (1u << 22));
+  if (isa == "avx2") return avx2;
+  if (isa == "avx512") return avx512;
+  if (isa == "amx") return amx;
+#endif
+  return false;
+}
+
+std::string plan_kernel(DType dt) {
+  CaseConfig cfg;
+  cfg.dtype = dt;
+  Case c = make_case(cfg, 1);
+  fa4::PlanInfo info;
+  EXPECT_TRUE(fa4::describe_plan(c.params(Backend::cpu), &info).ok());
+  return info.kernel;
+}
+
+TEST(CpuIsa, OverrideSelectsTheNamedPathWhereTheMachineHasIt) {
+  const char* e = std::getenv("FA4_CPU_ISA");
+  const std::string k = plan_kernel(DType::bfloat16);
+  std::printf("[fa4 tests] cpu kernel: %s (FA4_CPU_ISA=%s)\n", k.c_str(), e ? e : "unset");
+  EXPECT_TRUE(k == "amx" || k == "avx512" || k == "avx2" || k == "generic") << k;
+  if (!e) GTEST_SKIP() << "FA4_CPU_ISA unset: the best path ran (" << k << ")";
+  if (!machine_has(e)) GTEST_SKIP() << "this machine has no " << e << "; ran " << k;
+  EXPECT_EQ(k, std::string(e));
+  EXPECT_EQ(plan_kernel(DType::float32), std::string(e));  // one table per process, every dtype
+}
+
+void check(const CaseConfig& cfg, uint64_t seed) {
+  FA4_SEED_TRACE(seed);
+  SCOPED_TRACE(cfg.describe());
+  const Case orig = make_case(cfg, seed);
+  Case ref = orig, cpu = orig;
+  ASSERT_TRUE(ref.run(Backend::reference).ok());
+  const Status s = cpu.run(Backend::cpu);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+}
+
+TEST(CpuIsa, SixteenBitTilesEveryPaddingAndBlocking) {
+  struct Dims {
+    int64_t dqk, dv;
+  };
+  const Dims dims[] = {{8, 8}, {40, 24}, {64, 64}, {100, 72}, {128, 128}, {192, 128}, {256, 256}};
+  int n = 0;
+  for (DType dt : {DType::bfloat16, DType::float16, DType::float8_e4m3})
+    for (const Dims& d : dims)
+      for (int64_t rows : {9, 40, 200})  // packed rows (group x Sq): partial 16-row blocks, 2x2 tails, 2 tiles
+        for (int mask = 0; mask < 3; ++mask) {
+          CaseConfig c;
+          c.dtype = dt;
+          c.hkv = 1;
+          c.hq = rows == 40 ? 4 : 1;  // 4 x 10 packed GQA rows
+          c.sq = rows / c.hq;
+          c.sk = d.dqk >= 192 ? 97 : 161;  // a tail of the 64-key tile, and of the 32-key pair block
+          c.dqk = d.dqk;
+          c.dv = d.dv;
+          c.causal = mask == 1;
+          if (mask == 2) {
+            c.window_left = 37;
+            c.window_right = 5;
+          }
+          c.dist = (n % 3 == 0) ? Dist::outliers : Dist::normal;
+          c.descale = dt == DType::float8_e4m3 && n % 2 == 0;
+          check(c, derive_seed(61000 + n++));
+        }
+}
+
+TEST(CpuIsa, SixteenBitTilesWithSplitsPagesSinksSoftcapAndLse) {
+  int n = 0;
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (int64_t page : {1, 7, 64}) {
+      CaseConfig c;
+      c.dtype = dt;
+      c.kv = KvMode::paged;
+      c.page_size = page;
+      c.batch = 2;
+      c.hq = 8;
+      c.hkv = 2;
+      c.dqk = c.dv = 64;
+      c.sq = 37;
+      c.sk = 400;
+      c.snew = 3;
+      c.causal = true;
+      c.sinks = true;
+      c.softcap = 30.0f;
+      c.num_splits = n % 2 ? 3 : 0;
+      check(c, derive_seed(62000 + n++));
+    }
+}
+
+// bf16 subnormals (|x| < 2^-126) read as zero in the matrix units and vdpbf16ps; with a huge
+// scale they still carry the scores, so such tiles must take the fp32 kernels.
+TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {
+  for (int which = 0; which < 3; ++which) {  // 0: K subnormal, 1: Q subnormal, 2: V subnormal
+    CaseConfig cfg;
+    cfg.dtype = DType::bfloat16;
+    cfg.hq = cfg.hkv = 2;
+    cfg.dqk = cfg.dv = 64;
+    cfg.sq = 40;
+    cfg.sk = 150;
+    cfg.scale = which == 2 ? 0.0f : 1e38f;  // scores ~ 1e-39 * 1e38 * sqrt(64) = O(1)
+    const uint64_t seed = derive_seed(63000 + which);
+    FA4_SEED_TRACE(seed);
+    Case orig = make_case(cfg, seed);
+    Tensor& t = which == 0 ? orig.k : which == 1 ? orig.q : orig.v;
+    for (int64_t off : t.offsets()) t.set(off, t.get(off) * 1e-39f);
+    Case ref = orig, cpu = orig;
+    ASSERT_TRUE(ref.run(Backend::reference).ok());
+    ASSERT_TRUE(cpu.run(Backend::cpu).ok());
+    EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype))) << "subnormal operand " << which;
+  }
+}
+
+}  // namespace
+}  // namespace fa4test
