@@ -90,26 +90,24 @@ def _out_dtype(q):
     return _jnp.bfloat16 if d.name == "float8_e4m3fn" else d
 
 
-_CODE = _re.compile(r"\b(INVALID_ARGUMENT|UNIMPLEMENTED|UNAVAILABLE|RESOURCE_EXHAUSTED|INTERNAL): fa4: ((\w+): .*)")
+_CODE = _re.compile(r"\b(INVALID_ARGUMENT|UNIMPLEMENTED|UNAVAILABLE|RESOURCE_EXHAUSTED|INTERNAL): fa4: (.*)")
+_ARG = _re.compile(r"(\w+): ")
 _CLASS = {"INVALID_ARGUMENT": InvalidArgumentError, "UNIMPLEMENTED": UnsupportedError,
           "UNAVAILABLE": BackendUnavailableError, "RESOURCE_EXHAUSTED": OutOfMemoryError, "INTERNAL": InternalError}
 
 
 def _as_fa4_error(e):
-    """The fa4 exception for a JaxRuntimeError raised by fa4's handler (None if it is not one)."""
+    """The fa4 exception for a JaxRuntimeError raised by fa4's handler, whose message is
+    "<CODE>: fa4: <argument>: <what>" (None if it is not one of fa4's)."""
     m = _CODE.search(str(e))
     if m is None:
         return None
-    code, message, argument = m.group(1), m.group(2).splitlines()[0], m.group(3)
+    code, message = m.group(1), m.group(2).splitlines()[0]
     cls = _CLASS[code]
     if cls is InvalidArgumentError and "dtype" in message:
-        cls = DTypeError
-    return _error(cls, argument if argument not in ("internal", "out") or code == "INVALID_ARGUMENT" else None,
-                  message)
-
-
-def _tracing(xs):
-    return any(isinstance(x, _jax.core.Tracer) for x in xs if x is not None)
+        cls = DTypeError  # as the extension does (fa4_ext.cpp: raise_status)
+    a = _ARG.match(message)
+    return _error(cls, a.group(1) if a else None, message)
 
 
 def _call(q, k, v, optional, out_shape, lse_shape, append, causal, window, chunk, softcap, scale, max_seqlen_q,
@@ -136,19 +134,19 @@ def _call(q, k, v, optional, out_shape, lse_shape, append, causal, window, chunk
                  max_seqlen_q=_np.int64(max_seqlen_q), max_seqlen_k=_np.int64(max_seqlen_k),
                  num_splits=_np.int32(num_splits), backend=_np.int32(_backend(backend)),
                  num_threads=_np.int32(num_threads))
-    if _tracing(operands):
+    # Outside jit, the handler's error (a JaxRuntimeError) becomes fa4's exception; waiting for
+    # the result is what makes the error visible here (the CPU client runs asynchronously).
+    # Under jit (the results are tracers) nothing runs yet: the error comes when the jitted
+    # function runs, as JaxRuntimeError naming the argument.
+    try:
         res = call(*operands, **attrs)
-    else:
-        # Outside jit: the handler's error (a JaxRuntimeError) becomes fa4's exception. Waiting
-        # for the result is what makes the error visible here (the CPU client runs asynchronously).
-        try:
-            res = call(*operands, **attrs)
+        if not isinstance(res[0], _jax.core.Tracer):
             _jax.block_until_ready(res)
-        except _jax.errors.JaxRuntimeError as e:
-            err = _as_fa4_error(e)
-            if err is None:
-                raise
-            raise err from None
+    except _jax.errors.JaxRuntimeError as e:
+        err = _as_fa4_error(e)
+        if err is None:
+            raise
+        raise err from None
     return res[0] if len(res) == 1 else tuple(res)
 
 

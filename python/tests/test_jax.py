@@ -276,3 +276,41 @@ def test_jit_traced_scalars_are_rejected(rng):
     with pytest.raises(fa4.DTypeError) as ei:
         jax.jit(lambda q, s: fj.attention(q, q, q, scale=s))(q, 0.5)
     assert ei.value.argument == "scale"
+
+
+def test_stub_matches_runtime():
+    """fa4/jax.pyi has every public function with the runtime's parameters (test_typing's rule)."""
+    from test_typing import _runtime_params, _stub_functions, _stub_params
+
+    funcs, _ = _stub_functions("jax.pyi")
+    for name in ("attention", "attention_varlen", "attention_with_kvcache"):
+        runtime = _runtime_params(getattr(fj, name))
+        for d in funcs[name]:
+            assert [p[:2] for p in _stub_params(d)] == [p[:2] for p in runtime], name
+        assert runtime in [_stub_params(d) for d in funcs[name]], name
+
+
+def test_jit_over_closed_over_constants(rng):
+    """A jitted function whose fa4 inputs are constants (not arguments) still traces: the call's
+    results are tracers there, never waited for."""
+    q = put(rand(rng, (1, 3, 2, 8)))
+    out = jax.jit(lambda: fj.attention(q, q, q, causal=True))()
+    tol_check(np.asarray(out), attention_ref(*(np.asarray(q),) * 3, causal=True)[0], "float32")
+
+
+def test_unavailable_backend_is_an_fa4_error(rng):
+    if fa4.backend_available("cuda"):
+        pytest.skip("the cuda backend is available here")
+    q = put(rand(rng, (1, 2, 2, 8)))
+    with pytest.raises(fa4.Fa4Error):
+        fj.attention(q, q, q, backend="cuda")
+
+
+def test_float8_inputs_give_bfloat16(rng):
+    x = [rand(rng, (1, 5, 2, 16)) for _ in range(3)]
+    q, k, v = (put(a, jnp.float8_e4m3fn) for a in x)
+    out = jax.jit(lambda q, k, v: fj.attention(q, k, v, causal=True))(q, k, v)
+    assert out.dtype == jnp.bfloat16
+    ref = attention_ref(f32(q), f32(k), f32(v), causal=True)[0]
+    o = f32(out)
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) <= 5e-2
