@@ -88,7 +88,7 @@ def __getattr__(name):
     if name in ("distributed", "jax"):
         import importlib
 
-        return importlib.import_module(".distributed", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'fa4' has no attribute {name!r}")
 
 

@@ -314,3 +314,13 @@ def test_float8_inputs_give_bfloat16(rng):
     ref = attention_ref(f32(q), f32(k), f32(v), causal=True)[0]
     o = f32(out)
     assert np.linalg.norm(o - ref) / np.linalg.norm(ref) <= 5e-2
+
+
+def test_attribute_access_and_lazy_import():
+    """fa4.jax is reachable as an attribute of fa4, and `import fa4` alone does not import jax."""
+    assert fa4.jax is fj
+    from util import isolated
+
+    r = isolated("import sys, fa4; print('jax' in sys.modules); fa4.jax.attention; print('jax' in sys.modules)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True"]
