@@ -10,6 +10,7 @@
     from fa4.flash_attn_compat import flash_attn_func      # flash-attn 2's names and argument order
     from fa4.flash_attn_interface import flash_attn_func   # flash-attn 3's
     import fa4.distributed                                 # ring attention on torch.distributed (lazy)
+    import fa4.jax                                         # jax arrays, under jax.jit: XLA FFI (lazy)
 
 Outputs are allocated in the caller's framework. With torch, the ops are also registered as
 torch.library custom ops (torch.ops.fa4.*) so torch.compile(fullgraph=True) traces them.
@@ -82,11 +83,12 @@ _maybe_torch()
 
 
 def __getattr__(name):
-    # fa4.distributed (torch only) is imported on first use, not by `import fa4`.
-    if name == "distributed":
+    # fa4.distributed (torch only) and fa4.jax (jax only) are imported on first use, not by
+    # `import fa4`.
+    if name in ("distributed", "jax"):
         import importlib
 
-        return importlib.import_module(".distributed", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'fa4' has no attribute {name!r}")
 
 

@@ -272,7 +272,7 @@ def _framework(q):
         if platform != "cpu":
             raise _error(UnsupportedError, "q",
                          "q: JAX arrays on an accelerator are not supported (JAX arrays are immutable and fa4 "
-                         "writes its outputs in place); use torch or CuPy tensors on the GPU")
+                         "writes its outputs in place); use fa4.jax.attention (an XLA custom call, jit-able)")
         return _Jax(jnp)
     if isinstance(q, _np.ndarray):  # ndarray subclasses
         return _numpy_raw if q.dtype in _RAW else _numpy

@@ -450,6 +450,10 @@ nb::list backend_info() {
 
 }  // namespace
 
+#ifdef FA4_WITH_JAX
+PyObject* fa4_jax_handlers();  // fa4_jax.cpp: {platform: capsule} of the XLA FFI handlers
+#endif
+
 NB_MODULE(_fa4, m) {
   m.doc() = "fa4 native extension (internal: use the fa4 package)";
   m.def("fwd", &fwd);
@@ -463,6 +467,14 @@ NB_MODULE(_fa4, m) {
   m.def("backend_info", &backend_info);
   m.def("backend_available", [](int b) { return fa4::backend_available(backend_from_int(b)); });
   m.def("version", []() { return std::string(fa4::version()); });
+#ifdef FA4_WITH_JAX
+  // fa4.jax: the XLA FFI handlers, built when jaxlib's headers were there at build time.
+  m.def("jax_handlers", []() {
+    PyObject* d = fa4_jax_handlers();
+    if (!d) throw nb::python_error();
+    return nb::steal(d);
+  });
+#endif
 #ifdef FA4_HAVE_CUDA
   m.attr("built_with_cuda") = true;
 #else
