@@ -747,6 +747,136 @@ TEST(Validation, AppendOfZeroKvHeadsWithAnEmptyOutputDoesNothing) {
   EXPECT_EQ(v, std::vector<float>(32, 2.5f));
   EXPECT_EQ(o, std::vector<float>(8, 0.0f));
 }
+// ------------------------------------------------------------------ empty problems
+// attention_forward(p) on raw views must refuse with `arg` (named in the message) on every host backend.
+void expect_invalid_raw(AttentionParams p, const std::string& arg) {
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    p.backend = b;
+    const Status st = fa4::attention_forward(p);
+    EXPECT_EQ(st.code, StatusCode::invalid_argument) << fa4::backend_name(b) << ": " << st.message;
+    EXPECT_EQ(st.argument, arg) << st.message;
+    EXPECT_NE(st.message.find(arg), std::string::npos) << "message does not name '" << arg << "': " << st.message;
+  }
+}
+void expect_ok_raw(AttentionParams p) {
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    p.backend = b;
+    const Status st = fa4::attention_forward(p);
+    EXPECT_TRUE(st.ok()) << fa4::backend_name(b) << ": " << st.message;
+  }
+}
+
+TEST(Validation, DenseBatch0OutMustHaveTheExpectedShape) {
+  // The Python fuzz test (seed 3, case 155) reported a wrong out accepted at B = 0; it was the
+  // harness (a later mutation of v's head dim made that out right). The rule, pinned at B = 0:
+  std::vector<float> none;
+  AttentionParams p;
+  p.q = TensorView::contiguous(nullptr, DType::float16, {0, 5, 2, 10});
+  p.k = TensorView::contiguous(nullptr, DType::float16, {0, 4, 2, 10});
+  p.v = TensorView::contiguous(nullptr, DType::float16, {0, 4, 2, 4});
+  const std::array<std::array<int64_t, 4>, 4> bads{{{0, 5, 2, 5}, {0, 6, 2, 4}, {0, 5, 1, 4}, {1, 5, 2, 4}}};
+  none.assign(40, 0.0f);  // (the last one is not empty)
+  for (const auto& bad : bads) {
+    p.out = TensorView::contiguous(bad[0] ? none.data() : nullptr, DType::float16, {bad[0], bad[1], bad[2], bad[3]});
+    SCOPED_TRACE(bad[1] * 100 + bad[2] * 10 + bad[3]);
+    expect_invalid_raw(p, "out");
+  }
+  p.out = TensorView::contiguous(nullptr, DType::float16, {0, 5, 2, 4});
+  expect_ok_raw(p);
+}
+
+TEST(Validation, VarlenWithNoQueryTokensStillChecksSequsedK) {
+  // Python fuzz finding (seed 3434127903, case 151): with Tq = 0 (cu_seqlens_q = {0, 0})
+  // normalize() returned before its per-sequence walk, so a seqused_k beyond its slot (or
+  // negative) was accepted -- the same seqused_k is refused when q has a token.
+  std::vector<float> k(3 * 8, 1.0f), v(3 * 8, 2.0f);
+  std::vector<int32_t> cu_q{0, 0}, cu_k{0, 3}, used{4};
+  AttentionParams p;
+  p.q = TensorView::contiguous(nullptr, DType::float32, {0, 2, 8});
+  p.out = TensorView::contiguous(nullptr, DType::float32, {0, 2, 8});
+  p.k = TensorView::contiguous(k.data(), DType::float32, {3, 1, 8});
+  p.v = TensorView::contiguous(v.data(), DType::float32, {3, 1, 8});
+  p.cu_seqlens_q = TensorView::contiguous(cu_q.data(), DType::int32, {2});
+  p.cu_seqlens_k = TensorView::contiguous(cu_k.data(), DType::int32, {2});
+  p.seqused_k = TensorView::contiguous(used.data(), DType::int32, {1});
+  for (int32_t bad : {4, -1, 1 << 30}) {
+    used[0] = bad;
+    SCOPED_TRACE(bad);
+    expect_invalid_raw(p, "seqused_k");
+  }
+  for (int32_t ok : {0, 3}) {
+    used[0] = ok;
+    expect_ok_raw(p);
+  }
+}
+
+TEST(Validation, EmptyProblemsStillCheckTheIndexTensors) {
+  std::vector<float> kv(2 * 4 * 8, 1.0f);
+  // dense q with Sq = 0 (no rows), dense k (Sk = 4): seqused_k's second entry beyond the slot
+  {
+    std::vector<int32_t> used{2, 5};
+    AttentionParams p;
+    p.q = TensorView::contiguous(nullptr, DType::float32, {2, 0, 1, 8});
+    p.out = TensorView::contiguous(nullptr, DType::float32, {2, 0, 1, 8});
+    p.k = TensorView::contiguous(kv.data(), DType::float32, {2, 4, 1, 8});
+    p.v = TensorView::contiguous(kv.data(), DType::float32, {2, 4, 1, 8});
+    p.seqused_k = TensorView::contiguous(used.data(), DType::int32, {2});
+    expect_invalid_raw(p, "seqused_k");
+    used[1] = 4;
+    expect_ok_raw(p);
+  }
+  // KV cache (capacity 4), no q heads: cache_seqlens and cache_batch_idx entries
+  {
+    std::vector<int32_t> lens{1, 5}, idx{1, 0};
+    AttentionParams p;
+    p.q = TensorView::contiguous(nullptr, DType::float32, {2, 1, 0, 8});
+    p.out = TensorView::contiguous(nullptr, DType::float32, {2, 1, 0, 8});
+    p.k = TensorView::contiguous(kv.data(), DType::float32, {2, 4, 1, 8});
+    p.v = TensorView::contiguous(kv.data(), DType::float32, {2, 4, 1, 8});
+    p.cache_seqlens = TensorView::contiguous(lens.data(), DType::int32, {2});
+    p.cache_batch_idx = TensorView::contiguous(idx.data(), DType::int32, {2});
+    expect_invalid_raw(p, "cache_seqlens");
+    lens[1] = 4;
+    idx[0] = 2;
+    expect_invalid_raw(p, "cache_batch_idx");
+    idx[0] = 1;
+    expect_ok_raw(p);
+  }
+  // paged (2 pages of 2 rows), Sq = 0: the page a sequence would read must exist
+  {
+    std::vector<int32_t> lens{3}, table{0, -1};
+    AttentionParams p;
+    p.q = TensorView::contiguous(nullptr, DType::float32, {1, 0, 1, 8});
+    p.out = TensorView::contiguous(nullptr, DType::float32, {1, 0, 1, 8});
+    p.k = TensorView::contiguous(kv.data(), DType::float32, {2, 2, 1, 8});
+    p.v = TensorView::contiguous(kv.data(), DType::float32, {2, 2, 1, 8});
+    p.cache_seqlens = TensorView::contiguous(lens.data(), DType::int32, {1});
+    p.page_table = TensorView::contiguous(table.data(), DType::int32, {1, 2});
+    expect_invalid_raw(p, "page_table");
+    table[1] = 1;
+    expect_ok_raw(p);
+  }
+}
+
+TEST(Validation, EmptyProblemWithAHugeBroadcastBatchChecksOneSequence) {
+  // B = 2^40 sequences of nothing, seqused_k a broadcast (stride 0) of one entry: every sequence
+  // is alike, so the check reads that entry once (a walk over B would run for hours).
+  std::vector<float> kv(4 * 8, 1.0f);
+  std::vector<int32_t> used{5};
+  const int64_t B = int64_t{1} << 40;
+  AttentionParams p;
+  p.q = TensorView::contiguous(nullptr, DType::float32, {B, 0, 1, 8});
+  p.out = TensorView::contiguous(nullptr, DType::float32, {B, 0, 1, 8});
+  p.k = TensorView::contiguous(kv.data(), DType::float32, {B, 4, 1, 8});
+  p.k.stride[0] = 0;
+  p.v = p.k;
+  p.seqused_k = TensorView::contiguous(used.data(), DType::int32, {B});
+  p.seqused_k.stride[0] = 0;
+  expect_invalid_raw(p, "seqused_k");
+  used[0] = 4;
+  expect_ok_raw(p);
+}
+
 TEST(Validation, AppendIsNotCombinedWithVarlenQ) {
   Case a = cache_case(2);
   Tensor cu = Tensor::make_i32({0, 1, 2});

@@ -18,7 +18,6 @@ Type errors are DTypeError (a TypeError), range errors InvalidArgumentError (a V
 carry ``.argument``.
 """
 
-import math
 import operator
 
 import numpy as _np
@@ -28,6 +27,7 @@ from ._errors import DTypeError, InvalidArgumentError, _error
 INT32 = (-(2 ** 31), 2 ** 31 - 1)
 INT64 = (-(2 ** 63), 2 ** 63 - 1)
 _FLT_MAX = float(_np.finfo(_np.float32).max)
+_F32_ZERO_BELOW = 2.0 ** -150  # the largest double that float32() rounds to 0
 _BOOLS = (bool, _np.bool_)
 
 
@@ -67,10 +67,16 @@ def as_real(x, name, positive=False):
             x = float(x)
         except OverflowError:  # an int beyond the double range
             raise _error(InvalidArgumentError, name, f"{name}: {_what(x)} is out of range") from None
-    if not (math.isfinite(x) and abs(x) <= _FLT_MAX):
+    # Plain comparisons only (no math.isfinite, no numpy): torch.compile traces this function
+    # inside fa4.attention & co. (fullgraph), and dynamo does not trace math.isfinite ("torch.*
+    # op returned non-Tensor", torch >= 2.11). NaN fails every comparison, so `not (abs(x) <=
+    # max)` refuses NaN and +-inf as well as the finite values beyond float32.
+    if not (abs(x) <= _FLT_MAX):
         raise _error(InvalidArgumentError, name, f"{name}: must be finite (and fit a float32), got {x!r}")
     if positive:
-        if not (x > 0 and _np.float32(x) > 0):
+        # float32(x) rounds to 0 exactly when x <= 2^-150 (half the smallest subnormal, the tie
+        # going to the even 0)
+        if not (x > _F32_ZERO_BELOW):
             raise _error(InvalidArgumentError, name, f"{name}: must be > 0 (and not underflow a float32), got {x!r}")
     elif x < 0:
         raise _error(InvalidArgumentError, name, f"{name}: must be >= 0, got {x!r}")

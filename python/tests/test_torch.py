@@ -1,7 +1,7 @@
 """torch: tensors in -> tensors out (dtype, device), torch.library ops with fake implementations,
 torch.compile(fullgraph=True) without graph breaks, and (on a GPU machine) the CUDA path inside
-CUDA graph capture. Skipped when torch is not installed (CI: torch is not installable there; the
-lead runs these on the GPU machine, see docs/python.md)."""
+CUDA graph capture. Skipped when torch is not installed (CI installs torch from PyPI: python/ci.sh;
+the CUDA tests run on a GPU machine, see docs/python.md)."""
 import numpy as np
 import pytest
 
@@ -230,6 +230,36 @@ def test_compile_fullgraph_inductor_dynamic(rng):
     for S in (5, 9):
         q, k, v = t(rng, (1, S, 2, 16)), t(rng, (1, S, 2, 16)), t(rng, (1, S, 2, 16))
         torch.testing.assert_close(cf(q, k, v), f(q, k, v))
+
+
+@needs_ops
+def test_compile_fullgraph_checks_scalars(rng):
+    # The scalar checks (fa4/_args.py) run inside the traced code: dynamo must trace them (torch
+    # >= 2.11 did not trace math.isfinite there), and bad values stay refused, naming the argument
+    # (eagerly as fa4's TypeError / ValueError; under fullgraph dynamo wraps what the check raised).
+    q = t(rng, (1, 5, 2, 16))
+
+    def make(**kw):
+        def f(q, k, v):
+            return fa4.attention(q, k, v, causal=True, **kw) + 1.0
+        return f
+
+    f = make(scale=0.5, softcap=2.0)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, fullgraph=True, dynamic=True, backend="aot_eager")(q, q, q), f(q, q, q))
+    for kw, exc, name in ((dict(scale=float("nan")), fa4.InvalidArgumentError, "scale"),
+                          (dict(scale=float("inf")), fa4.InvalidArgumentError, "scale"),
+                          (dict(softcap=-float("inf")), fa4.InvalidArgumentError, "softcap"),
+                          (dict(scale=2.0 ** -150), fa4.InvalidArgumentError, "scale"),
+                          (dict(scale=True), fa4.DTypeError, "scale"),
+                          (dict(softcap=False), fa4.DTypeError, "softcap")):
+        f = make(**kw)
+        with pytest.raises(exc, match=name):
+            f(q, q, q)
+        for dynamic in (False, True):
+            torch._dynamo.reset()
+            with pytest.raises(Exception, match=name):
+                torch.compile(f, fullgraph=True, dynamic=dynamic, backend="aot_eager")(q, q, q)
 
 
 @needs_ops

@@ -49,9 +49,10 @@ struct Problem {
   bool host_indices = true; // index tensors are host memory (contents validated and readable)
 
   // Per-sequence lengths (after append) and maxima. Filled when host_indices and there is work:
-  // query rows (max_sq > 0) or rows to append (appends()). Otherwise normalize() returns before
-  // its O(B) walk (B may be 2^40 for an empty problem): the vectors are empty, max_sq = max_sk =
-  // 0, and no consumer may index them. The host paths test exactly these two conditions.
+  // query rows (max_sq > 0) or rows to append (appends()). Otherwise normalize() checks the index
+  // tensors without keeping lengths (walking B only when an index tensor really has B entries: B
+  // may be 2^40 for an empty problem): the vectors are empty, max_sq = max_sk = 0, and no
+  // consumer may index them. The host paths test exactly these two conditions.
   std::vector<int64_t> seqlen_q, seqlen_k;
   int64_t max_sq = 0, max_sk = 0;
 

@@ -515,16 +515,83 @@ Status normalize(const AttentionParams& p, Problem* out) {
   if (pb.host_indices) {
     if (pb.varlen_q) FA4_TRY(check_cu_seqlens(p.cu_seqlens_q, "cu_seqlens_q", p.q.shape[0], "the number of q tokens"));
     if (pb.kv == KvLayout::varlen) FA4_TRY(check_cu_seqlens(p.cu_seqlens_k, "cu_seqlens_k", p.k.shape[0], "the number of k tokens"));
-    // The walk below costs O(B) time and 16 bytes per sequence, so it runs only when there is
+    // The checks of one sequence b: its key length (after seqused_k / cache_seqlens / the append)
+    // into *len, and the index entries it uses (cache_batch_idx, the page table pages it reads).
+    auto check_sequence = [&](int64_t b, int64_t* len_out) -> Status {
+      int64_t slot = pb.kv == KvLayout::varlen ? Problem::idx1(p.cu_seqlens_k, b + 1) - Problem::idx1(p.cu_seqlens_k, b) : pb.kv_slot;
+      int64_t len = slot;
+      if (p.seqused_k.present()) {
+        len = Problem::idx1(p.seqused_k, b);
+        if (len < 0 || len > slot) {
+          Msg s;
+          s << "seqused_k: entry " << b << " is " << len << ", outside [0, " << slot << "] (keys of that sequence)";
+          return Status::Invalid("seqused_k", s.str());
+        }
+      }
+      if (p.cache_seqlens.present()) {
+        len = Problem::idx1(p.cache_seqlens, b);
+        int64_t end = 0;  // snew is any int64 from k_new's shape
+        if (len < 0 || !checked_add(len, pb.snew, &end) || end > slot) {
+          Msg s;
+          s << "cache_seqlens: entry " << b << " is " << len;
+          if (pb.snew) s << " and " << pb.snew << " rows are appended";
+          s << ", but the cache holds " << slot << " keys per sequence";
+          return Status::Invalid("cache_seqlens", s.str());
+        }
+        len = end;
+      }
+      if (pb.kv == KvLayout::cache && p.cache_batch_idx.present()) {
+        const int32_t c = Problem::idx1(p.cache_batch_idx, b);
+        if (c < 0 || c >= p.k.shape[0]) {
+          Msg s;
+          s << "cache_batch_idx: entry " << b << " is " << c << ", outside [0, " << p.k.shape[0] << ")";
+          return Status::Invalid("cache_batch_idx", s.str());
+        }
+      }
+      if (pb.kv == KvLayout::paged) {
+        const int64_t used = (len + pb.page_size - 1) / pb.page_size;  // pages this sequence reads
+        for (int64_t i = 0; i < used; ++i) {
+          const int32_t pg = pb.page(b, i);
+          if (pg < 0 || pg >= p.k.shape[0]) {
+            Msg s;
+            s << "page_table: entry [" << b << ", " << i << "] is " << pg << ", outside [0, " << p.k.shape[0] << ") pages";
+            return Status::Invalid("page_table", s.str());
+          }
+        }
+      }
+      *len_out = len;
+      return Status::Ok();
+    };
+    // The full walk costs O(B) time and 16 bytes per sequence, so it runs only when there is
     // work, and then B is bounded by memory the caller really has: by out's (non-overlapping)
     // rows for dense q, by cu_seqlens_q's entries for varlen q (a zero-stride one has a single
-    // entry, 0: no rows), and for appends by the cache rows written (checked below). An empty
-    // problem (B = 2^40 sequences of nothing) returns here, with nothing to read.
+    // entry, 0: no rows), and for appends by the cache rows written (checked below).
     bool out_empty = false;
     for (int i = 0; i < p.out.ndim; ++i) out_empty = out_empty || p.out.shape[i] == 0;
     const bool q_rows = !out_empty && (!pb.varlen_q || Problem::idx1(p.cu_seqlens_q, B) > 0);
     const bool append_rows = pb.appends();  // snew stays 0 without k_new
     if (!q_rows && !append_rows) {
+      // An empty problem (no query rows, nothing appended) computes nothing, but its index
+      // tensors are checked all the same: an argument is not accepted or refused depending on
+      // whether q happens to be empty (seqused_k beyond its slot with Tq = 0 was accepted). The
+      // walk reads only what the caller really has: all B sequences when a per-sequence index
+      // tensor holds B distinct entries (non-empty, stride[0] != 0); when every one is absent or
+      // a broadcast (stride 0), all sequences are alike and sequence 0 stands for them (B may be
+      // 2^40 sequences of nothing). The lengths are not kept: the vectors stay empty, max_sq =
+      // max_sk = 0 (Problem's contract for a call with no work).
+      bool backed = false;
+      for (const TensorView* t : {&p.cu_seqlens_q, &p.cu_seqlens_k, &p.seqused_k, &p.cache_seqlens,
+                                  &p.cache_batch_idx, &p.page_table}) {
+        if (!t->present() || t->stride[0] == 0) continue;
+        bool empty = false;
+        for (int i = 0; i < t->ndim; ++i) empty = empty || t->shape[i] == 0;
+        backed = backed || !empty;
+      }
+      const int64_t n = backed ? B : std::min<int64_t>(B, 1);
+      for (int64_t b = 0; b < n; ++b) {
+        int64_t len = 0;
+        FA4_TRY(check_sequence(b, &len));
+      }
       *out = std::move(pb);
       out->p = &p;
       return Status::Ok();
@@ -549,48 +616,9 @@ Status normalize(const AttentionParams& p, Problem* out) {
     pb.seqlen_k.resize(B);
     for (int64_t b = 0; b < B; ++b) {
       pb.seqlen_q[b] = pb.varlen_q ? Problem::idx1(p.cu_seqlens_q, b + 1) - Problem::idx1(p.cu_seqlens_q, b) : pb.sq_dense;
-      int64_t slot = pb.kv == KvLayout::varlen ? Problem::idx1(p.cu_seqlens_k, b + 1) - Problem::idx1(p.cu_seqlens_k, b) : pb.kv_slot;
-      int64_t len = slot;
-      if (p.seqused_k.present()) {
-        len = Problem::idx1(p.seqused_k, b);
-        if (len < 0 || len > slot) {
-          Msg s;
-          s << "seqused_k: entry " << b << " is " << len << ", outside [0, " << slot << "] (keys of that sequence)";
-          return Status::Invalid("seqused_k", s.str());
-        }
-      }
-      if (p.cache_seqlens.present()) {
-        len = Problem::idx1(p.cache_seqlens, b);
-        int64_t end = 0;  // snew is any int64 from k_new's shape
-        if (len < 0 || !checked_add(len, pb.snew, &end) || end > slot) {
-          Msg s;
-          s << "cache_seqlens: entry " << b << " is " << len;
-          if (pb.snew) s << " and " << pb.snew << " rows are appended";
-          s << ", but the cache holds " << slot << " keys per sequence";
-          return Status::Invalid("cache_seqlens", s.str());
-        }
-        len = end;
-      }
+      int64_t len = 0;
+      FA4_TRY(check_sequence(b, &len));
       pb.seqlen_k[b] = len;
-      if (pb.kv == KvLayout::cache && p.cache_batch_idx.present()) {
-        const int32_t c = Problem::idx1(p.cache_batch_idx, b);
-        if (c < 0 || c >= p.k.shape[0]) {
-          Msg s;
-          s << "cache_batch_idx: entry " << b << " is " << c << ", outside [0, " << p.k.shape[0] << ")";
-          return Status::Invalid("cache_batch_idx", s.str());
-        }
-      }
-      if (pb.kv == KvLayout::paged) {
-        const int64_t used = (len + pb.page_size - 1) / pb.page_size;  // pages this sequence reads
-        for (int64_t i = 0; i < used; ++i) {
-          const int32_t pg = pb.page(b, i);
-          if (pg < 0 || pg >= p.k.shape[0]) {
-            Msg s;
-            s << "page_table: entry [" << b << ", " << i << "] is " << pg << ", outside [0, " << p.k.shape[0] << ") pages";
-            return Status::Invalid("page_table", s.str());
-          }
-        }
-      }
       pb.max_sq = std::max(pb.max_sq, pb.seqlen_q[b]);
       pb.max_sk = std::max(pb.max_sk, len);
     }
