@@ -33,6 +33,12 @@ start=$(date +%s)
 # 1. sdist + wheel (from the sdist), in a build-only environment
 "$py" -m venv "$tmp/buildenv"
 "$tmp/buildenv/bin/python" -m pip install -q --upgrade pip build
+# fa4.jax: jaxlib's XLA FFI headers are needed at build time (python -m build isolates its own
+# environment, so they are passed in); FA4_JAX=ON fails the build if they are missing, and the
+# test venv gets the same jax version the handlers were built against.
+"$tmp/buildenv/bin/python" -m pip install -q jax
+export FA4_JAX=ON FA4_JAX_INCLUDE_DIR="$("$tmp/buildenv/bin/python" -c 'import jax.ffi; print(jax.ffi.include_dir())')"
+jax_req="jax==$("$tmp/buildenv/bin/python" -c 'import jax; print(jax.__version__)')"
 echo "python/ci.sh: python -m build (FA4_CUDA=$FA4_CUDA, $CMAKE_BUILD_PARALLEL_LEVEL jobs)"
 "$tmp/buildenv/bin/python" -m build --outdir "$dist" "$root"
 sdist=$(ls "$dist"/fa4_attention-*.tar.gz)
@@ -43,7 +49,7 @@ echo "python/ci.sh: built $(basename "$sdist") and $(basename "$wheel") in $(( $
 list="$tmp/sdist.txt"
 tar -tzf "$sdist" > "$list"
 for f in CMakeLists.txt LICENSE include/fa4/fa4.h src/core/validate.cpp src/cpu python/CMakeLists.txt \
-         python/src/fa4_ext.cpp python/fa4/__init__.py python/fa4/py.typed python/tests/test_basic.py; do
+         python/src/fa4_ext.cpp python/src/fa4_jax.cpp python/fa4/jax.py python/fa4/__init__.py python/fa4/py.typed python/tests/test_basic.py; do
   grep -q "^fa4_attention-[^/]*/$f" "$list" || { echo "python/ci.sh: the sdist lacks $f" >&2; exit 1; }
 done
 if grep -q -E "^fa4_attention-[^/]*/(tests|bench|build[^/]*)/" "$list"; then
@@ -54,7 +60,7 @@ fi
 rm -rf "$venv"
 "$py" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q "$wheel" pytest pytest-timeout ml_dtypes mypy
+"$venv/bin/python" -m pip install -q "$wheel" pytest pytest-timeout ml_dtypes mypy "$jax_req"
 with_torch="${FA4_CI_TORCH:-1}"
 if [ "$with_torch" = "0" ]; then
   echo "python/ci.sh: WARNING: FA4_CI_TORCH=0: torch is not installed, the torch / drop-in / distributed tests SKIP" >&2
