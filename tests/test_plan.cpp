@@ -369,7 +369,9 @@ TEST(TileSchedule, EveryTileOnceInSectionOrder) {
       ++seen[static_cast<size_t>((z * s.gy + y) * s.gx + x)];
       const int64_t sec = (z * s.gy + y) / s.section;
       EXPECT_GE(sec, prev_sec) << "sections in order";
-      if (sec == prev_sec) EXPECT_GE(x, prev_x) << "x slowest inside a section";
+      if (sec == prev_sec) {
+        EXPECT_GE(x, prev_x) << "x slowest inside a section";
+      }
       prev_sec = sec, prev_x = x;
     }
     for (int v : seen) EXPECT_EQ(v, 1);
@@ -388,7 +390,9 @@ TEST(TileSchedule, RoundsCoverEveryTileOnce) {
           if (t < 0) continue;
           ASSERT_LT(t, s.total());
           ++seen[static_cast<size_t>(t)];
-          if (snake && (r & 1)) EXPECT_EQ(t, r * ctas + ctas - 1 - b);
+          if (snake && (r & 1)) {
+            EXPECT_EQ(t, r * ctas + ctas - 1 - b);
+          }
         }
       for (int v : seen) EXPECT_EQ(v, 1);
     }
