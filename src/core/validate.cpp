@@ -239,6 +239,11 @@ Status expect_shape(const TensorView& t, const char* name, const char* pattern,
 Status check_cu_seqlens(const TensorView& t, const char* name, int64_t total, const char* total_what) {
   // A zero stride repeats one entry (which must be 0): checking it once is exact, and keeps the
   // cost bounded by memory the caller has (a stride-0 tensor of 2^33 entries is 4 bytes).
+  // Sequences are int32-indexed everywhere (the kernels' sequence ids, cache_batch_idx), which
+  // also bounds this walk: 2^31 or more entries are refused before any is read.
+  if (t.shape[0] > std::numeric_limits<int32_t>::max())
+    return Status::Invalid(name, std::string(name) + ": " + std::to_string(t.shape[0]) +
+                                     " entries (2^31 or more sequences) exceed the int32 range of sequence indices");
   const int64_t n = t.stride[0] == 0 ? 1 : t.shape[0];
   if (Problem::idx1(t, 0) != 0) return Status::Invalid(name, std::string(name) + ": first entry must be 0, got " + std::to_string(Problem::idx1(t, 0)));
   for (int64_t i = 1; i < n; ++i) {
