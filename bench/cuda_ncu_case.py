@@ -30,4 +30,7 @@ for _ in range(a.reps):
     fa4.call(p)
 for _ in range(a.reps):
     peers.sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), a.causal, SDPBackend.FLASH_ATTENTION)
+if peers.FA3 is not None:  # FlashAttention-3 where its wheel is installed (../shared/PEERS.md)
+    for _ in range(a.reps):
+        peers.FA3.flash_attn_func(q, k, v, causal=a.causal)
 torch.cuda.synchronize()

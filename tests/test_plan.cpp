@@ -331,6 +331,12 @@ TEST(CudaPlan, Sm90PersistentSchedule) {
   EXPECT_EQ(causal.sched.snake, 1);
   EXPECT_EQ(causal.ctas, 132);
   EXPECT_EQ(pl.sched.snake, 0);
+  // Short causal sequences (8 query tiles each <= kMaxPersistentMaskedTiles): L2-sized sections,
+  // K / V of one pair = 1024 keys x 256 x 2 B = 512 KB -> 50 pairs in 25 MB, persistent.
+  const Plan short_causal = Planned({.batch = 16, .hq = 16, .hkv = 16, .sq = 1024, .sk = 1024, .causal = true}).on(dl);
+  EXPECT_EQ(short_causal.sched.section, 50);
+  EXPECT_EQ(short_causal.sched.snake, 0);
+  EXPECT_EQ(short_causal.ctas, 132);
   // Varlen causal: K / V of one (kv head, sequence) = 4096 keys x 256 x 2 B = 2 MB -> 12 pairs in
   // 25 MB, x4 with GQA 4 (clamped to the 16 heads); its virtual grid (all sequences' tiles, > 16)
   // runs one CTA per tile.

@@ -210,12 +210,14 @@ Plan plan_simt(const Problem& pb, const DeviceLimits& dl) {
 // The persistent schedule of the sm90 kernel (common/tile_schedule.h): one CTA per SM at most.
 //   - No causal / windowed mask: every tile costs the same; one head's tiles run side by side
 //     (section 1), sharing its K / V in L2.
-//   - Masked, dense (FA4_SM90_MASKED_LPT): all tiles in one heaviest-first order, CTAs snaking.
+//   - Masked, dense, more than kMaxPersistentMaskedTiles query tiles per sequence
+//     (FA4_SM90_MASKED_LPT): all tiles in one heaviest-first order, CTAs snaking.
 //     bench/schedule_model.py (tile cost = its key tiles + 1) puts that within 0.3 % of an even
-//     split at S = 8k and 3 % at 1k (tile quantization); the L2-sized sections with a plain
-//     round-robin (FA4_SM90_MASKED_LPT=0) are 12-26 % over, and measured 4-10 % behind one CTA
-//     per tile at S = 8k (docs/perf/sm90-notes.md), whose hardware dispatch the model puts 4-15 %
-//     over. To be confirmed on the GPU (the A/B: -DFA4_SM90_MASKED_LPT=0).
+//     split at S = 8k; measured (H200, 545e84f, against L2 sections / one CTA per tile): +2-11 %
+//     at D = 64 / 256 S = 8k-16k, -2 % at D = 128 S = 8k.
+//   - Masked, dense, short (<= kMaxPersistentMaskedTiles tiles per sequence): L2-sized sections
+//     of (head, batch) pairs, heaviest first within each: with every pair in flight at once
+//     (global order) K / V spill the L2 and the kernel ran 11-14 % slower at S = 1k.
 //   - Masked varlen: tiles are not sorted by cost across sequences, so more than
 //     kMaxPersistentMaskedTiles of them launch one CTA per tile (the hardware balances), in
 //     L2-sized sections of the (head, batch) pairs whose K / V fit half the L2.
@@ -224,7 +226,12 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   pl.sched.gx = pl.grid.x, pl.sched.gy = pl.grid.y, pl.sched.gz = pl.grid.z;
   pl.sched.section = 1;
   const bool masked = pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0;
-  const bool lpt = FA4_SM90_MASKED_LPT && masked && !pb.varlen_q;
+  // Global heaviest-first (all (head, batch) pairs one section, CTAs snaking) balances long
+  // masked sequences best; up to kMaxPersistentMaskedTiles query tiles per sequence the L2-sized
+  // sections win instead: K / V of every pair in flight at once spill the L2 (H200, 545e84f,
+  // causal S = 1k: global 331 / 347 TFLOP/s vs sections 371 / 403 at D = 128 / 256; at S = 8k-16k
+  // global wins at D = 64 / 256 by 2-11 %: docs/perf/sm90-notes.md).
+  const bool lpt = FA4_SM90_MASKED_LPT && masked && !pb.varlen_q && pl.grid.x > kMaxPersistentMaskedTiles;
   if (lpt) {
     pl.sched.section = std::max<int64_t>(pl.grid.y * pl.grid.z, 1);
     pl.sched.snake = 1;

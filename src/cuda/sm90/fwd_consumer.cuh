@@ -52,6 +52,22 @@ struct Consumer {
   FullKeyRange full;
   int lo[2], hi[2];  // visible keys of this thread's rows [lo, hi)
 
+  // Low 32 bits of the wgmma shared-memory descriptors (start address >> 4, LBO) of consumer c's
+  // Q tile and of K / V ring slot 0; the high halves (SBO, swizzle) are constants. A k-step or a
+  // ring slot moves only the start address, so each GEMM adds compile-time offsets to these
+  // instead of re-encoding a descriptor per wgmma (7 -> 2 instructions in the GEMM turn).
+  uint32_t q_lo, k_lo, v_lo;
+  static constexpr uint64_t kQKDesc0 = ptx::make_smem_desc_kmajor_sw128(0);
+  static constexpr uint64_t kVDesc0 = ptx::make_smem_desc(0, kBlockN * 128, 1024, ptx::SmemSwizzle::b128);
+  // 16-byte units: a Q / K chunk (64 columns), a K / V ring slot (fwd_smem.cuh: dense arrays of
+  // 1024-byte multiples)
+  static constexpr uint32_t kQChunk16 = T::Smem::kQChunk * sizeof(Elem) / 16;
+  static constexpr uint32_t kKChunk16 = T::Smem::kKVChunk * sizeof(Elem) / 16;
+  static constexpr uint32_t kKSlot16 = kDqk / 64 * kKChunk16, kVSlot16 = kDv / 64 * kKChunk16;
+  static_assert(sizeof(T::Smem::q) == kConsumers * kDqk / 64 * kQChunk16 * 16 && sizeof(T::Smem::k) == kStages * kKSlot16 * 16 &&
+                    sizeof(T::Smem::v) == kStages * kVSlot16 * 16,
+                "descriptor offsets assume dense tile arrays");
+
   float o[kORegs];
   float s[kSRegs];
   uint32_t pf[kPSteps][4];  // P of the previous tile as wgmma A fragments
@@ -60,6 +76,9 @@ struct Consumer {
   __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_)
       : sh(sh_), p(p_), w(w_), c(c_) {
     tid = threadIdx.x % 128;
+    q_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[c][0])));
+    k_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.k[0][0])));
+    v_lo = static_cast<uint32_t>(kVDesc0) + (ptx::smem_u32(sh.v[0][0]) >> 4);
     const int lane = tid % 32;
     g = lane / 4, t4 = lane % 4;
     softcap = p.softcap_log2 != 0.f;
@@ -91,13 +110,19 @@ struct Consumer {
   }
 
   // ---- GEMMs ----
+  // A descriptor from its low half (start address, LBO) and the constant high half of `desc0`.
+  // Start addresses stay below 2^18 (shared memory), so the 14-bit field never carries.
+  static __device__ __forceinline__ uint64_t with_hi(uint32_t lo, uint64_t desc0) {
+    return (desc0 & 0xFFFFFFFF00000000ull) | lo;
+  }
   __device__ __forceinline__ void issue_s(const Ring& st) {
     ptx::fence_operands(s);
     ptx::wgmma_fence();
+    const uint32_t kb = k_lo + st.index * kKSlot16;
 #pragma unroll
-    for (int k = 0; k < kDqk / 16; ++k) {
-      const uint64_t da = ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[c][k / 4]) + 32 * (k % 4));
-      const uint64_t db = ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.k[st.index][k / 4]) + 32 * (k % 4));
+    for (int k = 0; k < kDqk / 16; ++k) {  // k16 step k: 64-column chunk k / 4, 32 bytes per step within it
+      const uint64_t da = with_hi(q_lo + (k / 4) * kQChunk16 + 2 * (k % 4), kQKDesc0);
+      const uint64_t db = with_hi(kb + (k / 4) * kKChunk16 + 2 * (k % 4), kQKDesc0);
       ptx::wgmma_ss<kBlockN, Elem>(s, da, db, k > 0);
     }
     ptx::wgmma_commit_group();
@@ -109,10 +134,10 @@ struct Consumer {
   __device__ __forceinline__ void issue_pv(const Ring& st) {
     ptx::fence_operands(o);
     ptx::wgmma_fence();
-    const uint32_t v0 = ptx::smem_u32(sh.v[st.index][0]);
+    const uint32_t vb = v_lo + st.index * kVSlot16;
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk) {
-      const uint64_t db = ptx::make_smem_desc(v0 + 2048 * kk, kBlockN * 128, 1024, ptx::SmemSwizzle::b128);
+      const uint64_t db = with_hi(vb + kk * (2048 / 16), kVDesc0);
       ptx::wgmma_rs<kDv, Elem, 1>(o, pf[kk], db, 1);
     }
     ptx::wgmma_commit_group();
@@ -149,13 +174,24 @@ struct Consumer {
         if (j < lo[h] || j >= hi[h]) s[i] = -INFINITY;
       }
     }
-    float mx[2] = {-INFINITY, -INFINITY};
+    // Row max in 4 independent chains per row half (element i: half (i / 2) % 2, chain
+    // i % 2 + 2 ((i / 4) % 2)): a 32-long dependent FMNMX chain per half was the longest
+    // latency of the consumer between its S = Q K^T completing and its first ex2.
+    float mp[2][4];
 #pragma unroll
-    for (int i = 0; i < kSRegs; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) mp[h][q] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kSRegs; ++i) {
+      float& m = mp[(i >> 1) & 1][(i & 1) | ((i >> 1) & 2)];
+      m = fmaxf(m, s[i]);
+    }
+    float mx[2];
     bool grow = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      mx[h] = quad_max(mx[h]);
+      mx[h] = quad_max(fmaxf(fmaxf(mp[h][0], mp[h][1]), fmaxf(mp[h][2], mp[h][3])));
       grow |= FA4_SM90_COND_RESCALE ? rescale_needed(mx[h], m_run[h], sc) : mx[h] > m_run[h];
       alpha[h] = 1.f;
     }
@@ -169,21 +205,36 @@ struct Consumer {
         l_run[h] *= alpha[h];
       }
     }
-    float neg_m[2], sum[2] = {0.f, 0.f};
+    float neg_m[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // two partial sums per row half
 #pragma unroll
     for (int h = 0; h < 2; ++h) neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
       const int h = (i >> 1) & 1;
       s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_m[h]), i);
-      sum[h] += s[i];
+      sum[h][i & 1] += s[i];
     }
-    l_run[0] += sum[0], l_run[1] += sum[1];
+    l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
   }
   __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
+  }
+  // Waits for the P V group in flight, then rescales O. The wait sits inside both arms of the
+  // rescale branch: in one basic block with the softmax, ptxas hoists the wait (a WARPGROUP.DEPBAR
+  // with no register dependence on S) above the exponentials, and the consumer idles until P V
+  // completes instead of overlapping its ex2s with it (seen in the SASS of 545e84f).
+  __device__ __forceinline__ void wait_pv_rescale_o(const float (&alpha)[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(o);
+#pragma unroll
+      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+    } else {
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(o);
     }
   }
   __device__ __forceinline__ void pack_p() {
@@ -281,11 +332,9 @@ struct Consumer {
       sh.k_ring.release(st, tid == 0);
       if (T::kSeparateO && it == n - 1) release_q();
       softmax(w.tile_at(it) * kBlockN, alpha);
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(o);
+      wait_pv_rescale_o(alpha);
       hold_p();
       sh.v_ring.release(stv, tid == 0);
-      rescale_o(alpha);
       pack_p();
       stv = st;
     }
