@@ -13,10 +13,18 @@
 
 namespace fa4::cuda {
 
-// Conditional rescaling (FA4): the running max only moves when a row's new max exceeds it by
-// more than 2^8 in probability; until then P <= 2^8 (exact enough in fp32 sums and 16-bit P)
-// and the O / l rescale is skipped.
-constexpr float kRescaleThreshold = 8.f;
+// Rescaling: the running max m moves when some row's new max exceeds it by more than the
+// threshold (log2 units); the kernels skip the O / l rescale of a warp none of whose rows moved.
+// FA4's threshold (8: P <= 2^8, safe in fp32) keeps m stale, and then costs accuracy: P of the
+// row's largest scores, 2^(x - m) with a fractional x - m, is rounded to 16 bits where with an
+// exact max the largest P is exactly 1 (2^k scales round identically; other scales do not).
+// Measured on the H200 (bench/accuracy.py, D = 128, S = 2k, normal inputs; docs/perf/sm90-notes.md):
+// threshold 8 gave max-abs 1.36x (bf16) / 1.93x (fp16) of cuDNN's and FA3's, threshold 0 the same
+// error as both, for 1-5 % of speed. DESIGN §4 asks for no more error than cuDNN: 0 by default.
+#ifndef FA4_RESCALE_THRESHOLD
+#define FA4_RESCALE_THRESHOLD 0
+#endif
+constexpr float kRescaleThreshold = FA4_RESCALE_THRESHOLD;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 

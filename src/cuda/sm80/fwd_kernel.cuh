@@ -511,7 +511,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         for (int nt = 0; nt < kNT; ++nt) x = fmaxf(x, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
         x = quad_max(x);
         mx[rr] = x;
-        grow |= (x - m_run[rr]) * sc > kRescaleThreshold || (m_run[rr] == -INFINITY && x != -INFINITY);
+        grow |= rescale_needed(x, m_run[rr], sc);
       }
     if (__any_sync(0xffffffffu, grow)) {
 #pragma unroll

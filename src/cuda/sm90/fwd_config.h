@@ -14,7 +14,8 @@
 // is worth (bench/stage_sm90_variant.sh builds such a libfa4 beside the main one).
 //   FA4_SM90_PINGPONG      1: the consumers take turns issuing GEMMs (named barriers)
 //   FA4_SM90_OVERLAP       1: softmax of tile t runs while P V of tile t - 1 is on the tensor cores
-//   FA4_SM90_COND_RESCALE  1: O / l rescale only when a row max grows by more than 2^8
+//   FA4_RESCALE_THRESHOLD  (common/softmax.cuh, both GPU kernels) 0: the running max is exact;
+//                          8: FA4's conditional rescale (faster, less accurate: softmax.cuh)
 //   FA4_SM90_EXP2_EMU      -1: per-dim default (exp2_emu_every); N >= 0: every N-th exponential on
 //                          the FMA pipes for every dim (0: none)
 #ifndef FA4_SM90_PINGPONG
@@ -22,9 +23,6 @@
 #endif
 #ifndef FA4_SM90_OVERLAP
 #define FA4_SM90_OVERLAP 1
-#endif
-#ifndef FA4_SM90_COND_RESCALE
-#define FA4_SM90_COND_RESCALE 1
 #endif
 #ifndef FA4_SM90_EXP2_EMU
 #define FA4_SM90_EXP2_EMU -1

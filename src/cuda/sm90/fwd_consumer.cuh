@@ -38,6 +38,7 @@ struct Consumer {
   static constexpr int kSRegs = kBlockN / 2;  // S accumulator, 64 x kBlockN
   static constexpr int kORegs = kDv / 2;      // O accumulator, 64 x Dv
   static constexpr int kPSteps = kBlockN / 16;
+  static constexpr bool kRescaleInTurn = kDv <= 128;  // where O *= alpha runs (mainloop)
   using Ring = PipelineState<kStages>;
 
   typename T::Smem& sh;
@@ -192,27 +193,35 @@ struct Consumer {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = quad_max(fmaxf(fmaxf(mp[h][0], mp[h][1]), fmaxf(mp[h][2], mp[h][3])));
-      grow |= FA4_SM90_COND_RESCALE ? rescale_needed(mx[h], m_run[h], sc) : mx[h] > m_run[h];
-      alpha[h] = 1.f;
+      grow |= rescale_needed(mx[h], m_run[h], sc);
     }
-    if (__any_sync(0xffffffffu, grow)) {
+    grow = __any_sync(0xffffffffu, grow);  // warp-uniform: a skipped rescale skips for all lanes
+    float m_old[2], neg_m[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float m_new = fmaxf(m_run[h], mx[h]);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // nothing visible yet: keep args finite
-        alpha[h] = ptx::exp2_approx((m_run[h] - m_use) * sc);
-        m_run[h] = m_new;
-        l_run[h] *= alpha[h];
-      }
+    for (int h = 0; h < 2; ++h) {
+      m_old[h] = m_run[h];
+      if (grow) m_run[h] = fmaxf(m_run[h], mx[h]);
+      neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;  // nothing visible yet: keep args finite
     }
-    float neg_m[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // two partial sums per row half
-#pragma unroll
-    for (int h = 0; h < 2; ++h) neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;
+    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // two partial sums per row half
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
       const int h = (i >> 1) & 1;
       s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_m[h]), i);
       sum[h][i & 1] += s[i];
+    }
+    // The rescale factors last, in a branch after the exponentials: the branch (ex2 inline asm,
+    // never speculated) ends the softmax's basic block, so ptxas cannot hoist the caller's wait on
+    // the P V group (a WARPGROUP.DEPBAR with no register dependence on S) above the ex2s; in one
+    // block it did (SASS of 545e84f), and the consumer idled until P V completed instead of
+    // overlapping its exponentials with it.
+    alpha[0] = alpha[1] = 1.f;
+    if (grow) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        alpha[h] = ptx::exp2_approx(m_old[h] * sc + neg_m[h]);  // m_old = -inf (first keys): 0
+        l_run[h] *= alpha[h];
+      }
     }
     l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
   }
@@ -220,21 +229,6 @@ struct Consumer {
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
-    }
-  }
-  // Waits for the P V group in flight, then rescales O. The wait sits inside both arms of the
-  // rescale branch: in one basic block with the softmax, ptxas hoists the wait (a WARPGROUP.DEPBAR
-  // with no register dependence on S) above the exponentials, and the consumer idles until P V
-  // completes instead of overlapping its ex2s with it (seen in the SASS of 545e84f).
-  __device__ __forceinline__ void wait_pv_rescale_o(const float (&alpha)[2]) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(o);
-#pragma unroll
-      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
-    } else {
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(o);
     }
   }
   __device__ __forceinline__ void pack_p() {
@@ -290,7 +284,8 @@ struct Consumer {
     sh.k_ring.release(st, tid == 0);
     if (T::kSeparateO && n == 1) release_q();
     float alpha[2];
-    softmax(w.tile_at(0) * kBlockN, alpha);  // O is still 0: alpha not needed
+    softmax(w.tile_at(0) * kBlockN, alpha);
+    alpha[0] = alpha[1] = 1.f;  // O is still 0: nothing to rescale
     pack_p();
 
     Ring stv = st;  // slot of the tile whose P is in pf
@@ -324,6 +319,11 @@ struct Consumer {
       sh.k_ring.wait(st);
       turn_wait();
       issue_s(st);
+      // The previous softmax's O rescale, while S runs on the tensor cores: O is idle here (its
+      // last P V group was waited for), and the turn window is where the consumer would otherwise
+      // only wait (FA3 places it there too). Not at Dv = 256: 128 multiplies there hold the turn
+      // long enough to delay the other consumer's GEMMs (measured -5 to -10 %, sm90-notes.md).
+      if constexpr (kRescaleInTurn) rescale_o(alpha);
       sh.v_ring.wait(stv);
       issue_pv(stv);
       turn_pass();
@@ -332,13 +332,17 @@ struct Consumer {
       sh.k_ring.release(st, tid == 0);
       if (T::kSeparateO && it == n - 1) release_q();
       softmax(w.tile_at(it) * kBlockN, alpha);
-      wait_pv_rescale_o(alpha);
+      // (softmax ends in a branch: the wait below stays after its ex2s)
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(o);
       hold_p();
       sh.v_ring.release(stv, tid == 0);
+      if constexpr (!kRescaleInTurn) rescale_o(alpha), alpha[0] = alpha[1] = 1.f;
       pack_p();
       stv = st;
     }
     sh.v_ring.wait(stv);
+    rescale_o(alpha);
     turn_wait();
     issue_pv(stv);
     turn_pass();
