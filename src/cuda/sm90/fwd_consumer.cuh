@@ -203,6 +203,8 @@ struct Consumer {
       if (grow) m_run[h] = fmaxf(m_run[h], mx[h]);
       neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;  // nothing visible yet: keep args finite
     }
+    alpha[0] = alpha[1] = 1.f;
+    if constexpr (!kRescaleInTurn) rescale_factors(grow, m_old, neg_m, alpha);
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // two partial sums per row half
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
@@ -210,12 +212,18 @@ struct Consumer {
       s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_m[h]), i);
       sum[h][i & 1] += s[i];
     }
-    // The rescale factors last, in a branch after the exponentials: the branch (ex2 inline asm,
-    // never speculated) ends the softmax's basic block, so ptxas cannot hoist the caller's wait on
-    // the P V group (a WARPGROUP.DEPBAR with no register dependence on S) above the ex2s; in one
-    // block it did (SASS of 545e84f), and the consumer idled until P V completed instead of
-    // overlapping its exponentials with it.
-    alpha[0] = alpha[1] = 1.f;
+    // With the rescale in the GEMM turn, the factors come last, in a branch after the
+    // exponentials: the branch (ex2 inline asm, never speculated) ends the softmax's basic block,
+    // so ptxas cannot hoist the caller's wait on the P V group (a WARPGROUP.DEPBAR with no
+    // register dependence on S) above the ex2s; in one block it did (SASS of 545e84f), and the
+    // consumer idled until P V completed instead of overlapping its exponentials with it. (At
+    // Dv = 256 the caller's wait sits in the rescale branch instead: wait_pv_rescale_o.)
+    if constexpr (kRescaleInTurn) rescale_factors(grow, m_old, neg_m, alpha);
+    l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
+  }
+  // O / l rescale factors of a grown max (m_old: the max before; neg_m: -new max in log2 units).
+  __device__ __forceinline__ void rescale_factors(bool grow, const float (&m_old)[2], const float (&neg_m)[2],
+                                                  float (&alpha)[2]) {
     if (grow) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -223,12 +231,24 @@ struct Consumer {
         l_run[h] *= alpha[h];
       }
     }
-    l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
   }
   __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
+  }
+  // Dv = 256: waits for the P V group in flight, then rescales O. The wait sits inside both arms
+  // of the rescale branch, so ptxas cannot hoist it above the softmax's ex2s (see softmax).
+  __device__ __forceinline__ void wait_pv_rescale_o(const float (&alpha)[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(o);
+#pragma unroll
+      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+    } else {
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(o);
     }
   }
   __device__ __forceinline__ void pack_p() {
@@ -332,12 +352,15 @@ struct Consumer {
       sh.k_ring.release(st, tid == 0);
       if (T::kSeparateO && it == n - 1) release_q();
       softmax(w.tile_at(it) * kBlockN, alpha);
-      // (softmax ends in a branch: the wait below stays after its ex2s)
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(o);
+      if constexpr (kRescaleInTurn) {  // softmax ends in a branch: the wait stays after its ex2s
+        ptx::wgmma_wait_group<0>();
+        ptx::fence_operands(o);
+      } else {
+        wait_pv_rescale_o(alpha);
+        alpha[0] = alpha[1] = 1.f;
+      }
       hold_p();
       sh.v_ring.release(stv, tid == 0);
-      if constexpr (!kRescaleInTurn) rescale_o(alpha), alpha[0] = alpha[1] = 1.f;
       pack_p();
       stv = st;
     }
