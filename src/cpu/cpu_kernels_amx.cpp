@@ -28,8 +28,13 @@ namespace fa4::core::cpu {
 namespace {
 
 inline int64_t rup(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-constexpr int kProducts[3][2] = {{0, 0}, {0, 1}, {1, 0}};  // (A plane, B plane): hi*hi, hi*lo, lo*hi
+// (A plane, B plane) of the products of fp16 values split as hi + lo bf16: hi*hi, hi*lo, lo*hi,
+// lo*lo. S = Q K^T takes all four, so fp16 scores are exact products summed in fp32 (lo*lo is
+// 2^-16 of a product: dropped, scores of ~200 -- outlier rows -- were off by ~1e-3 and so was
+// their lse, beyond its fp32 tolerance); P V drops lo*lo (below the rounding of P itself).
+constexpr int kProducts[4][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
 inline int num_products(int terms) { return terms == 2 ? 3 : 1; }
+inline int num_products_exact(int terms) { return terms == 2 ? 4 : 1; }
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
@@ -61,7 +66,7 @@ inline void qk_block(const uint16_t* qv, int64_t mp, int64_t dqk_p, int64_t qpla
   if constexpr (N2) _tile_zero(2);
   if constexpr (N2 && M2) _tile_zero(3);
   const int64_t ka = dqk_p * 2, qb = mp * 4;  // byte strides
-  for (int pr = 0; pr < num_products(terms); ++pr) {
+  for (int pr = 0; pr < num_products_exact(terms); ++pr) {
     const uint16_t* k = kb + kProducts[pr][0] * kplane;
     const uint16_t* q = qv + kProducts[pr][1] * qplane;
     for (int64_t d0 = 0; d0 < dqk_p; d0 += 32) {
