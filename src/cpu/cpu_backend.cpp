@@ -133,7 +133,7 @@ struct Workspace {
   int64_t mp_max, nk, dqk, dv, dv_p;
   AlignedBuffer buf;
   float *qt = nullptr, *qt2 = nullptr, *st = nullptr, *ot = nullptr, *kc = nullptr, *vc = nullptr, *m_run = nullptr,
-        *l_run = nullptr, *alpha = nullptr, *row = nullptr;
+        *l_run = nullptr, *alpha = nullptr, *row = nullptr, *qrow = nullptr, *orow = nullptr;
   uint16_t *qv = nullptr, *kb = nullptr, *vt = nullptr, *pp = nullptr;  // packed bf16 panels
   int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
   int64_t *row_lo = nullptr, *row_hi = nullptr;
@@ -159,6 +159,8 @@ struct Workspace {
     l_run = static_cast<float*>(take(mp, 4));
     alpha = static_cast<float*>(take(mp, 4));
     row = static_cast<float*>(take(std::max(dqk, dv), 4));
+    qrow = static_cast<float*>(take(mp * dqk, 4));  // [mp][dqk] Q rows in fp32 (Kernels::transpose)
+    orow = static_cast<float*>(take(mp * dv, 4));   // [mp][dv] normalized O rows
     row_lo_rel = static_cast<int32_t*>(take(mp, 4));
     row_hi_rel = static_cast<int32_t*>(take(mp, 4));
     row_lo = static_cast<int64_t*>(take(mp, 8));
@@ -322,25 +324,50 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     L = nullptr;
   }
   const int64_t q_rs = rowwise ? dqk : 1, q_ds = rowwise ? 1 : mp;
+  const int64_t qesz = static_cast<int64_t>(dtype_size(pb.dtype));
+  // Transposed tiles with unit-stride Q rows: the rows are converted to fp32 row-major (qrow)
+  // and transposed by the table's kernel; Q^T in the fp32 kernels' scale (qt) is then made only
+  // when a tile needs those kernels (qt_ready).
+  const bool fast_q = K.transpose && !rowwise && pb.qs.dim == 1;
+  bool qt_ready = !fast_q;
+  if (fast_q) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+      K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz, pb.dtype, 1, dqk, ws.qrow + r * dqk);
+    }
+    std::fill(ws.qrow + rows * dqk, ws.qrow + mp * dqk, 0.0f);  // padding rows: zero queries
+    if (L) K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qpow2, ws.qt2, mp);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+      K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz, pb.dtype, pb.qs.dim, dqk, ws.row);
+      for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = ws.row[d] * qscale;
+      if (L)
+        for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = ws.row[d] * qpow2;
+    }
+    for (int64_t r = rows; r < mp; ++r) {  // padding rows: zero queries
+      for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = 0.0f;
+      if (L)
+        for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = 0.0f;
+    }
+  }
+  auto need_qt = [&] {
+    if (qt_ready) return;
+    K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qscale, ws.qt, mp);
+    qt_ready = true;
+  };
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
-    K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * static_cast<int64_t>(dtype_size(pb.dtype)),
-              pb.dtype, pb.qs.dim, dqk, ws.row);
-    for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = ws.row[d] * qscale;
-    if (L)
-      for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = ws.row[d] * qpow2;
+    const int64_t i = (u.r0 + r) / g;
     ws.row_lo[r] = sm.row_lo(i);
     ws.row_hi[r] = sm.row_hi(i);
   }
-  for (int64_t r = rows; r < mp; ++r) {  // padding rows: zero queries, bounds of the last row
-    for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = 0.0f;
-    if (L)
-      for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = 0.0f;
+  for (int64_t r = rows; r < mp; ++r) {  // padding rows: bounds of the last row
     ws.row_lo[r] = ws.row_lo[rows - 1];
     ws.row_hi[r] = ws.row_hi[rows - 1];
   }
   // A subnormal in the packed Q (flushed by the products): this unit runs on the fp32 kernels.
   if (L && (L->pack_q(ws.qt2, mp, dqk, plan.terms, ws.qv) & LowpKernels::kTiny)) L = nullptr;
+  if (!L) need_qt();
   for (int64_t r = 0; r < mp; ++r) {
     ws.m_run[r] = kNegInf;
     ws.l_run[r] = 0.0f;
@@ -476,6 +503,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       }
       // bf16 subnormals in this tile's K / V: the fp32 kernels below.
     }
+    need_qt();
     // Converted to contiguous fp32 rows even when K/V are fp32 already: measured on Zen3, the
     // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
     // costs.
@@ -499,9 +527,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   if (L && L->end) L->end();
 
   // ---- finalize: sink (split 0 only), normalization, empty rows, lse ----
+  // Row r's output is ot row r times f[r] (in alpha, free now); lse[r] in l_run.
   const bool sink = pb.has_sinks && u.split == 0;
+  float* const fr = ws.alpha;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+    const int64_t h = hk * g + (u.r0 + r) % g;
     const float m = ws.m_run[r];
     float l = ws.l_run[r], m_f = m, c = 1.0f;  // O_final = ot * c / l
     if (sink) {
@@ -511,10 +541,29 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       l = l * c + (m_f == kNegInf ? 0.0f : std::exp(s - m_f));
     }
     const bool empty = m_f == kNegInf && !std::isnan(l);
-    const float f = empty ? 0.0f : c / l * dvs;
+    fr[r] = empty ? 0.0f : c / l * dvs;
     // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
-    const float lse = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
-    const float* orow = ws.ot + r * o_rs;
+    ws.l_run[r] = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
+  }
+  // Normalized rows, row-major: transposed by the table's kernel when O^T is transposed.
+  const float* orow = ws.orow;
+  int64_t or_s = dv, oe_s = 1;
+  if (rowwise || !K.transpose) {
+    orow = ws.ot;
+    or_s = o_rs;
+    oe_s = o_es;
+  } else {
+    K.transpose(ws.ot, mp, dv, rows, fr, 1.0f, ws.orow, dv);
+  }
+  const bool scaled = orow == ws.orow;  // fr already applied
+  const bool fast_store = scaled && K.store_row && pb.os.dim == 1 &&
+                          (pb.out_dtype == DType::float32 || pb.out_dtype == DType::float16 ||
+                           pb.out_dtype == DType::bfloat16);
+  const int64_t oesz = static_cast<int64_t>(dtype_size(pb.out_dtype));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+    const float* o = orow + r * or_s;
+    const float f = scaled ? 1.0f : fr[r], lse = ws.l_run[r];
     if (plan.nsplit == 1 && ws.redo[r]) {  // an extreme score: the whole row in fp64
       float lse_ref = 0.0f;
       reference_row(pb, b, i, h, ws.row, &lse_ref);
@@ -523,12 +572,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
     } else if (plan.nsplit == 1) {
       const int64_t oo = pb.out_offset(b, i, h);
-      for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, orow[e * o_es] * f);
+      if (fast_store)
+        K.store_row(o, dv, pb.out_dtype, static_cast<char*>(p.out.data) + oo * oesz);
+      else
+        for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, o[e * oe_s] * f);
       if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
     } else {
       const int64_t grow = plan.row_base[b * pb.hkv + hk] + pr;
       float* po = plan.part_o + (u.split * plan.total_rows + grow) * dv;
-      for (int64_t e = 0; e < dv; ++e) po[e] = orow[e * o_es] * f;
+      for (int64_t e = 0; e < dv; ++e) po[e] = o[e * oe_s] * f;
       plan.part_lse[u.split * plan.total_rows + grow] = lse;
       plan.part_redo[u.split * plan.total_rows + grow] = ws.redo[r];
     }

@@ -114,6 +114,15 @@ struct Kernels {
   // above (on converted rows) serve that dtype.
   const LowpKernels* lowp_bf16;
   const LowpKernels* lowp_f16;
+  // Tile edges, vectorized (nullptr: the driver's scalar loops). Filling Q^T and emptying O^T
+  // element by element (strided scalar stores, a dtype switch per output element) was ~20% of
+  // a bf16 prefill on AMX at S = 2048 (perf, 2 threads).
+  //   dst[j * ld_dst + i] = src[i * ld_src + j] * scale * (col_scale ? col_scale[j] : 1),
+  //   i < nr, j < nc (a transpose; Q rows -> Q^T, O^T -> O rows times 1 / l per row).
+  void (*transpose)(const float* src, int64_t ld_src, int64_t nr, int64_t nc, const float* col_scale, float scale,
+                    float* dst, int64_t ld_dst) = nullptr;
+  //   dst[e] = x[e] in dtype t (float32, float16, bfloat16: the rounding of store_f32), e < n.
+  void (*store_row)(const float* x, int64_t n, DType t, void* dst) = nullptr;
 };
 
 const Kernels& generic_kernels();

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -454,6 +455,49 @@ void rescale_ot_avx512(float* ot, int64_t mp, int64_t m, int64_t rows, const flo
 
 namespace {
 
+// dst[j][i] = src[i][j] * scale * col_scale[j]: 16 x 16 blocks through transpose16, edges masked.
+void transpose_avx512(const float* src, int64_t ld_src, int64_t nr, int64_t nc, const float* col_scale, float scale,
+                      float* dst, int64_t ld_dst) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < nr; i0 += 16) {
+    const int64_t ni = std::min<int64_t>(16, nr - i0);
+    const __mmask16 si = head_mask(ni);
+    for (int64_t j0 = 0; j0 < nc; j0 += 16) {
+      const int64_t nj = std::min<int64_t>(16, nc - j0);
+      const __mmask16 sj = head_mask(nj);
+      const __m512 cs = col_scale ? _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(sj, col_scale + j0)) : sc;
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < ni ? _mm512_castps_si512(_mm512_mul_ps(cs, _mm512_maskz_loadu_ps(sj, src + (i0 + i) * ld_src + j0)))
+                      : _mm512_setzero_si512();
+      transpose16(r);
+      for (int64_t j = 0; j < nj; ++j) _mm512_mask_storeu_ps(dst + (j0 + j) * ld_dst + i0, si, _mm512_castsi512_ps(r[j]));
+    }
+  }
+}
+
+// The roundings of store_f32: bf16 round to nearest even on the bits (NaN -> quiet, subnormals
+// kept, where vcvtneps2bf16 would flush them), fp16 through vcvtps2ph (IEEE, nearest even).
+void store_row_avx512(const float* x, int64_t n, DType t, void* dst) {
+  for (int64_t e = 0; e < n; e += 16) {
+    const __mmask16 k = head_mask(n - e);
+    const __m512 v = _mm512_maskz_loadu_ps(k, x + e);
+    if (t == DType::float32) {
+      _mm512_mask_storeu_ps(static_cast<float*>(dst) + e, k, v);
+    } else if (t == DType::float16) {
+      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + e, k, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    } else {
+      const __m512i u = _mm512_castps_si512(v);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+      const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + e, k, _mm512_cvtepi32_epi16(r));
+    }
+  }
+}
+
 // (A plane, B plane) of the products summed for T terms: hi*hi, then hi*lo + lo*hi for fp16.
 constexpr int kProducts[3][2] = {{0, 0}, {0, 1}, {1, 0}};
 inline int num_products(int terms) { return terms == 2 ? 3 : 1; }
@@ -615,8 +659,8 @@ const Kernels& avx512_kernels(bool bf16) {
   // K/V stream, not the vector width.
   static const Kernels with_bf16 = [] {
     const Kernels& a = avx2_kernels();
-    return Kernels{"avx512",     16,           qk_avx512, pv_avx512, softmax_avx512, a.qk_rows, a.pv_rows,
-                   a.convert, &avx512_lowp(), nullptr};
+    return Kernels{"avx512",     16,           qk_avx512, pv_avx512, softmax_avx512,  a.qk_rows,
+                   a.pv_rows,    a.convert,    &avx512_lowp(), nullptr, transpose_avx512, store_row_avx512};
   }();
   static const Kernels without_bf16 = [] {
     Kernels k = with_bf16;
