@@ -143,5 +143,34 @@ TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {
   }
 }
 
+// Scores beyond fp32 on the 16-bit paths: the AMX table leaves the scale and the extreme-score
+// check (|s| >= 2^127 or NaN, visible, before softcap) to the softmax step, which must flag the
+// same rows the separate check did; flagged rows are recomputed in fp64 (the reference's result).
+TEST(CpuIsa, SixteenBitScoresBeyondFp32GiveTheReferenceResult) {
+  int n = 0;
+  for (bool causal : {false, true})
+    for (float softcap : {0.0f, 50.0f})
+      for (float kval : {3e38f, -3e38f}) {
+        CaseConfig cfg;
+        cfg.dtype = DType::bfloat16;
+        cfg.hq = cfg.hkv = 2;
+        cfg.dqk = cfg.dv = 64;
+        cfg.sq = 200;
+        cfg.sk = 300;
+        cfg.causal = causal;
+        cfg.softcap = softcap;
+        cfg.scale = 1.0f;  // |q0| > 0.57: a score beyond 2^127; > 1.13: beyond FLT_MAX (inf)
+        const uint64_t seed = derive_seed(64000 + n++);
+        FA4_SEED_TRACE(seed);
+        Case orig = make_case(cfg, seed);
+        for (int64_t h = 0; h < cfg.hkv; ++h) orig.k.set(orig.k.off({0, 150, h, 0}), kval);  // k [B, Sk, Hkv, D]
+        Case ref = orig, cpu = orig;
+        ASSERT_TRUE(ref.run(Backend::reference).ok());
+        ASSERT_TRUE(cpu.run(Backend::cpu).ok());
+        EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)))
+            << "causal " << causal << " softcap " << softcap << " k " << kval;
+      }
+}
+
 }  // namespace
 }  // namespace fa4test

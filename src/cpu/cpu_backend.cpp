@@ -487,8 +487,14 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
         const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
         step.pp = exact_pv ? nullptr : ws.pp;
         step.terms = plan.terms;
+        if (L->raw_scores) {  // the softmax scales the products and flags extreme rows
+          step.scale = qpost;
+          step.redo = ws.redo + ra;
+        }
         K.softmax(step);
         step.pp = nullptr;
+        step.scale = 1.0f;
+        step.redo = nullptr;
         if (exact_pv) {
           for (int64_t t = 0; t < n; ++t) {
             K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);

@@ -47,6 +47,12 @@ struct SoftmaxStep {
   // saving a pass over the tile; pv is then called with st = nullptr.
   uint16_t* pp = nullptr;
   int terms = 1;
+  // Raw scores (softmax_avx512 only; LowpKernels::raw_scores): st holds the products before
+  // the fp32 factor `scale` (> 0), applied here, and redo (rows of this step, non-null) gets 1
+  // for every row with a visible score (scaled, before softcap) that is NaN or of magnitude
+  // >= 2^127: the driver's extreme-row check, fused into the softmax passes.
+  float scale = 1.0f;
+  uint8_t* redo = nullptr;
 };
 
 // 16-bit products on packed panels, fp32 accumulation: bf16 inputs (and fp8 e4m3, exact in
@@ -86,6 +92,9 @@ struct LowpKernels {
   // configuration); nullptr = nothing to do.
   void (*begin)();
   void (*end)();
+  // qk stores the unscaled products, checks nothing and returns false: the softmax step scales
+  // them and flags extreme rows (SoftmaxStep::scale / redo), saving a pass over S^T.
+  bool raw_scores = false;
 };
 
 struct Kernels {

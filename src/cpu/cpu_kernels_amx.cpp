@@ -81,14 +81,12 @@ inline void qk_block(const uint16_t* qv, int64_t mp, int64_t dqk_p, int64_t qpla
   if constexpr (N2 && M2) _tile_stored(3, st + 16 * mp + 16, qb);
 }
 
+// Stores the raw products (LowpKernels::raw_scores): the softmax step applies the fp32 scale and
+// the extreme-score check while it reads S^T for the row max anyway (a separate load / multiply /
+// store / compare pass here was ~1/3 of this function).
 bool qk_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
-            float scale, float* st) {
+            float /*scale*/, float* st) {
   const int64_t dqk_p = rup(dqk, 32), n16 = rup(n, 16), qplane = dqk_p * mp, kplane = rup(n, 32) * dqk_p;
-  // The scale is applied in fp32 after the exact products (the packed Q carries only a power
-  // of two of it; see cpu_backend.cpp), in the same pass as the check for extreme scores, per
-  // 32-query strip while the strip is in L1.
-  const __m512 sc = _mm512_set1_ps(scale), big = _mm512_set1_ps(0x1p127f);
-  __mmask16 ext = 0;
   for (int64_t m0 = 0; m0 < m; m0 += 32) {
     const bool m2 = m - m0 >= 32;
     for (int64_t n0 = 0; n0 < n16; n0 += 32) {
@@ -101,14 +99,8 @@ bool qk_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16
       else if (m2) qk_block<false, true>(q, mp, dqk_p, qplane, k, kplane, terms, s);
       else qk_block<false, false>(q, mp, dqk_p, qplane, k, kplane, terms, s);
     }
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = m0; i < m0 + (m2 ? 32 : 16); i += 16) {
-        const __m512 x = _mm512_mul_ps(sc, _mm512_loadu_ps(st + j * mp + i));
-        _mm512_storeu_ps(st + j * mp + i, x);
-        ext |= _mm512_cmp_ps_mask(_mm512_abs_ps(x), big, _CMP_NLT_UQ);
-      }
   }
-  return ext != 0;
+  return false;
 }
 
 template <bool E2, bool M2>
@@ -172,6 +164,7 @@ const Kernels& amx_kernels() {
     k.pv = pv_amx;
     k.begin = amx_begin;
     k.end = amx_end;
+    k.raw_scores = true;
     return k;
   }();
   static const Kernels k = [] {

@@ -191,16 +191,49 @@ inline __m512 tanh_512(__m512 x) {
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
 }
 
+// 2^x for the 16-bit P of the pv product (P is rounded to bf16, or bf16 hi + lo for fp16, and
+// x <= ~0 after the max subtraction): a degree-5 fit on [-1/2, 1/2] (2.3e-7 relative, ~3 ulp,
+// far below P's own rounding), no upper clamp; exactly 0 below -126, NaN stays NaN (max_ps
+// returns its second operand, x, on NaN). Two vector ops fewer than exp2_512.
+inline __m512 exp2_p(__m512 x) {
+  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-126.0f), x);
+  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(xc, n);
+  __m512 p = _mm512_set1_ps(1.327647013e-03f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675541893e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550713465e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402212024e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469440e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000000119e+00f));
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // true for NaN
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+// Dword i of the result = (bf16(a[i]), bf16(b[i])): vcvtne2ps2bf16 puts b's 16 bf16 in the low
+// half and a's in the high half, one vpermw interleaves them (3 uops where two vcvtneps2bf16 +
+// two zero-extensions + shift + or took 8).
+inline __m512i bf16_pairs(__m512 a, __m512 b) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                              6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
 void softmax_avx512(const SoftmaxStep& s) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const bool cap = s.softcap_in != 0.0f;
+  const __m512 pos_inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const bool cap = s.softcap_in != 0.0f, check = s.redo != nullptr;
   const __m512 cap_in = _mm512_set1_ps(s.softcap_in), cap_out = _mm512_set1_ps(s.softcap_out);
   const __m512 log2e = _mm512_set1_ps(1.4426950408889634f);
+  const __m512 scale = _mm512_set1_ps(s.scale), big = _mm512_set1_ps(0x1p127f);
   for (int64_t m0 = 0; m0 < s.m; m0 += 16) {
     const __mmask16 lanes = head_mask(s.m - m0);
     float* col = s.st + m0;
-    // Pass 1: softcap, mask, row max (the reduction over keys is vertical).
-    __m512 mx = neg_inf;
+    // Pass 1: scale, extreme check, softcap, mask (all stored back: pass 2 then sees scale 1),
+    // row max (the reduction over keys is vertical). Without softcap or mask, st is only read:
+    // max and min of the raw products, scaled once (scale > 0 and rounding are monotone, so
+    // that is the max / min of the scaled scores).
+    __m512 mx = neg_inf, mn = pos_inf, pscale = scale;
+    __mmask16 ext = 0;
     if (cap || s.lo) {
       __m512i lo = _mm512_setzero_si512(), hi = lo;
       if (s.lo) {
@@ -208,18 +241,30 @@ void softmax_avx512(const SoftmaxStep& s) {
         hi = _mm512_maskz_loadu_epi32(lanes, s.hi + m0);
       }
       for (int64_t n = 0; n < s.nk; ++n) {
-        __m512 x = _mm512_maskz_loadu_ps(lanes, col + n * s.mp);
-        if (cap) x = _mm512_mul_ps(cap_out, tanh_512(_mm512_mul_ps(x, cap_in)));
+        __m512 x = _mm512_mul_ps(scale, _mm512_maskz_loadu_ps(lanes, col + n * s.mp));
+        __mmask16 vis = lanes;
         if (s.lo) {
           const __m512i nv = _mm512_set1_epi32(static_cast<int32_t>(n));
-          const __mmask16 vis = _mm512_cmple_epi32_mask(lo, nv) & _mm512_cmpgt_epi32_mask(hi, nv);
-          x = _mm512_mask_blend_ps(vis, neg_inf, x);
+          vis = _mm512_cmple_epi32_mask(lo, nv) & _mm512_cmpgt_epi32_mask(hi, nv);
         }
+        if (check) ext |= vis & _mm512_cmp_ps_mask(_mm512_abs_ps(x), big, _CMP_NLT_UQ);
+        if (cap) x = _mm512_mul_ps(cap_out, tanh_512(_mm512_mul_ps(x, cap_in)));
+        if (s.lo) x = _mm512_mask_blend_ps(vis, neg_inf, x);
         _mm512_mask_storeu_ps(col + n * s.mp, lanes, x);
         mx = _mm512_max_ps(mx, x);
       }
+      pscale = _mm512_set1_ps(1.0f);
     } else {
-      for (int64_t n = 0; n < s.nk; ++n) mx = _mm512_max_ps(mx, _mm512_maskz_loadu_ps(lanes, col + n * s.mp));
+      for (int64_t n = 0; n < s.nk; ++n) {
+        const __m512 x = _mm512_maskz_loadu_ps(lanes, col + n * s.mp);
+        mx = _mm512_max_ps(mx, x);
+        if (check) mn = _mm512_min_ps(mn, x);
+      }
+      mx = _mm512_mul_ps(mx, scale);
+      // A NaN score is not kept by max_ps / min_ps: it reaches the row sum instead (below).
+      if (check)
+        ext = _mm512_cmp_ps_mask(mx, big, _CMP_GE_OQ) |
+              _mm512_cmp_ps_mask(_mm512_mul_ps(mn, scale), _mm512_set1_ps(-0x1p127f), _CMP_LE_OQ);
     }
     // NaN scores are not kept by max_ps; they poison the row through p and l instead.
     const __m512 m_old = _mm512_maskz_loadu_ps(lanes, s.m_run + m0);
@@ -230,18 +275,26 @@ void softmax_avx512(const SoftmaxStep& s) {
     // rescale (alpha = 1, rescale_ot_avx512).
     const __m512 m_new = _mm512_max_ps(mx, m_old);
     const __m512 m_use = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_UQ), m_new);  // -inf -> 0
-    // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow), row
-    // sums in two accumulators.
+    // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow; s - m
+    // as one fused x * scale - m), row sums in two accumulators.
+    auto arg = [&](int64_t n) {
+      return _mm512_mul_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), pscale, m_use), log2e);
+    };
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
     int64_t n = 0;
     if (s.pp) {  // P^T straight into bf16 key pairs (hi, and lo for 2 terms)
       const int64_t nk_p = rup(s.nk, 32), plane = nk_p * s.m;
+      if (s.terms == 1) {
+        for (; n + 2 <= s.nk; n += 2) {
+          const __m512 p0 = exp2_p(arg(n)), p1 = exp2_p(arg(n + 1));
+          sum0 = _mm512_add_ps(sum0, p0);
+          sum1 = _mm512_add_ps(sum1, p1);
+          _mm512_mask_storeu_epi32(s.pp + (n / 2 * s.m + m0) * 2, lanes, bf16_pairs(p0, p1));
+        }
+      }
       for (; n < s.nk; n += 2) {
-        const __m512 p0 =
-            exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
-        const __m512 p1 = n + 1 < s.nk ? exp2_512(_mm512_mul_ps(
-                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + (n + 1) * s.mp), m_use), log2e))
-                                       : _mm512_setzero_ps();
+        const __m512 p0 = exp2_p(arg(n));
+        const __m512 p1 = n + 1 < s.nk ? exp2_p(arg(n + 1)) : _mm512_setzero_ps();
         sum0 = _mm512_add_ps(sum0, p0);
         sum1 = _mm512_add_ps(sum1, p1);
         const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
@@ -256,25 +309,27 @@ void softmax_avx512(const SoftmaxStep& s) {
           _mm512_mask_storeu_epi32(s.pp + tm * plane + (j * s.m + m0) * 2, lanes, _mm512_setzero_si512());
     }
     for (; n + 2 <= s.nk; n += 2) {
-      const __m512 p0 =
-          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
-      const __m512 p1 =
-          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + (n + 1) * s.mp), m_use), log2e));
+      const __m512 p0 = exp2_512(arg(n)), p1 = exp2_512(arg(n + 1));
       _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
       _mm512_mask_storeu_ps(col + (n + 1) * s.mp, lanes, p1);
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
     }
     if (n < s.nk) {
-      const __m512 p0 =
-          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
+      const __m512 p0 = exp2_512(arg(n));
       _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
       sum0 = _mm512_add_ps(sum0, p0);
+    }
+    const __m512 sum = _mm512_add_ps(sum0, sum1);
+    if (check) {
+      ext = (ext | _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) & lanes;
+      for (int i = 0; i < 16; ++i)
+        if (ext >> i & 1) s.redo[m0 + i] = 1;
     }
     const __m512 a = exp2_512(_mm512_mul_ps(_mm512_sub_ps(m_old, m_use), log2e));
     _mm512_mask_storeu_ps(s.alpha + m0, lanes, a);
     const __m512 l = _mm512_maskz_loadu_ps(lanes, s.l_run + m0);
-    _mm512_mask_storeu_ps(s.l_run + m0, lanes, _mm512_fmadd_ps(l, a, _mm512_add_ps(sum0, sum1)));
+    _mm512_mask_storeu_ps(s.l_run + m0, lanes, _mm512_fmadd_ps(l, a, sum));
     _mm512_mask_storeu_ps(s.m_run + m0, lanes, m_new);
   }
 }
