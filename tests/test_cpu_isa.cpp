@@ -2,8 +2,8 @@
 // names where the machine has it, and the 16-bit product kernels (AMX tiles, vdpbf16ps) agree
 // with the reference on the shapes that stress their blocking and padding: head dims that are
 // not multiples of 32, packed-row counts that are not multiples of 16 / 32 / 48, key counts that
-// are not multiples of the 64-key tile, several query tiles, masks with partial tiles, splits,
-// paging, and bf16 subnormals (flushed by the matrix units, so those tiles must run in fp32).
+// are not multiples of the key tile (512 on AMX) or span several, several query tiles, masks
+// with partial tiles, splits, paging, and bf16 subnormals (flushed by the matrix units, so those tiles must run in fp32).
 //
 // CTest runs this binary and the cpu-vs-reference suite once per ISA (tests/CMakeLists.txt).
 #include <cmath>
@@ -94,6 +94,34 @@ TEST(CpuIsa, SixteenBitTilesEveryPaddingAndBlocking) {
           c.dist = (n % 3 == 0) ? Dist::outliers : Dist::normal;
           c.descale = dt == DType::float8_e4m3 && n % 2 == 0;
           check(c, derive_seed(61000 + n++));
+        }
+}
+
+// Several key tiles of the 16-bit kernels (512 keys on AMX): full tiles between partial ones,
+// and diagonal / window tiles whose trailing keys no row of the query tile sees (left out).
+TEST(CpuIsa, SixteenBitTilesAcrossSeveralKeyTiles) {
+  struct Dims {
+    int64_t dqk, dv;
+  };
+  const Dims dims[] = {{64, 64}, {100, 72}, {128, 128}};
+  int n = 0;
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (const Dims& d : dims)
+      for (int64_t sq : {9, 200})
+        for (int mask = 0; mask < 3; ++mask) {
+          CaseConfig c;
+          c.dtype = dt;
+          c.sq = sq;
+          c.sk = 1100;  // 512 + 512 + 76
+          c.dqk = d.dqk;
+          c.dv = d.dv;
+          c.causal = mask == 1;
+          if (mask == 2) {
+            c.window_left = 300;
+            c.window_right = 40;
+          }
+          c.dist = (n % 3 == 0) ? Dist::outliers : Dist::normal;
+          check(c, derive_seed(65000 + n++));
         }
 }
 

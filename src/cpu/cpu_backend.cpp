@@ -59,7 +59,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // the K/V conversion stalled ~15% of the run, at 192 rows ~8%. Q^T (96 KB) + O^T (96 KB) + S^T
 // (24 KB) + converted K/V (2 x 16 KB) stay well inside the 512 KB L2; 32-key tiles keep the
 // P^T strip of the P·V kernel in L1. The 16-bit product kernels (LowpKernels) name their own key
-// tile (64 on AMX: one O^T tile load / store per two k-steps).
+// tile (512 keys x 96 rows on AMX: cpu_kernels_amx.cpp).
 constexpr int64_t kTileRows = 192;
 constexpr int64_t kTileKeys = 32;
 
@@ -480,8 +480,14 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
         vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
       }
       if (!((kf | vf) & LowpKernels::kTiny)) {
-        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, n, plan.terms, qpost, ws.st + ra))
-          flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+        // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
+        // are left out, in whole 32-key steps of the panel: on the diagonal tiles of a causal
+        // mask that is up to half the tile.
+        const int64_t ld = round_up(n, 32);
+        const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, round_up(ws.row_hi_rel[rb - 1], 32)) : n;
+        step.nk = ne;
+        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra))
+          flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
                             step.hi ? ws.row_hi_rel : nullptr, ws.redo);
         // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
         const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
@@ -503,7 +509,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
           pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
                           ws.ot + ra);
         } else {
-          L->pv(nullptr, mp, m, n, vt, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
+          L->pv(nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
         }
         continue;
       }
@@ -666,9 +672,10 @@ bool rows_kernels_ok(const Problem& pb, const Kernels& k) {
 }
 bool all_rows_tiles(const Problem& pb, const Kernels& k) { return rows_kernels_ok(pb, k) && pb.group * pb.max_sq <= 8; }
 
-int64_t tile_rows_for(const Problem& pb, const Kernels& k) {
+int64_t tile_rows_for(const Problem& pb, const Kernels& k, const LowpKernels* lowp) {
   if (all_rows_tiles(pb, k)) return 8;
-  return std::min(kTileRows, round_up(pb.group * pb.max_sq, k.row_align));
+  const int64_t tr = lowp && lowp->tile_rows > 0 ? lowp->tile_rows : kTileRows;
+  return std::min(tr, round_up(pb.group * pb.max_sq, k.row_align));
 }
 
 // The 16-bit product kernels serve 16-bit and fp8 inputs whose K / V rows have unit dim stride
@@ -717,7 +724,7 @@ Status forward(const Problem& pb) {
   const int64_t g = pb.group;
   plan.lowp = lowp_for(pb, *plan.kern, &plan.terms);
   plan.tile_keys = tile_keys_for(plan.lowp);
-  plan.tile_rows = tile_rows_for(pb, *plan.kern);
+  plan.tile_rows = tile_rows_for(pb, *plan.kern, plan.lowp);
   plan.nsplit = num_splits(pb, nt, plan.tile_rows, plan.tile_keys);
   plan.rows_kernels = rows_kernels_ok(pb, *plan.kern);
 
@@ -852,7 +859,7 @@ void cpu_describe(const Problem& pb, PlanInfo* info) {
   int terms = 1;
   const LowpKernels* lowp = lowp_for(pb, k, &terms);
   info->kernel = k.name;
-  info->tile_m = tile_rows_for(pb, k);
+  info->tile_m = tile_rows_for(pb, k, lowp);
   info->tile_n = tile_keys_for(lowp);
   info->pack_gqa = pb.group > 1;  // the cpu tiles always pack the group's heads
   info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m, info->tile_n);

@@ -81,13 +81,15 @@ struct LowpKernels {
   // st[n'][i] = scale * sum_d kb[n'][d] qv[d][i]  for i < m (m, qv and st offset by whole 16-row
   // blocks; row stride mp), n' < n; rows n..round_up(n, 16) of st may be overwritten. Returns
   // whether any of those scores is NaN or of magnitude >= 2^127 (the driver's extreme-row check).
-  bool (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
-             float scale, float* st);
+  // ld: the keys the panels were packed for (their nk_p, >= round_up(n, 32)): the first n keys
+  // of a panel can be used alone (the diagonal tiles of causal masks).
+  bool (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+             int terms, float scale, float* st);
   // ot[e][i] = alpha[i] ot[e][i] + sum_n vt[e][n] p[n][i],  p = bf16(st) (P^T, row stride mp), i < m,
   // e < dv_p (rows dv..dv_p of ot hold zeros); pp: scratch of nk_p * m * T uint32 (st == nullptr:
-  // pp already holds P^T, written by the softmax step).
-  void (*pv)(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
-             const float* alpha, uint16_t* pp, float* ot);
+  // pp already holds P^T, written by the softmax step); vt packed for ld keys, as in qk.
+  void (*pv)(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv,
+             int terms, const float* alpha, uint16_t* pp, float* ot);
   // Per-thread setup around a run of qk / pv calls (AMX: load and release the tile
   // configuration); nullptr = nothing to do.
   void (*begin)();
@@ -95,6 +97,8 @@ struct LowpKernels {
   // qk stores the unscaled products, checks nothing and returns false: the softmax step scales
   // them and flags extreme rows (SoftmaxStep::scale / redo), saving a pass over S^T.
   bool raw_scores = false;
+  // Packed rows per query tile the driver should use with these kernels (0: its own default).
+  int64_t tile_rows = 0;
 };
 
 struct Kernels {

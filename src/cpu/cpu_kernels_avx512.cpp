@@ -616,10 +616,10 @@ inline void qk16_tail(int nb, const uint16_t* qv, int64_t mp, int64_t d2n, int64
 }
 
 template <int NB, int MV>
-bool qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
-            float scale, float* st) {
+bool qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+            int terms, float scale, float* st) {
   __mmask16 ext = 0;
-  const int64_t dqk_p = rup(dqk, 32), d2n = (dqk + 1) / 2, qplane = dqk_p * mp, kplane = rup(n, 32) * dqk_p;
+  const int64_t dqk_p = rup(dqk, 32), d2n = (dqk + 1) / 2, qplane = dqk_p * mp, kplane = ld * dqk_p;
   for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
     int64_t n0 = 0;
     for (; n0 + NB <= n; n0 += NB)
@@ -632,11 +632,11 @@ bool qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16
   return ext != 0;
 }
 
-bool qk16_avx512(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
-                 float scale, float* st) {
-  if (m % 48 == 0) return qk16_t<8, 3>(qv, mp, m, dqk, kb, n, terms, scale, st);
-  if (m % 32 == 0) return qk16_t<12, 2>(qv, mp, m, dqk, kb, n, terms, scale, st);
-  return qk16_t<16, 1>(qv, mp, m, dqk, kb, n, terms, scale, st);
+bool qk16_avx512(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+                 int terms, float scale, float* st) {
+  if (m % 48 == 0) return qk16_t<8, 3>(qv, mp, m, dqk, kb, ld, n, terms, scale, st);
+  if (m % 32 == 0) return qk16_t<12, 2>(qv, mp, m, dqk, kb, ld, n, terms, scale, st);
+  return qk16_t<16, 1>(qv, mp, m, dqk, kb, ld, n, terms, scale, st);
 }
 
 // ot block: dims [0, NB) of vt x queries [0, 16 MV) of pp, over j2n key pairs.
@@ -679,26 +679,27 @@ inline void pv16_tail(int nb, const uint16_t* pp, int64_t m, int64_t j2n, int64_
 }
 
 template <int NB, int MV>
-void pv16_t(const uint16_t* pp, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
-            float* ot) {
-  const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), j2n = (n + 1) / 2, pplane = nk_p * m, vplane = dv_p * nk_p;
+void pv16_t(const uint16_t* pp, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv,
+            int terms, float* ot) {
+  // vt rows are ld keys long (the panel's nk_p); pp is packed for n keys.
+  const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), j2n = (n + 1) / 2, pplane = nk_p * m, vplane = dv_p * ld;
   for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
     int64_t e0 = 0;
     for (; e0 + NB <= dv; e0 += NB)
-      pv16_block<NB, MV>(pp + m0 * 2, m, j2n, pplane, vt + e0 * nk_p, nk_p, vplane, terms, mp, ot + e0 * mp + m0);
+      pv16_block<NB, MV>(pp + m0 * 2, m, j2n, pplane, vt + e0 * ld, ld, vplane, terms, mp, ot + e0 * mp + m0);
     if (e0 < dv)
-      pv16_tail<MV, NB>(static_cast<int>(dv - e0), pp + m0 * 2, m, j2n, pplane, vt + e0 * nk_p, nk_p, vplane, terms, mp,
+      pv16_tail<MV, NB>(static_cast<int>(dv - e0), pp + m0 * 2, m, j2n, pplane, vt + e0 * ld, ld, vplane, terms, mp,
                         ot + e0 * mp + m0);
   }
 }
 
-void pv16_avx512(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
-                 const float* alpha, uint16_t* pp, float* ot) {
+void pv16_avx512(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv,
+                 int terms, const float* alpha, uint16_t* pp, float* ot) {
   if (st) pack_p_avx512(st, mp, m, n, terms, pp);
   rescale_ot_avx512(ot, mp, m, dv, alpha);
-  if (m % 48 == 0) return pv16_t<8, 3>(pp, mp, m, n, vt, dv, terms, ot);
-  if (m % 32 == 0) return pv16_t<12, 2>(pp, mp, m, n, vt, dv, terms, ot);
-  return pv16_t<16, 1>(pp, mp, m, n, vt, dv, terms, ot);
+  if (m % 48 == 0) return pv16_t<8, 3>(pp, mp, m, n, vt, ld, dv, terms, ot);
+  if (m % 32 == 0) return pv16_t<12, 2>(pp, mp, m, n, vt, ld, dv, terms, ot);
+  return pv16_t<16, 1>(pp, mp, m, n, vt, ld, dv, terms, ot);
 }
 
 }  // namespace
