@@ -5,7 +5,8 @@
 // that kv head are packed together (PackGQA): packed row r <-> (query position r / group,
 // head hk * group + r % group), so one converted K/V tile feeds all of them and the mask bounds
 // stay monotone in r. The packed rows are cut into query tiles of up to kTileRows rows; a work
-// unit is (b, hk, query tile, split) and units run under dynamic scheduling, largest first.
+// unit is (b, hk, query tile, split) and units run under dynamic scheduling, largest first
+// (grouped per (b, hk), for the K/V panels' reuse in L2).
 // Inside a unit the key range the tile can see (SeqMask::key_range, intersected with the
 // split's share) is walked in aligned tiles of plan.tile_keys keys (32 for the fp32 kernels, the
 // 16-bit kernels' own key_tile otherwise): empty tiles are skipped, full tiles are not masked,
@@ -754,7 +755,18 @@ Status forward(const Problem& pb) {
       }
     }
   }
-  std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.cost > b.cost; });
+  // Largest first, but kept together per (batch, kv head): pairs by their total cost, the units
+  // of a pair by theirs. Consecutive units then read the same K / V panels (in L2 for S <= ~4k
+  // at D = 128) where a global cost order interleaves the heads of causal masks (equal costs at
+  // equal positions) and every unit streamed its panels from L3; the small units of the last
+  // pairs still come last for the balance.
+  std::vector<int64_t> pair_cost(static_cast<size_t>(pairs), 0);
+  for (const Unit& x : units) pair_cost[x.b * pb.hkv + x.hk] += x.cost;
+  std::stable_sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
+    const int64_t pa = a.b * pb.hkv + a.hk, pbb = b.b * pb.hkv + b.hk;
+    if (pa != pbb) return pair_cost[pa] != pair_cost[pbb] ? pair_cost[pa] > pair_cost[pbb] : pa < pbb;
+    return a.cost > b.cost;
+  });
 
   // Split partials: every (tile, split) unit writes all of its rows, so no initialization.
   std::unique_ptr<float[]> part_o, part_lse;
