@@ -141,6 +141,7 @@ struct Workspace {
   uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
+  const void** qraw = nullptr;                     // [mp] storage addresses of the Q rows
 
   // Carves the buffer (p == nullptr: only counts the bytes).
   size_t carve(char* p, int terms) {
@@ -170,6 +171,7 @@ struct Workspace {
     vrows = static_cast<const float**>(take(nk, 8));
     kraw = static_cast<const void**>(take(nk, 8));
     vraw = static_cast<const void**>(take(nk, 8));
+    qraw = static_cast<const void**>(take(mp, 8));
     redo = static_cast<uint8_t*>(take(mp, 1));
     if (terms > 0) {
       qt2 = static_cast<float*>(take(dqk * mp, 4));
@@ -329,14 +331,28 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   // Transposed tiles with unit-stride Q rows: the rows are converted to fp32 row-major (qrow)
   // and transposed by the table's kernel; Q^T in the fp32 kernels' scale (qt) is then made only
   // when a tile needs those kernels (qt_ready).
+  // With LowpKernels::pack_q_rows the packed Q is built from the storage rows directly (no fp32
+  // copies), and qrow too only when needed (qrow_ready).
   const bool fast_q = K.transpose && !rowwise && pb.qs.dim == 1;
-  bool qt_ready = !fast_q;
-  if (fast_q) {
+  const bool direct_q = fast_q && L && L->pack_q_rows;
+  bool qt_ready = !fast_q, qrow_ready = false;
+  auto fill_qrow = [&] {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
       K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz, pb.dtype, 1, dqk, ws.qrow + r * dqk);
     }
     std::fill(ws.qrow + rows * dqk, ws.qrow + mp * dqk, 0.0f);  // padding rows: zero queries
+    qrow_ready = true;
+  };
+  int qflags = 0;
+  if (direct_q) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+      ws.qraw[r] = static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz;
+    }
+    qflags = L->pack_q_rows(ws.qraw, pb.dtype, rows, mp, dqk, qpow2, plan.terms, ws.qv);
+  } else if (fast_q) {
+    fill_qrow();
     if (L) K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qpow2, ws.qt2, mp);
   } else {
     for (int64_t r = 0; r < rows; ++r) {
@@ -354,6 +370,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   }
   auto need_qt = [&] {
     if (qt_ready) return;
+    if (!qrow_ready) fill_qrow();
     K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qscale, ws.qt, mp);
     qt_ready = true;
   };
@@ -367,7 +384,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     ws.row_hi[r] = ws.row_hi[rows - 1];
   }
   // A subnormal in the packed Q (flushed by the products): this unit runs on the fp32 kernels.
-  if (L && (L->pack_q(ws.qt2, mp, dqk, plan.terms, ws.qv) & LowpKernels::kTiny)) L = nullptr;
+  if (L && !direct_q) qflags = L->pack_q(ws.qt2, mp, dqk, plan.terms, ws.qv);
+  if (L && (qflags & LowpKernels::kTiny)) L = nullptr;
   if (!L) need_qt();
   for (int64_t r = 0; r < mp; ++r) {
     ws.m_run[r] = kNegInf;

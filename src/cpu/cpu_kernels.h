@@ -75,6 +75,10 @@ struct LowpKernels {
   int64_t key_tile;  // keys per tile the driver should use with these kernels (multiple of 32)
   // qv from qt [dqk][mp] (fp32, already in the scale the product should see), all mp rows.
   int (*pack_q)(const float* qt, int64_t mp, int64_t dqk, int terms, uint16_t* qv);
+  // qv straight from n storage rows (unit dim stride) of dtype t times pow2 (a power of two, so
+  // exact unless it leaves the normal range: reported as kTiny, or inf); rows n..mp are zero.
+  int (*pack_q_rows)(const void* const* qrows, DType t, int64_t n, int64_t mp, int64_t dqk, float pow2, int terms,
+                     uint16_t* qv);
   // kb / vt from n storage rows (unit dim stride) of dtype t; rows n..nk_p are zero.
   int (*pack_k)(const void* const* krows, DType t, int64_t n, int64_t dqk, int terms, uint16_t* kb);
   int (*pack_v)(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt);

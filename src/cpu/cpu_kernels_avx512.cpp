@@ -338,6 +338,23 @@ void softmax_avx512(const SoftmaxStep& s) {
 // Packers for the 16-bit panels (layouts in cpu_kernels.h).
 
 
+// 16 elements [c0, c0 + 16) of one row (lanes outside k read as 0) in fp32.
+inline __m512 load_f32x16(const void* row, DType t, int64_t c0, __mmask16 k) {
+  if (t == DType::bfloat16) return bf16_widen(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(row) + c0));
+  if (t == DType::float16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(row) + c0));
+  if (t == DType::float8_e4m3) {
+    // OCP e4m3fn -> fp32 (see cpu_kernels_avx2.cpp): magnitude bits << 20, times 2^120.
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, static_cast<const uint8_t*>(row) + c0));
+    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+    __m512 x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
+    x = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), x,
+                             _mm512_set1_ps(__builtin_nanf("")));
+    return _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(x), _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24)));
+  }
+  return _mm512_maskz_loadu_ps(k, static_cast<const float*>(row) + c0);  // float32
+}
+
 // 16 elements [c0, c0 + 16) of one row (lanes outside k read as 0) as bf16 hi (and lo for 2
 // terms); flags gets kTiny / kNonFinite (bf16 subnormals are flushed by the products, so a tiny
 // value is reported; cvtneps flushes fp32 subnormals itself, so those are looked for before).
@@ -353,20 +370,7 @@ inline void load_bf16(const void* row, DType t, int64_t c0, __mmask16 k, int ter
     *nonfinite |= _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7f80)), _mm256_set1_epi16(0x7f80));
     return;
   }
-  if (t == DType::float16) {
-    x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(row) + c0));
-  } else if (t == DType::float8_e4m3) {
-    // OCP e4m3fn -> fp32 (see cpu_kernels_avx2.cpp): magnitude bits << 20, times 2^120.
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, static_cast<const uint8_t*>(row) + c0));
-    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
-    x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
-    x = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), x,
-                             _mm512_set1_ps(__builtin_nanf("")));
-    x = _mm512_castsi512_ps(
-        _mm512_or_si512(_mm512_castps_si512(x), _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24)));
-  } else {  // float32
-    x = _mm512_maskz_loadu_ps(k, static_cast<const float*>(row) + c0);
-  }
+  x = load_f32x16(row, t, c0, k);
   *tiny |= _mm512_fpclass_ps_mask(x, 0x20);  // subnormal
   const __m256i h = bf16_bits(x);
   *hi = h;
@@ -447,6 +451,43 @@ inline void transpose16(__m512i r[16]) {
   }
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// qv straight from the Q rows (LowpKernels::pack_q_rows): per 16 rows x 32 dims, the row's
+// bf16 (x pow2) in order are its 16 dim pairs, and one dword transpose makes them the 16 rows
+// of each pair. Same roundings and kTiny reports as pack_q on Q^T x pow2, without the fp32
+// row copies and the fp32 transpose (~8% of a bf16 prefill at S = 512 went to those).
+int pack_q_rows_avx512(const void* const* qrows, DType t, int64_t n, int64_t mp, int64_t dqk, float pow2, int terms,
+                       uint16_t* qv) {
+  const int64_t dqk_p = rup(dqk, 32), plane = dqk_p * mp;
+  const __m512 s = _mm512_set1_ps(pow2);
+  __mmask16 tiny = 0;
+  for (int64_t i0 = 0; i0 < mp; i0 += 16)
+    for (int64_t c0 = 0; c0 < dqk_p; c0 += 32) {
+      const __mmask16 ka = c0 < dqk ? head_mask(dqk - c0) : 0, kb = c0 + 16 < dqk ? head_mask(dqk - c0 - 16) : 0;
+      __m512i h[16], l[16];
+      for (int r = 0; r < 16; ++r) {
+        h[r] = l[r] = _mm512_setzero_si512();
+        if (i0 + r >= n) continue;
+        const __m512 a = _mm512_mul_ps(s, load_f32x16(qrows[i0 + r], t, c0, ka));
+        const __m512 b = _mm512_mul_ps(s, load_f32x16(qrows[i0 + r], t, c0 + 16, kb));
+        tiny |= _mm512_fpclass_ps_mask(a, 0x20) | _mm512_fpclass_ps_mask(b, 0x20);  // subnormal
+        h[r] = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // low half a, high half b: dims in order
+        if (terms == 2) {
+          const __m512 ra = _mm512_sub_ps(a, bf16_widen(_mm512_castsi512_si256(h[r])));  // exact
+          const __m512 rb = _mm512_sub_ps(b, bf16_widen(_mm512_extracti64x4_epi64(h[r], 1)));
+          tiny |= _mm512_fpclass_ps_mask(ra, 0x20) | _mm512_fpclass_ps_mask(rb, 0x20);
+          l[r] = (__m512i)_mm512_cvtne2ps_pbh(rb, ra);
+        }
+      }
+      transpose16(h);
+      for (int k = 0; k < 16; ++k) _mm512_storeu_si512(qv + ((c0 / 2 + k) * mp + i0) * 2, h[k]);
+      if (terms == 2) {
+        transpose16(l);
+        for (int k = 0; k < 16; ++k) _mm512_storeu_si512(qv + plane + ((c0 / 2 + k) * mp + i0) * 2, l[k]);
+      }
+    }
+  return flags_of(tiny, 0);
 }
 
 // V^T panels, 32 keys x 16 dims at a time: dword (pair jj, dim e) = V[2jj][e] | V[2jj+1][e] << 16,
@@ -705,7 +746,9 @@ void pv16_avx512(const float* st, int64_t mp, int64_t m, int64_t n, const uint16
 }  // namespace
 
 const LowpKernels& avx512_lowp() {
-  static const LowpKernels k{32, pack_q_avx512, pack_k_avx512, pack_v_avx512, qk16_avx512, pv16_avx512, nullptr, nullptr};
+  static const LowpKernels k{32,          pack_q_avx512, pack_q_rows_avx512, pack_k_avx512,
+                             pack_v_avx512, qk16_avx512,   pv16_avx512,        nullptr,
+                             nullptr};
   return k;
 }
 
