@@ -16,7 +16,9 @@ evaluation of the same inputs.
 
 Usage (torch from PyPI; a CUDA wheel works on a CPU-only machine given its CUDA libraries):
   python3 bench/cpu_peers.py --lib build-cpu/libfa4.so [--quick | --full] [--threads N]
-         [--json FILE] [--isa amx|avx512|avx2|generic]
+         [--json FILE] [--isa amx|avx512|avx2|generic] [--base-lib OLD/libfa4.so]
+--base-lib times a second build in the same interleaved rounds (before / after on a machine
+whose rate drifts: only ratios inside one run mean anything).
 FLOPs = 4 B H Sq Sk D, halved for causal; decode: GB/s of K + V bytes read.
 """
 
@@ -70,6 +72,8 @@ def parse_args():
     ap.add_argument("--no-prefill", action="store_true")
     ap.add_argument("--isa", default=None, help="sets FA4_CPU_ISA before libfa4 loads")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--base-lib", default=None,
+                    help="a second libfa4 (e.g. an older build) timed in the same rounds: adds fa4 / base columns")
     return ap.parse_args()
 
 
@@ -211,21 +215,28 @@ def main():
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     fa4 = Fa4(args.lib, threads)
+    base = None
+    if args.base_lib:  # a copy: dlopen of a path already loaded would return the same library
+        import shutil
+        import tempfile
+        tmp = os.path.join(tempfile.mkdtemp(), "libfa4_base.so")
+        shutil.copy(args.base_lib, tmp)
+        base = Fa4(tmp, threads)
     torch.manual_seed(0)
     random.seed(0)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     meta = dict(date=datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), commit=commit, cpu=cpu_model,
                 threads=threads, torch=torch.__version__, torch_isa=torch.backends.cpu.get_cpu_capability(),
-                fa4_isa=os.environ.get("FA4_CPU_ISA", "best"), load=os.getloadavg()[0])
+                fa4_isa=os.environ.get("FA4_CPU_ISA", "best"), load=os.getloadavg()[0], base_lib=args.base_lib)
     print("# " + json.dumps(meta), flush=True)
     gemm0 = gemm_rate(args.gemm)
     print(f"torch bf16 matmul {args.gemm}^3: {gemm0:.1f} GFLOP/s", flush=True)
     rows = []
     if not args.no_prefill:
         print("| dtype | S | D | causal | fa4 GFLOP/s | torch GFLOP/s | fa4 / torch | fa4 / matmul | "
-              "fa4 rel-L2 | torch rel-L2 | fa4 max-abs | torch max-abs |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+              "fa4 rel-L2 | torch rel-L2 | fa4 max-abs | torch max-abs |" + (" base / torch | fa4 / base |" if base else ""))
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if base else ""), flush=True)
         for sh in prefill_shapes():
             dt = DT[sh["dt"]]
             B, H, S, D = sh["B"], sh["H"], sh["S"], sh["D"]
@@ -235,12 +246,19 @@ def main():
             res = {}
             fns = {"fa4": lambda: fa4.call(p),
                    "torch": lambda: res.__setitem__("t", F.scaled_dot_product_attention(q, k, v, is_causal=sh["causal"]))}
+            if base:
+                out_b = torch.empty(B, S, H, D, dtype=dt).transpose(1, 2)
+                p_b = base.params(q, k, v, out_b, sh["causal"])
+                fns["base"] = lambda: base.call(p_b)
             reps = reps_for(fns)
             t = interleaved(fns, reps)
             flops = 4 * B * H * S * S * D / (2 if sh["causal"] else 1)
             r = dict(sh, reps=reps, fa4_ms=statistics.median(t["fa4"]) * 1e3, torch_ms=statistics.median(t["torch"]) * 1e3)
             r["fa4_gflops"] = flops / r["fa4_ms"] / 1e6
             r["torch_gflops"] = flops / r["torch_ms"] / 1e6
+            if base:
+                r["base_ms"] = statistics.median(t["base"]) * 1e3
+                r["base_gflops"] = flops / r["base_ms"] / 1e6
             if S <= args.acc_max_s:
                 e = fp64_errors(q, k, v, sh["causal"], {"fa4": out, "torch": res["t"]})
                 r["fa4_rel_l2"], r["fa4_max_abs"] = e["fa4"]
@@ -250,14 +268,16 @@ def main():
                    if "fa4_rel_l2" in r else "- | - | - | -")
             print(f"| {sh['dt']} | {S} | {D} | {'yes' if sh['causal'] else 'no'} | {r['fa4_gflops']:.1f} | "
                   f"{r['torch_gflops']:.1f} | {r['fa4_gflops'] / r['torch_gflops']:.2f} | {r['fa4_gflops'] / gemm0:.2f} | "
-                  f"{acc} |", flush=True)
+                  f"{acc} |" + (f" {r['base_gflops'] / r['torch_gflops']:.2f} | {r['fa4_gflops'] / r['base_gflops']:.2f} |"
+                                if base else ""), flush=True)
             del q, k, v, out, res
     bw = None
     if not args.no_decode:
         bw = stream_gbs()
         print(f"streaming read (torch fp32 sum of 2 GB): {bw:.1f} GB/s", flush=True)
-        print("| B | Hq/Hkv | kv len | fa4 GB/s | torch GB/s | fa4 / torch | fa4 / stream |")
-        print("|---|---|---|---|---|---|---|", flush=True)
+        print("| B | Hq/Hkv | kv len | fa4 GB/s | torch GB/s | fa4 / torch | fa4 / stream |" +
+              (" base / torch | fa4 / base |" if base else ""))
+        print("|---|---|---|---|---|---|---|" + ("---|---|" if base else ""), flush=True)
         for sh in decode_shapes():
             dt = DT[sh["dt"]]
             B, Hq, Hkv, Sk, D = sh["B"], sh["Hq"], sh["Hkv"], sh["Sk"], sh["D"]
@@ -267,15 +287,23 @@ def main():
             p = fa4.params(q, k, v, out, False)
             fns = {"fa4": lambda: fa4.call(p),
                    "torch": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}
+            if base:
+                out_b = torch.empty(B, 1, Hq, D, dtype=dt).transpose(1, 2)
+                p_b = base.params(q, k, v, out_b, False)
+                fns["base"] = lambda: base.call(p_b)
             reps = reps_for(fns)
             t = interleaved(fns, reps)
             nbytes = 2 * B * Hkv * Sk * D * 2
             r = dict(sh, reps=reps, fa4_ms=statistics.median(t["fa4"]) * 1e3, torch_ms=statistics.median(t["torch"]) * 1e3)
             r["fa4_gbs"] = nbytes / r["fa4_ms"] / 1e6
             r["torch_gbs"] = nbytes / r["torch_ms"] / 1e6
+            if base:
+                r["base_ms"] = statistics.median(t["base"]) * 1e3
+                r["base_gbs"] = nbytes / r["base_ms"] / 1e6
             rows.append(r)
             print(f"| {B} | {Hq}/{Hkv} | {Sk} | {r['fa4_gbs']:.1f} | {r['torch_gbs']:.1f} | "
-                  f"{r['fa4_gbs'] / r['torch_gbs']:.2f} | {r['fa4_gbs'] / bw:.2f} |", flush=True)
+                  f"{r['fa4_gbs'] / r['torch_gbs']:.2f} | {r['fa4_gbs'] / bw:.2f} |" +
+                  (f" {r['base_gbs'] / r['torch_gbs']:.2f} | {r['fa4_gbs'] / r['base_gbs']:.2f} |" if base else ""), flush=True)
             del q, k, v, out
     gemm1 = gemm_rate(args.gemm)
     print(f"torch bf16 matmul {args.gemm}^3 (after): {gemm1:.1f} GFLOP/s; load average now {os.getloadavg()[0]:.1f}",

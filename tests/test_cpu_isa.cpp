@@ -2,8 +2,8 @@
 // names where the machine has it, and the 16-bit product kernels (AMX tiles, vdpbf16ps) agree
 // with the reference on the shapes that stress their blocking and padding: head dims that are
 // not multiples of 32, packed-row counts that are not multiples of 16 / 32 / 48, key counts that
-// are not multiples of the 64-key tile, several query tiles, masks with partial tiles, splits,
-// paging, and bf16 subnormals (flushed by the matrix units, so those tiles must run in fp32).
+// are not multiples of the key tile (512 on AMX) or span several, several query tiles, masks
+// with partial tiles, splits, paging, and bf16 subnormals (flushed by the matrix units, so those tiles must run in fp32).
 //
 // CTest runs this binary and the cpu-vs-reference suite once per ISA (tests/CMakeLists.txt).
 #include <cmath>
@@ -97,6 +97,34 @@ TEST(CpuIsa, SixteenBitTilesEveryPaddingAndBlocking) {
         }
 }
 
+// Several key tiles of the 16-bit kernels (512 keys on AMX): full tiles between partial ones,
+// and diagonal / window tiles whose trailing keys no row of the query tile sees (left out).
+TEST(CpuIsa, SixteenBitTilesAcrossSeveralKeyTiles) {
+  struct Dims {
+    int64_t dqk, dv;
+  };
+  const Dims dims[] = {{64, 64}, {100, 72}, {128, 128}};
+  int n = 0;
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (const Dims& d : dims)
+      for (int64_t sq : {9, 200})
+        for (int mask = 0; mask < 3; ++mask) {
+          CaseConfig c;
+          c.dtype = dt;
+          c.sq = sq;
+          c.sk = 1100;  // 512 + 512 + 76
+          c.dqk = d.dqk;
+          c.dv = d.dv;
+          c.causal = mask == 1;
+          if (mask == 2) {
+            c.window_left = 300;
+            c.window_right = 40;
+          }
+          c.dist = (n % 3 == 0) ? Dist::outliers : Dist::normal;
+          check(c, derive_seed(65000 + n++));
+        }
+}
+
 TEST(CpuIsa, SixteenBitTilesWithSplitsPagesSinksSoftcapAndLse) {
   int n = 0;
   for (DType dt : {DType::bfloat16, DType::float16})
@@ -141,6 +169,35 @@ TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {
     ASSERT_TRUE(cpu.run(Backend::cpu).ok());
     EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype))) << "subnormal operand " << which;
   }
+}
+
+// Scores beyond fp32 on the 16-bit paths: the AMX table leaves the scale and the extreme-score
+// check (|s| >= 2^127 or NaN, visible, before softcap) to the softmax step, which must flag the
+// same rows the separate check did; flagged rows are recomputed in fp64 (the reference's result).
+TEST(CpuIsa, SixteenBitScoresBeyondFp32GiveTheReferenceResult) {
+  int n = 0;
+  for (bool causal : {false, true})
+    for (float softcap : {0.0f, 50.0f})
+      for (float kval : {3e38f, -3e38f}) {
+        CaseConfig cfg;
+        cfg.dtype = DType::bfloat16;
+        cfg.hq = cfg.hkv = 2;
+        cfg.dqk = cfg.dv = 64;
+        cfg.sq = 200;
+        cfg.sk = 300;
+        cfg.causal = causal;
+        cfg.softcap = softcap;
+        cfg.scale = 1.0f;  // |q0| > 0.57: a score beyond 2^127; > 1.13: beyond FLT_MAX (inf)
+        const uint64_t seed = derive_seed(64000 + n++);
+        FA4_SEED_TRACE(seed);
+        Case orig = make_case(cfg, seed);
+        for (int64_t h = 0; h < cfg.hkv; ++h) orig.k.set(orig.k.off({0, 150, h, 0}), kval);  // k [B, Sk, Hkv, D]
+        Case ref = orig, cpu = orig;
+        ASSERT_TRUE(ref.run(Backend::reference).ok());
+        ASSERT_TRUE(cpu.run(Backend::cpu).ok());
+        EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)))
+            << "causal " << causal << " softcap " << softcap << " k " << kval;
+      }
 }
 
 }  // namespace

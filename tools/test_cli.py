@@ -91,11 +91,11 @@ def test_run():
         expect(rc == 1 and "FAIL" in out and what in out, f"run --check with fault '{fault}': exit 1, FAIL ({what})", out + err)
     rc, out, _ = fa4("run", *SMALL, "--reps", "3", "--warmup", "0")
     expect(rc == 0 and "(3 reps, 0 warmup)" in out, "run --reps 3 --warmup 0", out)
-    # The plan line: the cpu tiles 48 query rows (whole 8- or 16-row groups) x 32 keys (128 on
+    # The plan line: the cpu tiles 48 query rows (whole 8- or 16-row groups) x 32 keys (512 on
     # AMX for bf16); one token x a GQA group of 4 packs into one 8-row tile and, with one kv head,
     # splits 7 * 32 keys in two.
     plan_re = r"^plan: kernel (amx|avx512|avx2|generic), tile %s, PackGQA %s, splits %d$"
-    for extra, tile, pack, splits in (([], "48x(32|128)", "no", 1),
+    for extra, tile, pack, splits in (([], "48x(32|512)", "no", 1),
                                       (["--kv-heads", "1", "--seqlen-q", "1", "--seqlen-k", "900", "-b", "1",
                                         "--threads", "2"], "8x32", "yes", 2)):
         rc, out, _ = fa4("run", *SMALL, "--backend", "cpu", *extra)
@@ -154,7 +154,7 @@ def test_run_json(tmp):
             doc = json.load(f)
         expect(doc["layout"] == "paged(16)" and doc["check"]["pass"] is True and doc["flops"] > 0
                and doc["median_s"] > 0, "run JSON fields", json.dumps(doc))
-        expect(doc["plan"]["tile_m"] == 48 and doc["plan"]["tile_n"] in (32, 128) and doc["plan"]["splits"] >= 1
+        expect(doc["plan"]["tile_m"] == 48 and doc["plan"]["tile_n"] in (32, 512) and doc["plan"]["splits"] >= 1
                and doc["plan"]["kernel"], "run JSON plan", json.dumps(doc))
     except (OSError, ValueError, KeyError) as e:
         expect(False, f"run JSON unreadable: {e}")

@@ -5,7 +5,8 @@
 // that kv head are packed together (PackGQA): packed row r <-> (query position r / group,
 // head hk * group + r % group), so one converted K/V tile feeds all of them and the mask bounds
 // stay monotone in r. The packed rows are cut into query tiles of up to kTileRows rows; a work
-// unit is (b, hk, query tile, split) and units run under dynamic scheduling, largest first.
+// unit is (b, hk, query tile, split) and units run under dynamic scheduling, largest first
+// (grouped per (b, hk), for the K/V panels' reuse in L2).
 // Inside a unit the key range the tile can see (SeqMask::key_range, intersected with the
 // split's share) is walked in aligned tiles of plan.tile_keys keys (32 for the fp32 kernels, the
 // 16-bit kernels' own key_tile otherwise): empty tiles are skipped, full tiles are not masked,
@@ -59,7 +60,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // the K/V conversion stalled ~15% of the run, at 192 rows ~8%. Q^T (96 KB) + O^T (96 KB) + S^T
 // (24 KB) + converted K/V (2 x 16 KB) stay well inside the 512 KB L2; 32-key tiles keep the
 // P^T strip of the P·V kernel in L1. The 16-bit product kernels (LowpKernels) name their own key
-// tile (64 on AMX: one O^T tile load / store per two k-steps).
+// tile (512 keys x 96 rows on AMX: cpu_kernels_amx.cpp).
 constexpr int64_t kTileRows = 192;
 constexpr int64_t kTileKeys = 32;
 
@@ -133,13 +134,14 @@ struct Workspace {
   int64_t mp_max, nk, dqk, dv, dv_p;
   AlignedBuffer buf;
   float *qt = nullptr, *qt2 = nullptr, *st = nullptr, *ot = nullptr, *kc = nullptr, *vc = nullptr, *m_run = nullptr,
-        *l_run = nullptr, *alpha = nullptr, *row = nullptr;
+        *l_run = nullptr, *alpha = nullptr, *row = nullptr, *qrow = nullptr, *orow = nullptr;
   uint16_t *qv = nullptr, *kb = nullptr, *vt = nullptr, *pp = nullptr;  // packed bf16 panels
   int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
   int64_t *row_lo = nullptr, *row_hi = nullptr;
   uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
+  const void** qraw = nullptr;                     // [mp] storage addresses of the Q rows
 
   // Carves the buffer (p == nullptr: only counts the bytes).
   size_t carve(char* p, int terms) {
@@ -159,6 +161,8 @@ struct Workspace {
     l_run = static_cast<float*>(take(mp, 4));
     alpha = static_cast<float*>(take(mp, 4));
     row = static_cast<float*>(take(std::max(dqk, dv), 4));
+    qrow = static_cast<float*>(take(mp * dqk, 4));  // [mp][dqk] Q rows in fp32 (Kernels::transpose)
+    orow = static_cast<float*>(take(mp * dv, 4));   // [mp][dv] normalized O rows
     row_lo_rel = static_cast<int32_t*>(take(mp, 4));
     row_hi_rel = static_cast<int32_t*>(take(mp, 4));
     row_lo = static_cast<int64_t*>(take(mp, 8));
@@ -167,6 +171,7 @@ struct Workspace {
     vrows = static_cast<const float**>(take(nk, 8));
     kraw = static_cast<const void**>(take(nk, 8));
     vraw = static_cast<const void**>(take(nk, 8));
+    qraw = static_cast<const void**>(take(mp, 8));
     redo = static_cast<uint8_t*>(take(mp, 1));
     if (terms > 0) {
       qt2 = static_cast<float*>(take(dqk * mp, 4));
@@ -322,25 +327,66 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     L = nullptr;
   }
   const int64_t q_rs = rowwise ? dqk : 1, q_ds = rowwise ? 1 : mp;
+  const int64_t qesz = static_cast<int64_t>(dtype_size(pb.dtype));
+  // Transposed tiles with unit-stride Q rows: the rows are converted to fp32 row-major (qrow)
+  // and transposed by the table's kernel; Q^T in the fp32 kernels' scale (qt) is then made only
+  // when a tile needs those kernels (qt_ready).
+  // With LowpKernels::pack_q_rows the packed Q is built from the storage rows directly (no fp32
+  // copies), and qrow too only when needed (qrow_ready).
+  const bool fast_q = K.transpose && !rowwise && pb.qs.dim == 1;
+  const bool direct_q = fast_q && L && L->pack_q_rows;
+  bool qt_ready = !fast_q, qrow_ready = false;
+  auto fill_qrow = [&] {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+      K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz, pb.dtype, 1, dqk, ws.qrow + r * dqk);
+    }
+    std::fill(ws.qrow + rows * dqk, ws.qrow + mp * dqk, 0.0f);  // padding rows: zero queries
+    qrow_ready = true;
+  };
+  int qflags = 0;
+  if (direct_q) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+      ws.qraw[r] = static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz;
+    }
+    qflags = L->pack_q_rows(ws.qraw, pb.dtype, rows, mp, dqk, qpow2, plan.terms, ws.qv);
+  } else if (fast_q) {
+    fill_qrow();
+    if (L) K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qpow2, ws.qt2, mp);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+      K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz, pb.dtype, pb.qs.dim, dqk, ws.row);
+      for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = ws.row[d] * qscale;
+      if (L)
+        for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = ws.row[d] * qpow2;
+    }
+    for (int64_t r = rows; r < mp; ++r) {  // padding rows: zero queries
+      for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = 0.0f;
+      if (L)
+        for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = 0.0f;
+    }
+  }
+  auto need_qt = [&] {
+    if (qt_ready) return;
+    if (!qrow_ready) fill_qrow();
+    K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qscale, ws.qt, mp);
+    qt_ready = true;
+  };
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
-    K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * static_cast<int64_t>(dtype_size(pb.dtype)),
-              pb.dtype, pb.qs.dim, dqk, ws.row);
-    for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = ws.row[d] * qscale;
-    if (L)
-      for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = ws.row[d] * qpow2;
+    const int64_t i = (u.r0 + r) / g;
     ws.row_lo[r] = sm.row_lo(i);
     ws.row_hi[r] = sm.row_hi(i);
   }
-  for (int64_t r = rows; r < mp; ++r) {  // padding rows: zero queries, bounds of the last row
-    for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = 0.0f;
-    if (L)
-      for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = 0.0f;
+  for (int64_t r = rows; r < mp; ++r) {  // padding rows: bounds of the last row
     ws.row_lo[r] = ws.row_lo[rows - 1];
     ws.row_hi[r] = ws.row_hi[rows - 1];
   }
   // A subnormal in the packed Q (flushed by the products): this unit runs on the fp32 kernels.
-  if (L && (L->pack_q(ws.qt2, mp, dqk, plan.terms, ws.qv) & LowpKernels::kTiny)) L = nullptr;
+  if (L && !direct_q) qflags = L->pack_q(ws.qt2, mp, dqk, plan.terms, ws.qv);
+  if (L && (qflags & LowpKernels::kTiny)) L = nullptr;
+  if (!L) need_qt();
   for (int64_t r = 0; r < mp; ++r) {
     ws.m_run[r] = kNegInf;
     ws.l_run[r] = 0.0f;
@@ -453,15 +499,27 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
         vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
       }
       if (!((kf | vf) & LowpKernels::kTiny)) {
-        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, n, plan.terms, qpost, ws.st + ra))
-          flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+        // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
+        // are left out, in whole 32-key steps of the panel: on the diagonal tiles of a causal
+        // mask that is up to half the tile.
+        const int64_t ld = round_up(n, 32);
+        const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, round_up(ws.row_hi_rel[rb - 1], 32)) : n;
+        step.nk = ne;
+        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra))
+          flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
                             step.hi ? ws.row_hi_rel : nullptr, ws.redo);
         // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
         const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
         step.pp = exact_pv ? nullptr : ws.pp;
         step.terms = plan.terms;
+        if (L->raw_scores) {  // the softmax scales the products and flags extreme rows
+          step.scale = qpost;
+          step.redo = ws.redo + ra;
+        }
         K.softmax(step);
         step.pp = nullptr;
+        step.scale = 1.0f;
+        step.redo = nullptr;
         if (exact_pv) {
           for (int64_t t = 0; t < n; ++t) {
             K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
@@ -470,12 +528,13 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
           pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
                           ws.ot + ra);
         } else {
-          L->pv(nullptr, mp, m, n, vt, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
+          L->pv(nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
         }
         continue;
       }
       // bf16 subnormals in this tile's K / V: the fp32 kernels below.
     }
+    need_qt();
     // Converted to contiguous fp32 rows even when K/V are fp32 already: measured on Zen3, the
     // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
     // costs.
@@ -499,9 +558,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   if (L && L->end) L->end();
 
   // ---- finalize: sink (split 0 only), normalization, empty rows, lse ----
+  // Row r's output is ot row r times f[r] (in alpha, free now); lse[r] in l_run.
   const bool sink = pb.has_sinks && u.split == 0;
+  float* const fr = ws.alpha;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+    const int64_t h = hk * g + (u.r0 + r) % g;
     const float m = ws.m_run[r];
     float l = ws.l_run[r], m_f = m, c = 1.0f;  // O_final = ot * c / l
     if (sink) {
@@ -511,10 +572,29 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       l = l * c + (m_f == kNegInf ? 0.0f : std::exp(s - m_f));
     }
     const bool empty = m_f == kNegInf && !std::isnan(l);
-    const float f = empty ? 0.0f : c / l * dvs;
+    fr[r] = empty ? 0.0f : c / l * dvs;
     // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
-    const float lse = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
-    const float* orow = ws.ot + r * o_rs;
+    ws.l_run[r] = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
+  }
+  // Normalized rows, row-major: transposed by the table's kernel when O^T is transposed.
+  const float* orow = ws.orow;
+  int64_t or_s = dv, oe_s = 1;
+  if (rowwise || !K.transpose) {
+    orow = ws.ot;
+    or_s = o_rs;
+    oe_s = o_es;
+  } else {
+    K.transpose(ws.ot, mp, dv, rows, fr, 1.0f, ws.orow, dv);
+  }
+  const bool scaled = orow == ws.orow;  // fr already applied
+  const bool fast_store = scaled && K.store_row && pb.os.dim == 1 &&
+                          (pb.out_dtype == DType::float32 || pb.out_dtype == DType::float16 ||
+                           pb.out_dtype == DType::bfloat16);
+  const int64_t oesz = static_cast<int64_t>(dtype_size(pb.out_dtype));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+    const float* o = orow + r * or_s;
+    const float f = scaled ? 1.0f : fr[r], lse = ws.l_run[r];
     if (plan.nsplit == 1 && ws.redo[r]) {  // an extreme score: the whole row in fp64
       float lse_ref = 0.0f;
       reference_row(pb, b, i, h, ws.row, &lse_ref);
@@ -523,12 +603,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
       if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
     } else if (plan.nsplit == 1) {
       const int64_t oo = pb.out_offset(b, i, h);
-      for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, orow[e * o_es] * f);
+      if (fast_store)
+        K.store_row(o, dv, pb.out_dtype, static_cast<char*>(p.out.data) + oo * oesz);
+      else
+        for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, o[e * oe_s] * f);
       if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
     } else {
       const int64_t grow = plan.row_base[b * pb.hkv + hk] + pr;
       float* po = plan.part_o + (u.split * plan.total_rows + grow) * dv;
-      for (int64_t e = 0; e < dv; ++e) po[e] = orow[e * o_es] * f;
+      for (int64_t e = 0; e < dv; ++e) po[e] = o[e * oe_s] * f;
       plan.part_lse[u.split * plan.total_rows + grow] = lse;
       plan.part_redo[u.split * plan.total_rows + grow] = ws.redo[r];
     }
@@ -608,9 +691,10 @@ bool rows_kernels_ok(const Problem& pb, const Kernels& k) {
 }
 bool all_rows_tiles(const Problem& pb, const Kernels& k) { return rows_kernels_ok(pb, k) && pb.group * pb.max_sq <= 8; }
 
-int64_t tile_rows_for(const Problem& pb, const Kernels& k) {
+int64_t tile_rows_for(const Problem& pb, const Kernels& k, const LowpKernels* lowp) {
   if (all_rows_tiles(pb, k)) return 8;
-  return std::min(kTileRows, round_up(pb.group * pb.max_sq, k.row_align));
+  const int64_t tr = lowp && lowp->tile_rows > 0 ? lowp->tile_rows : kTileRows;
+  return std::min(tr, round_up(pb.group * pb.max_sq, k.row_align));
 }
 
 // The 16-bit product kernels serve 16-bit and fp8 inputs whose K / V rows have unit dim stride
@@ -659,7 +743,7 @@ Status forward(const Problem& pb) {
   const int64_t g = pb.group;
   plan.lowp = lowp_for(pb, *plan.kern, &plan.terms);
   plan.tile_keys = tile_keys_for(plan.lowp);
-  plan.tile_rows = tile_rows_for(pb, *plan.kern);
+  plan.tile_rows = tile_rows_for(pb, *plan.kern, plan.lowp);
   plan.nsplit = num_splits(pb, nt, plan.tile_rows, plan.tile_keys);
   plan.rows_kernels = rows_kernels_ok(pb, *plan.kern);
 
@@ -689,7 +773,18 @@ Status forward(const Problem& pb) {
       }
     }
   }
-  std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.cost > b.cost; });
+  // Largest first, but kept together per (batch, kv head): pairs by their total cost, the units
+  // of a pair by theirs. Consecutive units then read the same K / V panels (in L2 for S <= ~4k
+  // at D = 128) where a global cost order interleaves the heads of causal masks (equal costs at
+  // equal positions) and every unit streamed its panels from L3; the small units of the last
+  // pairs still come last for the balance.
+  std::vector<int64_t> pair_cost(static_cast<size_t>(pairs), 0);
+  for (const Unit& x : units) pair_cost[x.b * pb.hkv + x.hk] += x.cost;
+  std::stable_sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
+    const int64_t pa = a.b * pb.hkv + a.hk, pbb = b.b * pb.hkv + b.hk;
+    if (pa != pbb) return pair_cost[pa] != pair_cost[pbb] ? pair_cost[pa] > pair_cost[pbb] : pa < pbb;
+    return a.cost > b.cost;
+  });
 
   // Split partials: every (tile, split) unit writes all of its rows, so no initialization.
   std::unique_ptr<float[]> part_o, part_lse;
@@ -794,7 +889,7 @@ void cpu_describe(const Problem& pb, PlanInfo* info) {
   int terms = 1;
   const LowpKernels* lowp = lowp_for(pb, k, &terms);
   info->kernel = k.name;
-  info->tile_m = tile_rows_for(pb, k);
+  info->tile_m = tile_rows_for(pb, k, lowp);
   info->tile_n = tile_keys_for(lowp);
   info->pack_gqa = pb.group > 1;  // the cpu tiles always pack the group's heads
   info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m, info->tile_n);

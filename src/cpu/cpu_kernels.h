@@ -47,6 +47,12 @@ struct SoftmaxStep {
   // saving a pass over the tile; pv is then called with st = nullptr.
   uint16_t* pp = nullptr;
   int terms = 1;
+  // Raw scores (softmax_avx512 only; LowpKernels::raw_scores): st holds the products before
+  // the fp32 factor `scale` (> 0), applied here, and redo (rows of this step, non-null) gets 1
+  // for every row with a visible score (scaled, before softcap) that is NaN or of magnitude
+  // >= 2^127: the driver's extreme-row check, fused into the softmax passes.
+  float scale = 1.0f;
+  uint8_t* redo = nullptr;
 };
 
 // 16-bit products on packed panels, fp32 accumulation: bf16 inputs (and fp8 e4m3, exact in
@@ -69,23 +75,34 @@ struct LowpKernels {
   int64_t key_tile;  // keys per tile the driver should use with these kernels (multiple of 32)
   // qv from qt [dqk][mp] (fp32, already in the scale the product should see), all mp rows.
   int (*pack_q)(const float* qt, int64_t mp, int64_t dqk, int terms, uint16_t* qv);
+  // qv straight from n storage rows (unit dim stride) of dtype t times pow2 (a power of two, so
+  // exact unless it leaves the normal range: reported as kTiny, or inf); rows n..mp are zero.
+  int (*pack_q_rows)(const void* const* qrows, DType t, int64_t n, int64_t mp, int64_t dqk, float pow2, int terms,
+                     uint16_t* qv);
   // kb / vt from n storage rows (unit dim stride) of dtype t; rows n..nk_p are zero.
   int (*pack_k)(const void* const* krows, DType t, int64_t n, int64_t dqk, int terms, uint16_t* kb);
   int (*pack_v)(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt);
   // st[n'][i] = scale * sum_d kb[n'][d] qv[d][i]  for i < m (m, qv and st offset by whole 16-row
   // blocks; row stride mp), n' < n; rows n..round_up(n, 16) of st may be overwritten. Returns
   // whether any of those scores is NaN or of magnitude >= 2^127 (the driver's extreme-row check).
-  bool (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
-             float scale, float* st);
+  // ld: the keys the panels were packed for (their nk_p, >= round_up(n, 32)): the first n keys
+  // of a panel can be used alone (the diagonal tiles of causal masks).
+  bool (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+             int terms, float scale, float* st);
   // ot[e][i] = alpha[i] ot[e][i] + sum_n vt[e][n] p[n][i],  p = bf16(st) (P^T, row stride mp), i < m,
   // e < dv_p (rows dv..dv_p of ot hold zeros); pp: scratch of nk_p * m * T uint32 (st == nullptr:
-  // pp already holds P^T, written by the softmax step).
-  void (*pv)(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
-             const float* alpha, uint16_t* pp, float* ot);
+  // pp already holds P^T, written by the softmax step); vt packed for ld keys, as in qk.
+  void (*pv)(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv,
+             int terms, const float* alpha, uint16_t* pp, float* ot);
   // Per-thread setup around a run of qk / pv calls (AMX: load and release the tile
   // configuration); nullptr = nothing to do.
   void (*begin)();
   void (*end)();
+  // qk stores the unscaled products, checks nothing and returns false: the softmax step scales
+  // them and flags extreme rows (SoftmaxStep::scale / redo), saving a pass over S^T.
+  bool raw_scores = false;
+  // Packed rows per query tile the driver should use with these kernels (0: its own default).
+  int64_t tile_rows = 0;
 };
 
 struct Kernels {
@@ -114,6 +131,15 @@ struct Kernels {
   // above (on converted rows) serve that dtype.
   const LowpKernels* lowp_bf16;
   const LowpKernels* lowp_f16;
+  // Tile edges, vectorized (nullptr: the driver's scalar loops). Filling Q^T and emptying O^T
+  // element by element (strided scalar stores, a dtype switch per output element) was ~20% of
+  // a bf16 prefill on AMX at S = 2048 (perf, 2 threads).
+  //   dst[j * ld_dst + i] = src[i * ld_src + j] * scale * (col_scale ? col_scale[j] : 1),
+  //   i < nr, j < nc (a transpose; Q rows -> Q^T, O^T -> O rows times 1 / l per row).
+  void (*transpose)(const float* src, int64_t ld_src, int64_t nr, int64_t nc, const float* col_scale, float scale,
+                    float* dst, int64_t ld_dst) = nullptr;
+  //   dst[e] = x[e] in dtype t (float32, float16, bfloat16: the rounding of store_f32), e < n.
+  void (*store_row)(const float* x, int64_t n, DType t, void* dst) = nullptr;
 };
 
 const Kernels& generic_kernels();

@@ -86,14 +86,12 @@ inline void qk_block(const uint16_t* qv, int64_t mp, int64_t dqk_p, int64_t qpla
   if constexpr (N2 && M2) _tile_stored(3, st + 16 * mp + 16, qb);
 }
 
-bool qk_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
-            float scale, float* st) {
-  const int64_t dqk_p = rup(dqk, 32), n16 = rup(n, 16), qplane = dqk_p * mp, kplane = rup(n, 32) * dqk_p;
-  // The scale is applied in fp32 after the exact products (the packed Q carries only a power
-  // of two of it; see cpu_backend.cpp), in the same pass as the check for extreme scores, per
-  // 32-query strip while the strip is in L1.
-  const __m512 sc = _mm512_set1_ps(scale), big = _mm512_set1_ps(0x1p127f);
-  __mmask16 ext = 0;
+// Stores the raw products (LowpKernels::raw_scores): the softmax step applies the fp32 scale and
+// the extreme-score check while it reads S^T for the row max anyway (a separate load / multiply /
+// store / compare pass here was ~1/3 of this function).
+bool qk_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+            int terms, float /*scale*/, float* st) {
+  const int64_t dqk_p = rup(dqk, 32), n16 = rup(n, 16), qplane = dqk_p * mp, kplane = ld * dqk_p;
   for (int64_t m0 = 0; m0 < m; m0 += 32) {
     const bool m2 = m - m0 >= 32;
     for (int64_t n0 = 0; n0 < n16; n0 += 32) {
@@ -106,20 +104,14 @@ bool qk_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16
       else if (m2) qk_block<false, true>(q, mp, dqk_p, qplane, k, kplane, terms, s);
       else qk_block<false, false>(q, mp, dqk_p, qplane, k, kplane, terms, s);
     }
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = m0; i < m0 + (m2 ? 32 : 16); i += 16) {
-        const __m512 x = _mm512_mul_ps(sc, _mm512_loadu_ps(st + j * mp + i));
-        _mm512_storeu_ps(st + j * mp + i, x);
-        ext |= _mm512_cmp_ps_mask(_mm512_abs_ps(x), big, _CMP_NLT_UQ);
-      }
   }
-  return ext != 0;
+  return false;
 }
 
 template <bool E2, bool M2>
-inline void pv_block(const uint16_t* pp, int64_t m, int64_t nk_p, int64_t pplane, const uint16_t* vt, int64_t vplane,
-                     int terms, int64_t mp, float* ot) {
-  const int64_t ob = mp * 4, va = nk_p * 2, pb = m * 4;  // byte strides
+inline void pv_block(const uint16_t* pp, int64_t m, int64_t nk_p, int64_t pplane, const uint16_t* vt, int64_t ld,
+                     int64_t vplane, int terms, int64_t mp, float* ot) {
+  const int64_t ob = mp * 4, va = ld * 2, pb = m * 4;  // byte strides
   _tile_loadd(0, ot, ob);
   if constexpr (M2) _tile_loadd(1, ot + 16, ob);
   if constexpr (E2) _tile_loadd(2, ot + 16 * mp, ob);
@@ -129,7 +121,7 @@ inline void pv_block(const uint16_t* pp, int64_t m, int64_t nk_p, int64_t pplane
     const uint16_t* b = pp + kProducts[pr][1] * pplane;
     for (int64_t k0 = 0; k0 < nk_p; k0 += 32) {
       _tile_loadd(4, a + k0, va);
-      if constexpr (E2) _tile_loadd(5, a + 16 * nk_p + k0, va);
+      if constexpr (E2) _tile_loadd(5, a + 16 * ld + k0, va);
       _tile_loadd(6, b + k0 / 2 * m * 2, pb);
       if constexpr (M2) _tile_loadd(7, b + k0 / 2 * m * 2 + 32, pb);
       _tile_dpbf16ps(0, 4, 6);
@@ -144,9 +136,9 @@ inline void pv_block(const uint16_t* pp, int64_t m, int64_t nk_p, int64_t pplane
   if constexpr (E2 && M2) _tile_stored(3, ot + 16 * mp + 16, ob);
 }
 
-void pv_amx(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
+void pv_amx(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv, int terms,
             const float* alpha, uint16_t* pp, float* ot) {
-  const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), pplane = nk_p * m, vplane = dv_p * nk_p;
+  const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), pplane = nk_p * m, vplane = dv_p * ld;
   if (st) pack_p_avx512(st, mp, m, n, terms, pp);
   rescale_ot_avx512(ot, mp, m, dv, alpha);
   for (int64_t m0 = 0; m0 < m; m0 += 32) {
@@ -154,12 +146,12 @@ void pv_amx(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* v
     for (int64_t e0 = 0; e0 < dv_p; e0 += 32) {
       const bool e2 = dv_p - e0 >= 32;
       const uint16_t* b = pp + m0 * 2;
-      const uint16_t* a = vt + e0 * nk_p;
+      const uint16_t* a = vt + e0 * ld;
       float* o = ot + e0 * mp + m0;
-      if (e2 && m2) pv_block<true, true>(b, m, nk_p, pplane, a, vplane, terms, mp, o);
-      else if (e2) pv_block<true, false>(b, m, nk_p, pplane, a, vplane, terms, mp, o);
-      else if (m2) pv_block<false, true>(b, m, nk_p, pplane, a, vplane, terms, mp, o);
-      else pv_block<false, false>(b, m, nk_p, pplane, a, vplane, terms, mp, o);
+      if (e2 && m2) pv_block<true, true>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, o);
+      else if (e2) pv_block<true, false>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, o);
+      else if (m2) pv_block<false, true>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, o);
+      else pv_block<false, false>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, o);
     }
   }
 }
@@ -167,16 +159,22 @@ void pv_amx(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* v
 }  // namespace
 
 const Kernels& amx_kernels() {
-  // 128-key tiles: the O^T tiles are loaded and stored once per key tile, so each load/store
-  // pair carries four k-steps of tile multiplies (measured, 1 thread, bf16 D = 128 S = 2048:
-  // 64 keys ~150, 128 keys ~165 GFLOP/s; 256 no better and S^T leaves L2 sooner).
+  // 96-row x 512-key tiles. A tile store costs about as much as a tile multiply here (S^T: one
+  // per four multiplies at D = 128; O^T: a load and a store per C tile and key tile), so long key
+  // tiles pay for the O^T round trips over 16 k-steps instead of 4; S^T (192 KB) and P^T stay in
+  // the 2 MB L2, and the diagonal tiles of causal masks compute only the keys their rows see.
+  // Same-run A/B (2 threads, bf16 D = 128, GFLOP/s, against 192 x 128): S = 2048 832 vs 734,
+  // causal 618 vs 589, S = 512 420 vs 375 (64 x 512 and 128 x 512 within a few %, 96 x 256 a
+  // little slower).
   static const LowpKernels lowp = [] {
     LowpKernels k = avx512_lowp();
-    k.key_tile = 128;
+    k.key_tile = 512;
+    k.tile_rows = 96;
     k.qk = qk_amx;
     k.pv = pv_amx;
     k.begin = amx_begin;
     k.end = amx_end;
+    k.raw_scores = true;
     return k;
   }();
   static const Kernels k = [] {

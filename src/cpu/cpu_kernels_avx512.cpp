@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -190,16 +191,49 @@ inline __m512 tanh_512(__m512 x) {
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
 }
 
+// 2^x for the 16-bit P of the pv product (P is rounded to bf16, or bf16 hi + lo for fp16, and
+// x <= ~0 after the max subtraction): a degree-5 fit on [-1/2, 1/2] (2.3e-7 relative, ~3 ulp,
+// far below P's own rounding), no upper clamp; exactly 0 below -126, NaN stays NaN (max_ps
+// returns its second operand, x, on NaN). Two vector ops fewer than exp2_512.
+inline __m512 exp2_p(__m512 x) {
+  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-126.0f), x);
+  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(xc, n);
+  __m512 p = _mm512_set1_ps(1.327647013e-03f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675541893e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550713465e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402212024e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469440e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000000119e+00f));
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // true for NaN
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+// Dword i of the result = (bf16(a[i]), bf16(b[i])): vcvtne2ps2bf16 puts b's 16 bf16 in the low
+// half and a's in the high half, one vpermw interleaves them (3 uops where two vcvtneps2bf16 +
+// two zero-extensions + shift + or took 8).
+inline __m512i bf16_pairs(__m512 a, __m512 b) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                              6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
 void softmax_avx512(const SoftmaxStep& s) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const bool cap = s.softcap_in != 0.0f;
+  const __m512 pos_inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const bool cap = s.softcap_in != 0.0f, check = s.redo != nullptr;
   const __m512 cap_in = _mm512_set1_ps(s.softcap_in), cap_out = _mm512_set1_ps(s.softcap_out);
   const __m512 log2e = _mm512_set1_ps(1.4426950408889634f);
+  const __m512 scale = _mm512_set1_ps(s.scale), big = _mm512_set1_ps(0x1p127f);
   for (int64_t m0 = 0; m0 < s.m; m0 += 16) {
     const __mmask16 lanes = head_mask(s.m - m0);
     float* col = s.st + m0;
-    // Pass 1: softcap, mask, row max (the reduction over keys is vertical).
-    __m512 mx = neg_inf;
+    // Pass 1: scale, extreme check, softcap, mask (all stored back: pass 2 then sees scale 1),
+    // row max (the reduction over keys is vertical). Without softcap or mask, st is only read:
+    // max and min of the raw products, scaled once (scale > 0 and rounding are monotone, so
+    // that is the max / min of the scaled scores).
+    __m512 mx = neg_inf, mn = pos_inf, pscale = scale;
+    __mmask16 ext = 0;
     if (cap || s.lo) {
       __m512i lo = _mm512_setzero_si512(), hi = lo;
       if (s.lo) {
@@ -207,18 +241,30 @@ void softmax_avx512(const SoftmaxStep& s) {
         hi = _mm512_maskz_loadu_epi32(lanes, s.hi + m0);
       }
       for (int64_t n = 0; n < s.nk; ++n) {
-        __m512 x = _mm512_maskz_loadu_ps(lanes, col + n * s.mp);
-        if (cap) x = _mm512_mul_ps(cap_out, tanh_512(_mm512_mul_ps(x, cap_in)));
+        __m512 x = _mm512_mul_ps(scale, _mm512_maskz_loadu_ps(lanes, col + n * s.mp));
+        __mmask16 vis = lanes;
         if (s.lo) {
           const __m512i nv = _mm512_set1_epi32(static_cast<int32_t>(n));
-          const __mmask16 vis = _mm512_cmple_epi32_mask(lo, nv) & _mm512_cmpgt_epi32_mask(hi, nv);
-          x = _mm512_mask_blend_ps(vis, neg_inf, x);
+          vis = _mm512_cmple_epi32_mask(lo, nv) & _mm512_cmpgt_epi32_mask(hi, nv);
         }
+        if (check) ext |= vis & _mm512_cmp_ps_mask(_mm512_abs_ps(x), big, _CMP_NLT_UQ);
+        if (cap) x = _mm512_mul_ps(cap_out, tanh_512(_mm512_mul_ps(x, cap_in)));
+        if (s.lo) x = _mm512_mask_blend_ps(vis, neg_inf, x);
         _mm512_mask_storeu_ps(col + n * s.mp, lanes, x);
         mx = _mm512_max_ps(mx, x);
       }
+      pscale = _mm512_set1_ps(1.0f);
     } else {
-      for (int64_t n = 0; n < s.nk; ++n) mx = _mm512_max_ps(mx, _mm512_maskz_loadu_ps(lanes, col + n * s.mp));
+      for (int64_t n = 0; n < s.nk; ++n) {
+        const __m512 x = _mm512_maskz_loadu_ps(lanes, col + n * s.mp);
+        mx = _mm512_max_ps(mx, x);
+        if (check) mn = _mm512_min_ps(mn, x);
+      }
+      mx = _mm512_mul_ps(mx, scale);
+      // A NaN score is not kept by max_ps / min_ps: it reaches the row sum instead (below).
+      if (check)
+        ext = _mm512_cmp_ps_mask(mx, big, _CMP_GE_OQ) |
+              _mm512_cmp_ps_mask(_mm512_mul_ps(mn, scale), _mm512_set1_ps(-0x1p127f), _CMP_LE_OQ);
     }
     // NaN scores are not kept by max_ps; they poison the row through p and l instead.
     const __m512 m_old = _mm512_maskz_loadu_ps(lanes, s.m_run + m0);
@@ -229,18 +275,26 @@ void softmax_avx512(const SoftmaxStep& s) {
     // rescale (alpha = 1, rescale_ot_avx512).
     const __m512 m_new = _mm512_max_ps(mx, m_old);
     const __m512 m_use = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_UQ), m_new);  // -inf -> 0
-    // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow), row
-    // sums in two accumulators.
+    // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow; s - m
+    // as one fused x * scale - m), row sums in two accumulators.
+    auto arg = [&](int64_t n) {
+      return _mm512_mul_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), pscale, m_use), log2e);
+    };
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
     int64_t n = 0;
     if (s.pp) {  // P^T straight into bf16 key pairs (hi, and lo for 2 terms)
       const int64_t nk_p = rup(s.nk, 32), plane = nk_p * s.m;
+      if (s.terms == 1) {
+        for (; n + 2 <= s.nk; n += 2) {
+          const __m512 p0 = exp2_p(arg(n)), p1 = exp2_p(arg(n + 1));
+          sum0 = _mm512_add_ps(sum0, p0);
+          sum1 = _mm512_add_ps(sum1, p1);
+          _mm512_mask_storeu_epi32(s.pp + (n / 2 * s.m + m0) * 2, lanes, bf16_pairs(p0, p1));
+        }
+      }
       for (; n < s.nk; n += 2) {
-        const __m512 p0 =
-            exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
-        const __m512 p1 = n + 1 < s.nk ? exp2_512(_mm512_mul_ps(
-                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + (n + 1) * s.mp), m_use), log2e))
-                                       : _mm512_setzero_ps();
+        const __m512 p0 = exp2_p(arg(n));
+        const __m512 p1 = n + 1 < s.nk ? exp2_p(arg(n + 1)) : _mm512_setzero_ps();
         sum0 = _mm512_add_ps(sum0, p0);
         sum1 = _mm512_add_ps(sum1, p1);
         const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
@@ -255,25 +309,27 @@ void softmax_avx512(const SoftmaxStep& s) {
           _mm512_mask_storeu_epi32(s.pp + tm * plane + (j * s.m + m0) * 2, lanes, _mm512_setzero_si512());
     }
     for (; n + 2 <= s.nk; n += 2) {
-      const __m512 p0 =
-          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
-      const __m512 p1 =
-          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + (n + 1) * s.mp), m_use), log2e));
+      const __m512 p0 = exp2_512(arg(n)), p1 = exp2_512(arg(n + 1));
       _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
       _mm512_mask_storeu_ps(col + (n + 1) * s.mp, lanes, p1);
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
     }
     if (n < s.nk) {
-      const __m512 p0 =
-          exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), m_use), log2e));
+      const __m512 p0 = exp2_512(arg(n));
       _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
       sum0 = _mm512_add_ps(sum0, p0);
+    }
+    const __m512 sum = _mm512_add_ps(sum0, sum1);
+    if (check) {
+      ext = (ext | _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) & lanes;
+      for (int i = 0; i < 16; ++i)
+        if (ext >> i & 1) s.redo[m0 + i] = 1;
     }
     const __m512 a = exp2_512(_mm512_mul_ps(_mm512_sub_ps(m_old, m_use), log2e));
     _mm512_mask_storeu_ps(s.alpha + m0, lanes, a);
     const __m512 l = _mm512_maskz_loadu_ps(lanes, s.l_run + m0);
-    _mm512_mask_storeu_ps(s.l_run + m0, lanes, _mm512_fmadd_ps(l, a, _mm512_add_ps(sum0, sum1)));
+    _mm512_mask_storeu_ps(s.l_run + m0, lanes, _mm512_fmadd_ps(l, a, sum));
     _mm512_mask_storeu_ps(s.m_run + m0, lanes, m_new);
   }
 }
@@ -281,6 +337,23 @@ void softmax_avx512(const SoftmaxStep& s) {
 // ---------------------------------------------------------------------------------------------
 // Packers for the 16-bit panels (layouts in cpu_kernels.h).
 
+
+// 16 elements [c0, c0 + 16) of one row (lanes outside k read as 0) in fp32.
+inline __m512 load_f32x16(const void* row, DType t, int64_t c0, __mmask16 k) {
+  if (t == DType::bfloat16) return bf16_widen(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(row) + c0));
+  if (t == DType::float16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(row) + c0));
+  if (t == DType::float8_e4m3) {
+    // OCP e4m3fn -> fp32 (see cpu_kernels_avx2.cpp): magnitude bits << 20, times 2^120.
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, static_cast<const uint8_t*>(row) + c0));
+    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+    __m512 x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
+    x = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), x,
+                             _mm512_set1_ps(__builtin_nanf("")));
+    return _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(x), _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24)));
+  }
+  return _mm512_maskz_loadu_ps(k, static_cast<const float*>(row) + c0);  // float32
+}
 
 // 16 elements [c0, c0 + 16) of one row (lanes outside k read as 0) as bf16 hi (and lo for 2
 // terms); flags gets kTiny / kNonFinite (bf16 subnormals are flushed by the products, so a tiny
@@ -297,20 +370,7 @@ inline void load_bf16(const void* row, DType t, int64_t c0, __mmask16 k, int ter
     *nonfinite |= _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7f80)), _mm256_set1_epi16(0x7f80));
     return;
   }
-  if (t == DType::float16) {
-    x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(row) + c0));
-  } else if (t == DType::float8_e4m3) {
-    // OCP e4m3fn -> fp32 (see cpu_kernels_avx2.cpp): magnitude bits << 20, times 2^120.
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, static_cast<const uint8_t*>(row) + c0));
-    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
-    x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
-    x = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), x,
-                             _mm512_set1_ps(__builtin_nanf("")));
-    x = _mm512_castsi512_ps(
-        _mm512_or_si512(_mm512_castps_si512(x), _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24)));
-  } else {  // float32
-    x = _mm512_maskz_loadu_ps(k, static_cast<const float*>(row) + c0);
-  }
+  x = load_f32x16(row, t, c0, k);
   *tiny |= _mm512_fpclass_ps_mask(x, 0x20);  // subnormal
   const __m256i h = bf16_bits(x);
   *hi = h;
@@ -393,6 +453,43 @@ inline void transpose16(__m512i r[16]) {
   for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
+// qv straight from the Q rows (LowpKernels::pack_q_rows): per 16 rows x 32 dims, the row's
+// bf16 (x pow2) in order are its 16 dim pairs, and one dword transpose makes them the 16 rows
+// of each pair. Same roundings and kTiny reports as pack_q on Q^T x pow2, without the fp32
+// row copies and the fp32 transpose (~8% of a bf16 prefill at S = 512 went to those).
+int pack_q_rows_avx512(const void* const* qrows, DType t, int64_t n, int64_t mp, int64_t dqk, float pow2, int terms,
+                       uint16_t* qv) {
+  const int64_t dqk_p = rup(dqk, 32), plane = dqk_p * mp;
+  const __m512 s = _mm512_set1_ps(pow2);
+  __mmask16 tiny = 0;
+  for (int64_t i0 = 0; i0 < mp; i0 += 16)
+    for (int64_t c0 = 0; c0 < dqk_p; c0 += 32) {
+      const __mmask16 ka = c0 < dqk ? head_mask(dqk - c0) : 0, kb = c0 + 16 < dqk ? head_mask(dqk - c0 - 16) : 0;
+      __m512i h[16], l[16];
+      for (int r = 0; r < 16; ++r) {
+        h[r] = l[r] = _mm512_setzero_si512();
+        if (i0 + r >= n) continue;
+        const __m512 a = _mm512_mul_ps(s, load_f32x16(qrows[i0 + r], t, c0, ka));
+        const __m512 b = _mm512_mul_ps(s, load_f32x16(qrows[i0 + r], t, c0 + 16, kb));
+        tiny |= _mm512_fpclass_ps_mask(a, 0x20) | _mm512_fpclass_ps_mask(b, 0x20);  // subnormal
+        h[r] = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // low half a, high half b: dims in order
+        if (terms == 2) {
+          const __m512 ra = _mm512_sub_ps(a, bf16_widen(_mm512_castsi512_si256(h[r])));  // exact
+          const __m512 rb = _mm512_sub_ps(b, bf16_widen(_mm512_extracti64x4_epi64(h[r], 1)));
+          tiny |= _mm512_fpclass_ps_mask(ra, 0x20) | _mm512_fpclass_ps_mask(rb, 0x20);
+          l[r] = (__m512i)_mm512_cvtne2ps_pbh(rb, ra);
+        }
+      }
+      transpose16(h);
+      for (int k = 0; k < 16; ++k) _mm512_storeu_si512(qv + ((c0 / 2 + k) * mp + i0) * 2, h[k]);
+      if (terms == 2) {
+        transpose16(l);
+        for (int k = 0; k < 16; ++k) _mm512_storeu_si512(qv + plane + ((c0 / 2 + k) * mp + i0) * 2, l[k]);
+      }
+    }
+  return flags_of(tiny, 0);
+}
+
 // V^T panels, 32 keys x 16 dims at a time: dword (pair jj, dim e) = V[2jj][e] | V[2jj+1][e] << 16,
 // transposed to dim-major rows of 16 pairs (= 32 keys, one AMX A row).
 int pack_v_avx512(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt) {
@@ -453,6 +550,49 @@ void rescale_ot_avx512(float* ot, int64_t mp, int64_t m, int64_t rows, const flo
 }
 
 namespace {
+
+// dst[j][i] = src[i][j] * scale * col_scale[j]: 16 x 16 blocks through transpose16, edges masked.
+void transpose_avx512(const float* src, int64_t ld_src, int64_t nr, int64_t nc, const float* col_scale, float scale,
+                      float* dst, int64_t ld_dst) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < nr; i0 += 16) {
+    const int64_t ni = std::min<int64_t>(16, nr - i0);
+    const __mmask16 si = head_mask(ni);
+    for (int64_t j0 = 0; j0 < nc; j0 += 16) {
+      const int64_t nj = std::min<int64_t>(16, nc - j0);
+      const __mmask16 sj = head_mask(nj);
+      const __m512 cs = col_scale ? _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(sj, col_scale + j0)) : sc;
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < ni ? _mm512_castps_si512(_mm512_mul_ps(cs, _mm512_maskz_loadu_ps(sj, src + (i0 + i) * ld_src + j0)))
+                      : _mm512_setzero_si512();
+      transpose16(r);
+      for (int64_t j = 0; j < nj; ++j) _mm512_mask_storeu_ps(dst + (j0 + j) * ld_dst + i0, si, _mm512_castsi512_ps(r[j]));
+    }
+  }
+}
+
+// The roundings of store_f32: bf16 round to nearest even on the bits (NaN -> quiet, subnormals
+// kept, where vcvtneps2bf16 would flush them), fp16 through vcvtps2ph (IEEE, nearest even).
+void store_row_avx512(const float* x, int64_t n, DType t, void* dst) {
+  for (int64_t e = 0; e < n; e += 16) {
+    const __mmask16 k = head_mask(n - e);
+    const __m512 v = _mm512_maskz_loadu_ps(k, x + e);
+    if (t == DType::float32) {
+      _mm512_mask_storeu_ps(static_cast<float*>(dst) + e, k, v);
+    } else if (t == DType::float16) {
+      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + e, k, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    } else {
+      const __m512i u = _mm512_castps_si512(v);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+      const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + e, k, _mm512_cvtepi32_epi16(r));
+    }
+  }
+}
 
 // (A plane, B plane) of the products summed for T terms: hi*hi, then hi*lo + lo*hi for fp16.
 constexpr int kProducts[3][2] = {{0, 0}, {0, 1}, {1, 0}};
@@ -517,10 +657,10 @@ inline void qk16_tail(int nb, const uint16_t* qv, int64_t mp, int64_t d2n, int64
 }
 
 template <int NB, int MV>
-bool qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
-            float scale, float* st) {
+bool qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+            int terms, float scale, float* st) {
   __mmask16 ext = 0;
-  const int64_t dqk_p = rup(dqk, 32), d2n = (dqk + 1) / 2, qplane = dqk_p * mp, kplane = rup(n, 32) * dqk_p;
+  const int64_t dqk_p = rup(dqk, 32), d2n = (dqk + 1) / 2, qplane = dqk_p * mp, kplane = ld * dqk_p;
   for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
     int64_t n0 = 0;
     for (; n0 + NB <= n; n0 += NB)
@@ -533,11 +673,11 @@ bool qk16_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16
   return ext != 0;
 }
 
-bool qk16_avx512(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t n, int terms,
-                 float scale, float* st) {
-  if (m % 48 == 0) return qk16_t<8, 3>(qv, mp, m, dqk, kb, n, terms, scale, st);
-  if (m % 32 == 0) return qk16_t<12, 2>(qv, mp, m, dqk, kb, n, terms, scale, st);
-  return qk16_t<16, 1>(qv, mp, m, dqk, kb, n, terms, scale, st);
+bool qk16_avx512(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+                 int terms, float scale, float* st) {
+  if (m % 48 == 0) return qk16_t<8, 3>(qv, mp, m, dqk, kb, ld, n, terms, scale, st);
+  if (m % 32 == 0) return qk16_t<12, 2>(qv, mp, m, dqk, kb, ld, n, terms, scale, st);
+  return qk16_t<16, 1>(qv, mp, m, dqk, kb, ld, n, terms, scale, st);
 }
 
 // ot block: dims [0, NB) of vt x queries [0, 16 MV) of pp, over j2n key pairs.
@@ -580,32 +720,35 @@ inline void pv16_tail(int nb, const uint16_t* pp, int64_t m, int64_t j2n, int64_
 }
 
 template <int NB, int MV>
-void pv16_t(const uint16_t* pp, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
-            float* ot) {
-  const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), j2n = (n + 1) / 2, pplane = nk_p * m, vplane = dv_p * nk_p;
+void pv16_t(const uint16_t* pp, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv,
+            int terms, float* ot) {
+  // vt rows are ld keys long (the panel's nk_p); pp is packed for n keys.
+  const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), j2n = (n + 1) / 2, pplane = nk_p * m, vplane = dv_p * ld;
   for (int64_t m0 = 0; m0 < m; m0 += 16 * MV) {
     int64_t e0 = 0;
     for (; e0 + NB <= dv; e0 += NB)
-      pv16_block<NB, MV>(pp + m0 * 2, m, j2n, pplane, vt + e0 * nk_p, nk_p, vplane, terms, mp, ot + e0 * mp + m0);
+      pv16_block<NB, MV>(pp + m0 * 2, m, j2n, pplane, vt + e0 * ld, ld, vplane, terms, mp, ot + e0 * mp + m0);
     if (e0 < dv)
-      pv16_tail<MV, NB>(static_cast<int>(dv - e0), pp + m0 * 2, m, j2n, pplane, vt + e0 * nk_p, nk_p, vplane, terms, mp,
+      pv16_tail<MV, NB>(static_cast<int>(dv - e0), pp + m0 * 2, m, j2n, pplane, vt + e0 * ld, ld, vplane, terms, mp,
                         ot + e0 * mp + m0);
   }
 }
 
-void pv16_avx512(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t dv, int terms,
-                 const float* alpha, uint16_t* pp, float* ot) {
+void pv16_avx512(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv,
+                 int terms, const float* alpha, uint16_t* pp, float* ot) {
   if (st) pack_p_avx512(st, mp, m, n, terms, pp);
   rescale_ot_avx512(ot, mp, m, dv, alpha);
-  if (m % 48 == 0) return pv16_t<8, 3>(pp, mp, m, n, vt, dv, terms, ot);
-  if (m % 32 == 0) return pv16_t<12, 2>(pp, mp, m, n, vt, dv, terms, ot);
-  return pv16_t<16, 1>(pp, mp, m, n, vt, dv, terms, ot);
+  if (m % 48 == 0) return pv16_t<8, 3>(pp, mp, m, n, vt, ld, dv, terms, ot);
+  if (m % 32 == 0) return pv16_t<12, 2>(pp, mp, m, n, vt, ld, dv, terms, ot);
+  return pv16_t<16, 1>(pp, mp, m, n, vt, ld, dv, terms, ot);
 }
 
 }  // namespace
 
 const LowpKernels& avx512_lowp() {
-  static const LowpKernels k{32, pack_q_avx512, pack_k_avx512, pack_v_avx512, qk16_avx512, pv16_avx512, nullptr, nullptr};
+  static const LowpKernels k{32,          pack_q_avx512, pack_q_rows_avx512, pack_k_avx512,
+                             pack_v_avx512, qk16_avx512,   pv16_avx512,        nullptr,
+                             nullptr};
   return k;
 }
 
@@ -615,8 +758,8 @@ const Kernels& avx512_kernels(bool bf16) {
   // K/V stream, not the vector width.
   static const Kernels with_bf16 = [] {
     const Kernels& a = avx2_kernels();
-    return Kernels{"avx512",     16,           qk_avx512, pv_avx512, softmax_avx512, a.qk_rows, a.pv_rows,
-                   a.convert, &avx512_lowp(), nullptr};
+    return Kernels{"avx512",     16,           qk_avx512, pv_avx512, softmax_avx512,  a.qk_rows,
+                   a.pv_rows,    a.convert,    &avx512_lowp(), nullptr, transpose_avx512, store_row_avx512};
   }();
   static const Kernels without_bf16 = [] {
     Kernels k = with_bf16;
