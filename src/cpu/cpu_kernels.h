@@ -155,6 +155,12 @@ const Kernels& amx_kernels();     // only call after amx_usable() (cpu_isa.cpp)
 void pack_p_avx512(const float* st, int64_t mp, int64_t m, int64_t n, int terms, uint16_t* pp);
 //   ot[e][i] *= alpha[i], e < rows, i < m (16-query blocks whose alpha are all 1 untouched)
 void rescale_ot_avx512(float* ot, int64_t mp, int64_t m, int64_t rows, const float* alpha);
+// Kernels::qk_rows / pv_rows on AVX-512 (cpu_rows_avx512.cpp): bf16 K / V with dims a multiple
+// of 32 there, the AVX2 kernels for everything else.
+void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
+                    float* st);
+void pv_rows_avx512(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
+                    const float* alpha, float* o);
 #endif
 
 // e4m3 byte -> fp32 for all 256 codes (NaN codes included).

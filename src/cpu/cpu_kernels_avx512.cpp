@@ -753,13 +753,13 @@ const LowpKernels& avx512_lowp() {
 }
 
 const Kernels& avx512_kernels(bool bf16) {
-  // The row-major decode kernels (<= 8 query rows) and the conversions are the AVX2 table's:
-  // AVX-512 implies AVX2 + FMA + F16C (cpu_isa.cpp checks), and those kernels are bound by the
-  // K/V stream, not the vector width.
+  // The row-major decode kernels (<= 8 query rows): cpu_rows_avx512.cpp for bf16, which falls
+  // back to the AVX2 ones (AVX-512 implies AVX2 + FMA + F16C, cpu_isa.cpp checks) for the rest;
+  // the conversions are the AVX2 table's.
   static const Kernels with_bf16 = [] {
     const Kernels& a = avx2_kernels();
-    return Kernels{"avx512",     16,           qk_avx512, pv_avx512, softmax_avx512,  a.qk_rows,
-                   a.pv_rows,    a.convert,    &avx512_lowp(), nullptr, transpose_avx512, store_row_avx512};
+    return Kernels{"avx512",     16,           qk_avx512, pv_avx512, softmax_avx512,  qk_rows_avx512,
+                   pv_rows_avx512,    a.convert,    &avx512_lowp(), nullptr, transpose_avx512, store_row_avx512};
   }();
   static const Kernels without_bf16 = [] {
     Kernels k = with_bf16;

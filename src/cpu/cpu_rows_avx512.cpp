@@ -1,0 +1,190 @@
+// AVX-512 row-major decode kernels (Kernels::qk_rows / pv_rows, contract in cpu_kernels.h) for
+// bf16 K / V with dims a multiple of 32; every other case goes to the AVX2 kernels.
+//
+// Decode reads each K / V element once, so these kernels only have to keep up with memory. The
+// AVX2 ones did not on Sapphire Rapids: perf of B = 4, Hq = 32, Hkv = 8, D = 128, kv 16k bf16 at
+// 2 threads had qk_rows 55% and pv_rows 32% of the attention samples at ~15-20% of the
+// streaming read. What these do instead:
+//   - one 512-bit load is 32 bf16 = 16 dwords; bf16 -> fp32 is a bit shift for the even element
+//     of each dword (x << 16) and a mask for the odd one (x & 0xffff0000): 2 ops per 32
+//     elements where vpmovzxwd + shift take 4, and the 32 values come out as an even and an odd
+//     vector. qk pairs them with the queries permuted the same way (done once per call); pv
+//     keeps its O accumulators in that even / odd order and permutes them back at the end.
+//   - qk: 16 (key, row) dot products in flight (4 keys x 4 rows, or 2 keys x 8 rows), reduced
+//     to one vector of 16 sums by a 45-op shuffle tree (~3 ops per score, where one
+//     reduce_add per score would be ~8).
+//   - pv: 16 accumulators per pass (4 rows x 64 dims, or 8 rows x 32 dims); P broadcast from
+//     memory as an FMA operand.
+// Products and sums in fp32 as the AVX2 kernels (only the summation order differs).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+
+#include "cpu/cpu_kernels.h"
+
+namespace fa4::core::cpu {
+namespace {
+
+constexpr int64_t kMaxDim = 512;  // q is permuted into a stack buffer of 8 rows x kMaxDim
+
+inline __m512 bf16_even(__m512i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
+inline __m512 bf16_odd(__m512i x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536))); }
+
+// Lane l of the result is the sum of the 16 lanes of a[l].
+inline __m512 hsum16(const __m512* a) {
+  __m512 u[4];
+  for (int g = 0; g < 4; ++g) {
+    const __m512 a0 = a[4 * g], a1 = a[4 * g + 1], a2 = a[4 * g + 2], a3 = a[4 * g + 3];
+    // per 128-bit lane: [a0_0+a0_2, a1_0+a1_2, a0_1+a0_3, a1_1+a1_3]
+    const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    // per 128-bit lane: [sum a0, sum a1, sum a2, sum a3] of that lane
+    u[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
+  }
+  // Sum the four 128-bit lanes of each u[g] into lane g of the result.
+  const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
+  const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88), _mm512_shuffle_f32x4(v01, v23, 0xdd));
+}
+
+// KB = 16 / RP keys x RP (>= R) rows of dot products; st[(kb) * 8 + r] for kb < nk (<= KB),
+// rows R..8 of st get 0. qp: R rows of d, permuted per 32 dims to [16 even][16 odd].
+template <int R, int RP>
+inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk, float* st) {
+  constexpr int KB = 16 / RP;
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  const uint16_t* k[KB];
+  for (int kb = 0; kb < KB; ++kb) k[kb] = static_cast<const uint16_t*>(krows[kb < nk ? kb : nk - 1]);
+  for (int64_t c = 0; c < d; c += 32) {
+    for (int kb = 0; kb < KB; ++kb) {
+      const __m512i x = _mm512_loadu_si512(k[kb] + c);
+      const __m512 ke = bf16_even(x), ko = bf16_odd(x);
+      for (int r = 0; r < R; ++r) {
+        __m512& a = acc[kb * RP + r];
+        a = _mm512_fmadd_ps(ke, _mm512_loadu_ps(qp + r * d + c), a);
+        a = _mm512_fmadd_ps(ko, _mm512_loadu_ps(qp + r * d + c + 16), a);
+      }
+    }
+  }
+  const __m512 s = hsum16(acc);  // lane kb * RP + r; rows R..RP are zero sums
+  if (RP == 8) {
+    if (nk == 2)
+      _mm512_storeu_ps(st, s);
+    else
+      _mm256_storeu_ps(st, _mm512_castps512_ps256(s));
+  } else {
+    alignas(64) float sv[16];
+    _mm512_store_ps(sv, s);
+    for (int kb = 0; kb < nk; ++kb)
+      for (int r = 0; r < 8; ++r) st[kb * 8 + r] = r < RP ? sv[kb * RP + r] : 0.0f;
+  }
+}
+
+template <int R>
+void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
+  constexpr int RP = R <= 4 ? 4 : 8, KB = 16 / RP;
+  alignas(64) float qp[8 * kMaxDim];
+  for (int r = 0; r < R; ++r)
+    for (int64_t c = 0; c < d; c += 32)
+      for (int i = 0; i < 16; ++i) {
+        qp[r * d + c + i] = q[r * d + c + 2 * i];
+        qp[r * d + c + 16 + i] = q[r * d + c + 2 * i + 1];
+      }
+  int64_t j = 0;
+  for (; j + KB <= nk; j += KB) qk_keys<R, RP>(qp, d, krows + j, KB, st + j * 8);
+  if (j < nk) qk_keys<R, RP>(qp, d, krows + j, static_cast<int>(nk - j), st + j * 8);
+}
+
+// O rows [R][dv] natural order <-> even / odd halves of each 32 dims.
+inline void load_eo(const float* o, float alpha, __m512* e, __m512* od) {
+  const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 lo = _mm512_loadu_ps(o), hi = _mm512_loadu_ps(o + 16), a = _mm512_set1_ps(alpha);
+  *e = _mm512_mul_ps(a, _mm512_permutex2var_ps(lo, ie, hi));
+  *od = _mm512_mul_ps(a, _mm512_permutex2var_ps(lo, io, hi));
+}
+inline void store_eo(float* o, __m512 e, __m512 od) {
+  const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  _mm512_storeu_ps(o, _mm512_permutex2var_ps(e, il, od));
+  _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(e, ih, od));
+}
+
+// C chunks of 32 dims starting at c0, R rows: 2 * C * R <= 16 accumulators.
+template <int R, int C>
+inline void pv_chunks(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, int64_t c0,
+                      const float* alpha, float* o) {
+  __m512 e[C][R], od[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) load_eo(o + r * dv + c0 + 32 * c, alpha[r], &e[c][r], &od[c][r]);
+  for (int64_t j = 0; j < nk; ++j) {
+    const uint16_t* v = static_cast<const uint16_t*>(vrows[j]) + c0;
+    for (int c = 0; c < C; ++c) {
+      const __m512i x = _mm512_loadu_si512(v + 32 * c);
+      const __m512 ve = bf16_even(x), vo = bf16_odd(x);
+      for (int r = 0; r < R; ++r) {
+        const __m512 p = _mm512_set1_ps(pt[j * 8 + r]);
+        e[c][r] = _mm512_fmadd_ps(p, ve, e[c][r]);
+        od[c][r] = _mm512_fmadd_ps(p, vo, od[c][r]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) store_eo(o + r * dv + c0 + 32 * c, e[c][r], od[c][r]);
+}
+
+template <int R>
+void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
+  constexpr int C = R <= 2 ? 4 : R <= 4 ? 2 : 1;
+  int64_t c0 = 0;
+  for (; c0 + 32 * C <= dv; c0 += 32 * C) pv_chunks<R, C>(pt, nk, vrows, dv, c0, alpha, o);
+  for (; c0 < dv; c0 += 32) pv_chunks<R, 1>(pt, nk, vrows, dv, c0, alpha, o);
+}
+
+template <template <int> class F, class... A>
+void by_rows(int64_t rows, A... a) {
+  switch (rows) {
+    case 1: return F<1>::run(a...);
+    case 2: return F<2>::run(a...);
+    case 3: return F<3>::run(a...);
+    case 4: return F<4>::run(a...);
+    case 5: return F<5>::run(a...);
+    case 6: return F<6>::run(a...);
+    case 7: return F<7>::run(a...);
+    default: return F<8>::run(a...);
+  }
+}
+template <int R>
+struct Qk {
+  static void run(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
+    qk_rows_t<R>(q, d, krows, nk, st);
+  }
+};
+template <int R>
+struct Pv {
+  static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
+    pv_rows_t<R>(pt, nk, vrows, dv, alpha, o);
+  }
+};
+
+}  // namespace
+
+void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
+                    float* st) {
+  if (t != DType::bfloat16 || d % 32 != 0 || d > kMaxDim || nk <= 0)
+    return avx2_kernels().qk_rows(q, rows, d, krows, t, nk, st);
+  by_rows<Qk>(rows, q, d, krows, nk, st);
+}
+
+void pv_rows_avx512(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
+                    const float* alpha, float* o) {
+  if (t != DType::bfloat16 || dv % 32 != 0 || nk <= 0) return avx2_kernels().pv_rows(pt, rows, nk, vrows, t, dv, alpha, o);
+  by_rows<Pv>(rows, pt, nk, vrows, dv, alpha, o);
+}
+
+}  // namespace fa4::core::cpu
