@@ -218,7 +218,49 @@ inline __m512i bf16_pairs(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
+// The row-major decode tiles (st [nk][8], all 8 rows, no mask / softcap / raw scores, nk
+// even): two keys per vector instead of one key in a half vector. Through the general loop
+// below this step was 37% of an in-cache decode (B = 1, 4 query rows, 2048 keys, 1 thread),
+// more than the q.k and p.v kernels; same operations, same results.
+void softmax_rows8(const SoftmaxStep& s) {
+  const __m512 log2e = _mm512_set1_ps(1.4426950408889634f);
+  const int64_t nv = s.nk / 2;
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t v = 0; v < nv; ++v) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s.st + 16 * v));
+  mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4e));  // both 8-row halves: the row max
+  const __m512 m_old = _mm512_broadcast_f32x8(_mm256_loadu_ps(s.m_run));
+  const __m512 m_new = _mm512_max_ps(mx, m_old);
+  const __m512 m_use = _mm512_maskz_mov_ps(
+      _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_NEQ_UQ), m_new);
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  int64_t v = 0;
+  for (; v + 2 <= nv; v += 2) {
+    const __m512 p0 = exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s.st + 16 * v), m_use), log2e));
+    const __m512 p1 = exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s.st + 16 * v + 16), m_use), log2e));
+    _mm512_storeu_ps(s.st + 16 * v, p0);
+    _mm512_storeu_ps(s.st + 16 * v + 16, p1);
+    sum0 = _mm512_add_ps(sum0, p0);
+    sum1 = _mm512_add_ps(sum1, p1);
+  }
+  if (v < nv) {
+    const __m512 p0 = exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s.st + 16 * v), m_use), log2e));
+    _mm512_storeu_ps(s.st + 16 * v, p0);
+    sum0 = _mm512_add_ps(sum0, p0);
+  }
+  __m512 sum = _mm512_add_ps(sum0, sum1);
+  sum = _mm512_add_ps(sum, _mm512_shuffle_f32x4(sum, sum, 0x4e));
+  const __mmask16 lanes = 0xff;
+  const __m512 a = exp2_512(_mm512_mul_ps(_mm512_sub_ps(m_old, m_use), log2e));
+  _mm512_mask_storeu_ps(s.alpha, lanes, a);
+  const __m512 l = _mm512_maskz_loadu_ps(lanes, s.l_run);
+  _mm512_mask_storeu_ps(s.l_run, lanes, _mm512_fmadd_ps(l, a, sum));
+  _mm512_mask_storeu_ps(s.m_run, lanes, m_new);
+}
+
 void softmax_avx512(const SoftmaxStep& s) {
+  if (s.mp == 8 && s.m == 8 && s.nk % 2 == 0 && s.softcap_in == 0.0f && !s.lo && !s.pp && !s.redo &&
+      s.scale == 1.0f)
+    return softmax_rows8(s);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 pos_inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const bool cap = s.softcap_in != 0.0f, check = s.redo != nullptr;
