@@ -308,6 +308,34 @@ TEST(CpuVsReference, DecodeShapesGqaPackedHeads) {
 }
 
 
+TEST(CpuVsReference, DecodeUnitsOverSeveralKvHeads) {
+  // Row-major decode plans walk up to 8 kv heads per work unit in lockstep (cpu_backend.cpp,
+  // Unit::nh): head counts below, at and past one unit (a 3-head tail), per-head fp8 descales,
+  // softcap and sinks (per query head), causal sq = 2, every kv layout, splits.
+  int n = 0;
+  for (int64_t hkv : {3, 8, 11})
+    for (KvMode kv : {KvMode::dense, KvMode::cache, KvMode::paged}) {
+      CaseConfig c;
+      c.kv = kv;
+      c.batch = 2;
+      c.hkv = hkv;
+      c.hq = 4 * hkv;
+      c.dqk = c.dv = 64 + 64 * (n % 2);
+      c.sq = n % 3 == 2 ? 2 : 1;
+      c.causal = c.sq == 2;
+      c.sk = 300;
+      c.snew = kv == KvMode::dense ? 0 : 1;
+      c.page_size = 32;
+      c.num_splits = n % 3 == 1 ? 3 : 0;
+      c.softcap = n % 4 == 3 ? 20.0f : 0.0f;
+      c.sinks = n % 2 == 1;
+      const DType dts[] = {DType::bfloat16, DType::float16, DType::float32, DType::float8_e4m3};
+      c.dtype = dts[n % 4];
+      c.descale = c.dtype == DType::float8_e4m3;
+      check_cpu_vs_ref(c, derive_seed(11500 + n++), {true, true});
+    }
+}
+
 // Scores that keep rising (the running max changes in every key tile: a rescale each time),
 // fall, saw-tooth, or spike. q = ~1, k_j = f(j) / sqrt(D) + noise: score_j ~ f(j).
 TEST(CpuVsReference, ScorePatternsThatForceManyRescales) {

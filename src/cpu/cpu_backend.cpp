@@ -63,6 +63,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // tile (512 keys x 96 rows on AMX: cpu_kernels_amx.cpp).
 constexpr int64_t kTileRows = 192;
 constexpr int64_t kTileKeys = 32;
+// Kv heads per unit of the row-major decode plans (Unit::nh). Measured (B = 4, Hq = 32, Hkv = 8,
+// D = 128, kv 16k bf16, 1 thread, loaded machine): one head per unit streamed K / V at ~3.4 GB/s,
+// the same bytes with contiguous rows (Hkv = 1) at ~6.2 GB/s: a head's 256-byte rows 2 KB apart
+// defeat the L2 streamer and take a TLB entry per two rows.
+constexpr int64_t kUnitHeads = 8;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -81,6 +86,11 @@ struct Unit {
   int64_t b, hk, r0, rows;  // packed rows [r0, r0 + rows) of (b, hk)
   int32_t split;
   int64_t cost;             // rows x keys, for largest-first scheduling
+  // Kv heads hk .. hk + nh (row-major decode plans only; see kUnitHeads): their key tiles are
+  // walked in lockstep, each tile for every head, so the K / V reads of a unit are the
+  // contiguous [key][head][dim] rows of the tile instead of one head's 256 bytes every
+  // Hkv x 256 bytes.
+  int32_t nh = 1;
 };
 
 // K / V packed once per (batch, kv head, key tile) for the 16-bit kernels, when several query
@@ -296,7 +306,40 @@ bool all_finite_rows(const void* const* rows, DType t, int64_t n, int64_t d) {
   return true;
 }
 
-void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
+// The per-head setup of a row-major unit for one more kv head hk (Unit::nh > 1): what run_unit
+// does for its first head on that path (Q rows prescaled, row-major [8][dqk]; mask bounds;
+// empty accumulators).
+void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) {
+  const Problem& pb = *plan.pb;
+  const int64_t g = pb.group, dqk = pb.dqk, rows = u.rows, b = u.b;
+  const SeqMask sm = pb.seq_mask(b);
+  const float qscale = pb.scale * pb.descale_q(b, hk) * pb.descale_k(b, hk);
+  const int64_t qesz = static_cast<int64_t>(dtype_size(pb.dtype));
+  const Kernels& K = *plan.kern;
+  for (int64_t r = 0; r < 8; ++r) {
+    float* q = ws.qt + r * dqk;
+    if (r >= rows) {
+      std::fill(q, q + dqk, 0.0f);
+      continue;
+    }
+    const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+    K.convert(static_cast<const char*>(pb.p->q.data) + pb.q_offset(b, i, h) * qesz, pb.dtype, pb.qs.dim, dqk, ws.row);
+    for (int64_t d = 0; d < dqk; ++d) q[d] = ws.row[d] * qscale;
+  }
+  for (int64_t r = 0; r < 8; ++r) {
+    const int64_t i = (u.r0 + std::min(r, rows - 1)) / g;
+    ws.row_lo[r] = sm.row_lo(i);
+    ws.row_hi[r] = sm.row_hi(i);
+    ws.m_run[r] = kNegInf;
+    ws.l_run[r] = 0.0f;
+    ws.redo[r] = 0;
+  }
+  std::fill(ws.ot, ws.ot + ws.dv_p * 8, 0.0f);
+}
+
+void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
+  Workspace& ws = *wss[0];
+  const int nh = u.nh;
   const Problem& pb = *plan.pb;
   const AttentionParams& p = *pb.p;
   const Kernels& K = *plan.kern;
@@ -311,7 +354,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const int64_t o_rs = rowwise ? dv : 1, o_es = rowwise ? 1 : mp;
 
   // ---- Q tile, prescaled; per-row mask bounds ----
-  const float dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk), dvs = pb.descale_v(b, hk);
+  const float dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk);
   const bool cap = pb.softcap > 0.0f;
   const float qscale = pb.scale * dq * dk;
   // The 16-bit products: the packed Q carries only the power of two 2^e of qscale (an exact
@@ -393,6 +436,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
     ws.redo[r] = 0;
   }
   std::fill(ws.ot, ws.ot + ws.dv_p * mp, 0.0f);
+  for (int h = 1; h < nh; ++h) init_rows_head(plan, u, hk + h, *wss[h]);
 
   // ---- key range of this tile and split ----
   int64_t klo, khi, lo, hi;
@@ -408,7 +452,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   const bool any_keys = hi > lo;
   const int64_t k_span = any_keys ? ((dqk - 1) * pb.ks.dim + 1) * esz : 0;
   const int64_t v_span = any_keys ? ((dv - 1) * pb.vs.dim + 1) * esz : 0;
-  const KvRowOffsets kv_rows(pb, b, hk);
+  std::vector<KvRowOffsets> kv_rows;
+  for (int h = 0; h < nh; ++h) kv_rows.emplace_back(pb, b, hk + h);
   // 1 / softcap overflows for softcap < 2.9e-39: FLT_MAX then stands in for it, so a zero score
   // stays 0 (0 * inf would be NaN) and any other saturates tanh to +-1, as s / softcap does.
   const float cap_in = cap ? std::min(1.0f / pb.softcap, std::numeric_limits<float>::max()) : 0.0f;
@@ -418,204 +463,212 @@ void run_unit(const Plan& plan, const Unit& u, Workspace& ws) {
   // Pre-packed panels cover whole aligned tiles up to seqlen_k: a tile that ends past hi (only
   // when hi = khi, so the keys beyond are masked for every row here) is used whole, as partial.
   const Panels* pan = L ? plan.panels : nullptr;
+  // One key tile of one head (several heads: row-major units over kv heads, see Unit::nh).
+  auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, int64_t j0, int64_t n, TileKind kind) {
+      // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
+      // never touched.
+      // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
+      const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
+      if (!pan || pan->flags[pan_tile] != 0)
+        for (int64_t t = 0; t < n; ++t) {
+          int64_t ko, vo;
+          kv_rows.at(j0 + t, &ko, &vo);
+          ws.kraw[t] = kbase + ko * esz;
+          ws.vraw[t] = vbase + vo * esz;
+        }
+      // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
+      // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
+      // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
+      // path issues them one row at a time between the conversions of this tile's rows rather
+      // than in one burst of ~256 lines, which can fill the miss buffers the conversion waits on.
+      const int64_t jn = j0 + n, nn = std::min(ws.nk, hi - jn);
+      auto prefetch_row = [&](int64_t t) {
+        int64_t ko, vo;
+        kv_rows.at(jn + t, &ko, &vo);
+        prefetch_span(kbase + ko * esz, k_span);
+        prefetch_span(vbase + vo * esz, v_span);
+      };
+      // Mask bounds relative to the tile, and the rows [ra, rb) that can see any of its keys. Both
+      // bounds are non-decreasing in the row, so those rows are one contiguous range; the others
+      // would be fully masked (p = 0, alpha = 1: an exact no-op) and the transposed kernels skip
+      // them (rounded out to whole vectors of 8 rows). This is most of the diagonal band of causal
+      // masks: ~10% of the causal work at 192-row tiles.
+      int64_t ra = 0, rb = mp;
+      if (kind == TileKind::partial) {
+        for (int64_t r = 0; r < mp; ++r) {
+          ws.row_lo_rel[r] = static_cast<int32_t>(std::clamp<int64_t>(ws.row_lo[r] - j0, 0, n));
+          ws.row_hi_rel[r] = static_cast<int32_t>(std::clamp<int64_t>(ws.row_hi[r] - j0, 0, n));
+        }
+        if (!rowwise) {
+          while (ra < mp && ws.row_hi_rel[ra] == 0) ++ra;
+          while (rb > ra && ws.row_lo_rel[rb - 1] == n) --rb;
+          ra = ra / align * align;
+          rb = std::min(mp, round_up(rb, align));
+          if (ra >= rb) return;
+        }
+      }
+      const int64_t m = rb - ra;
+      step.st = ws.st + ra;
+      step.nk = n;
+      step.m = m;
+      step.lo = kind == TileKind::partial ? ws.row_lo_rel + ra : nullptr;
+      step.hi = kind == TileKind::partial ? ws.row_hi_rel + ra : nullptr;
+      step.m_run = ws.m_run + ra;
+      step.l_run = ws.l_run + ra;
+      step.alpha = ws.alpha + ra;
+
+      if (rowwise) {
+        for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
+        K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
+        flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
+                          ws.redo);
+        K.softmax(step);
+        if (kind == TileKind::partial && !all_finite_rows(ws.vraw, pb.dtype, n, dv))
+          pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
+        else
+          K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
+        return;
+      }
+      if (L) {
+        const uint16_t *kb = ws.kb, *vt = ws.vt;
+        int kf = 0, vf = 0;
+        if (pan) {
+          kb = pan->kb(pan_tile);
+          vt = pan->vt(pan_tile);
+          kf = vf = pan->flags[pan_tile];
+        } else {
+          for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
+          kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
+          vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
+        }
+        if (!((kf | vf) & LowpKernels::kTiny)) {
+          // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
+          // are left out, in whole 32-key steps of the panel: on the diagonal tiles of a causal
+          // mask that is up to half the tile.
+          const int64_t ld = round_up(n, 32);
+          const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, round_up(ws.row_hi_rel[rb - 1], 32)) : n;
+          step.nk = ne;
+          if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra))
+            flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+                              step.hi ? ws.row_hi_rel : nullptr, ws.redo);
+          // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
+          const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
+          step.pp = exact_pv ? nullptr : ws.pp;
+          step.terms = plan.terms;
+          if (L->raw_scores) {  // the softmax scales the products and flags extreme rows
+            step.scale = qpost;
+            step.redo = ws.redo + ra;
+          }
+          K.softmax(step);
+          step.pp = nullptr;
+          step.scale = 1.0f;
+          step.redo = nullptr;
+          if (exact_pv) {
+            for (int64_t t = 0; t < n; ++t) {
+              K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+              ws.vrows[t] = ws.vc + t * dv;
+            }
+            pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
+                            ws.ot + ra);
+          } else {
+            L->pv(nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
+          }
+          return;
+        }
+        // bf16 subnormals in this tile's K / V: the fp32 kernels below.
+      }
+      need_qt();
+      // Converted to contiguous fp32 rows even when K/V are fp32 already: measured on Zen3, the
+      // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
+      // costs.
+      for (int64_t t = 0; t < n; ++t) {
+        if (t < nn) prefetch_row(t);
+        K.convert(ws.kraw[t], pb.dtype, pb.ks.dim, dqk, ws.kc + t * dqk);
+        K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+        ws.krows[t] = ws.kc + t * dqk;
+        ws.vrows[t] = ws.vc + t * dv;
+      }
+      K.qk(ws.qt + ra, mp, m, dqk, ws.krows, n, ws.st + ra);
+      // Padding rows (>= rows) have zero queries and are never written: not flagged.
+      flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+                        step.hi ? ws.row_hi_rel : nullptr, ws.redo);
+      K.softmax(step);
+      if (kind == TileKind::partial && !all_finite(ws.vrows, n, dv))
+        pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra, ws.ot + ra);
+      else
+        K.pv(ws.st + ra, mp, m, n, ws.vrows, dv, ws.alpha + ra, ws.ot + ra);
+  };
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
     const int64_t n = pan ? std::min(ws.nk, sm.sk - j0) : std::min(ws.nk, hi - j0);
     const TileKind kind = sm.classify(i0, i1, j0, j0 + n);
     if (kind == TileKind::empty) continue;
-    // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
-    // never touched.
-    // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
-    const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
-    if (!pan || pan->flags[pan_tile] != 0)
-      for (int64_t t = 0; t < n; ++t) {
-        int64_t ko, vo;
-        kv_rows.at(j0 + t, &ko, &vo);
-        ws.kraw[t] = kbase + ko * esz;
-        ws.vraw[t] = vbase + vo * esz;
-      }
-    // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
-    // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
-    // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
-    // path issues them one row at a time between the conversions of this tile's rows rather
-    // than in one burst of ~256 lines, which can fill the miss buffers the conversion waits on.
-    const int64_t jn = j0 + n, nn = std::min(ws.nk, hi - jn);
-    auto prefetch_row = [&](int64_t t) {
-      int64_t ko, vo;
-      kv_rows.at(jn + t, &ko, &vo);
-      prefetch_span(kbase + ko * esz, k_span);
-      prefetch_span(vbase + vo * esz, v_span);
-    };
-    // Mask bounds relative to the tile, and the rows [ra, rb) that can see any of its keys. Both
-    // bounds are non-decreasing in the row, so those rows are one contiguous range; the others
-    // would be fully masked (p = 0, alpha = 1: an exact no-op) and the transposed kernels skip
-    // them (rounded out to whole vectors of 8 rows). This is most of the diagonal band of causal
-    // masks: ~10% of the causal work at 192-row tiles.
-    int64_t ra = 0, rb = mp;
-    if (kind == TileKind::partial) {
-      for (int64_t r = 0; r < mp; ++r) {
-        ws.row_lo_rel[r] = static_cast<int32_t>(std::clamp<int64_t>(ws.row_lo[r] - j0, 0, n));
-        ws.row_hi_rel[r] = static_cast<int32_t>(std::clamp<int64_t>(ws.row_hi[r] - j0, 0, n));
-      }
-      if (!rowwise) {
-        while (ra < mp && ws.row_hi_rel[ra] == 0) ++ra;
-        while (rb > ra && ws.row_lo_rel[rb - 1] == n) --rb;
-        ra = ra / align * align;
-        rb = std::min(mp, round_up(rb, align));
-        if (ra >= rb) continue;
-      }
-    }
-    const int64_t m = rb - ra;
-    step.st = ws.st + ra;
-    step.nk = n;
-    step.m = m;
-    step.lo = kind == TileKind::partial ? ws.row_lo_rel + ra : nullptr;
-    step.hi = kind == TileKind::partial ? ws.row_hi_rel + ra : nullptr;
-    step.m_run = ws.m_run + ra;
-    step.l_run = ws.l_run + ra;
-    step.alpha = ws.alpha + ra;
-
-    if (rowwise) {
-      for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-      K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
-      flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
-                        ws.redo);
-      K.softmax(step);
-      if (kind == TileKind::partial && !all_finite_rows(ws.vraw, pb.dtype, n, dv))
-        pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
-      else
-        K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
-      continue;
-    }
-    if (L) {
-      const uint16_t *kb = ws.kb, *vt = ws.vt;
-      int kf = 0, vf = 0;
-      if (pan) {
-        kb = pan->kb(pan_tile);
-        vt = pan->vt(pan_tile);
-        kf = vf = pan->flags[pan_tile];
-      } else {
-        for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-        kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
-        vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
-      }
-      if (!((kf | vf) & LowpKernels::kTiny)) {
-        // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
-        // are left out, in whole 32-key steps of the panel: on the diagonal tiles of a causal
-        // mask that is up to half the tile.
-        const int64_t ld = round_up(n, 32);
-        const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, round_up(ws.row_hi_rel[rb - 1], 32)) : n;
-        step.nk = ne;
-        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra))
-          flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
-                            step.hi ? ws.row_hi_rel : nullptr, ws.redo);
-        // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
-        const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
-        step.pp = exact_pv ? nullptr : ws.pp;
-        step.terms = plan.terms;
-        if (L->raw_scores) {  // the softmax scales the products and flags extreme rows
-          step.scale = qpost;
-          step.redo = ws.redo + ra;
-        }
-        K.softmax(step);
-        step.pp = nullptr;
-        step.scale = 1.0f;
-        step.redo = nullptr;
-        if (exact_pv) {
-          for (int64_t t = 0; t < n; ++t) {
-            K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
-            ws.vrows[t] = ws.vc + t * dv;
-          }
-          pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
-                          ws.ot + ra);
-        } else {
-          L->pv(nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
-        }
-        continue;
-      }
-      // bf16 subnormals in this tile's K / V: the fp32 kernels below.
-    }
-    need_qt();
-    // Converted to contiguous fp32 rows even when K/V are fp32 already: measured on Zen3, the
-    // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
-    // costs.
-    for (int64_t t = 0; t < n; ++t) {
-      if (t < nn) prefetch_row(t);
-      K.convert(ws.kraw[t], pb.dtype, pb.ks.dim, dqk, ws.kc + t * dqk);
-      K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
-      ws.krows[t] = ws.kc + t * dqk;
-      ws.vrows[t] = ws.vc + t * dv;
-    }
-    K.qk(ws.qt + ra, mp, m, dqk, ws.krows, n, ws.st + ra);
-    // Padding rows (>= rows) have zero queries and are never written: not flagged.
-    flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
-                      step.hi ? ws.row_hi_rel : nullptr, ws.redo);
-    K.softmax(step);
-    if (kind == TileKind::partial && !all_finite(ws.vrows, n, dv))
-      pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra, ws.ot + ra);
-    else
-      K.pv(ws.st + ra, mp, m, n, ws.vrows, dv, ws.alpha + ra, ws.ot + ra);
+    for (int h = 0; h < nh; ++h) tile(*wss[h], kv_rows[h], j0, n, kind);
   }
   if (L && L->end) L->end();
 
   // ---- finalize: sink (split 0 only), normalization, empty rows, lse ----
   // Row r's output is ot row r times f[r] (in alpha, free now); lse[r] in l_run.
-  const bool sink = pb.has_sinks && u.split == 0;
-  float* const fr = ws.alpha;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t h = hk * g + (u.r0 + r) % g;
-    const float m = ws.m_run[r];
-    float l = ws.l_run[r], m_f = m, c = 1.0f;  // O_final = ot * c / l
-    if (sink) {
-      const float s = pb.sink(h);
-      m_f = nan_max(m, s);
-      c = m == kNegInf ? 0.0f : std::exp(m - m_f);
-      l = l * c + (m_f == kNegInf ? 0.0f : std::exp(s - m_f));
+  auto finish = [&](Workspace& ws, int64_t hk) {
+    const float dvs = pb.descale_v(b, hk);
+    const bool sink = pb.has_sinks && u.split == 0;
+    float* const fr = ws.alpha;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = hk * g + (u.r0 + r) % g;
+      const float m = ws.m_run[r];
+      float l = ws.l_run[r], m_f = m, c = 1.0f;  // O_final = ot * c / l
+      if (sink) {
+        const float s = pb.sink(h);
+        m_f = nan_max(m, s);
+        c = m == kNegInf ? 0.0f : std::exp(m - m_f);
+        l = l * c + (m_f == kNegInf ? 0.0f : std::exp(s - m_f));
+      }
+      const bool empty = m_f == kNegInf && !std::isnan(l);
+      fr[r] = empty ? 0.0f : c / l * dvs;
+      // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
+      ws.l_run[r] = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
     }
-    const bool empty = m_f == kNegInf && !std::isnan(l);
-    fr[r] = empty ? 0.0f : c / l * dvs;
-    // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
-    ws.l_run[r] = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
-  }
-  // Normalized rows, row-major: transposed by the table's kernel when O^T is transposed.
-  const float* orow = ws.orow;
-  int64_t or_s = dv, oe_s = 1;
-  if (rowwise || !K.transpose) {
-    orow = ws.ot;
-    or_s = o_rs;
-    oe_s = o_es;
-  } else {
-    K.transpose(ws.ot, mp, dv, rows, fr, 1.0f, ws.orow, dv);
-  }
-  const bool scaled = orow == ws.orow;  // fr already applied
-  const bool fast_store = scaled && K.store_row && pb.os.dim == 1 &&
-                          (pb.out_dtype == DType::float32 || pb.out_dtype == DType::float16 ||
-                           pb.out_dtype == DType::bfloat16);
-  const int64_t oesz = static_cast<int64_t>(dtype_size(pb.out_dtype));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
-    const float* o = orow + r * or_s;
-    const float f = scaled ? 1.0f : fr[r], lse = ws.l_run[r];
-    if (plan.nsplit == 1 && ws.redo[r]) {  // an extreme score: the whole row in fp64
-      float lse_ref = 0.0f;
-      reference_row(pb, b, i, h, ws.row, &lse_ref);
-      const int64_t oo = pb.out_offset(b, i, h);
-      for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, ws.row[e]);
-      if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
-    } else if (plan.nsplit == 1) {
-      const int64_t oo = pb.out_offset(b, i, h);
-      if (fast_store)
-        K.store_row(o, dv, pb.out_dtype, static_cast<char*>(p.out.data) + oo * oesz);
-      else
-        for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, o[e * oe_s] * f);
-      if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
+    // Normalized rows, row-major: transposed by the table's kernel when O^T is transposed.
+    const float* orow = ws.orow;
+    int64_t or_s = dv, oe_s = 1;
+    if (rowwise || !K.transpose) {
+      orow = ws.ot;
+      or_s = o_rs;
+      oe_s = o_es;
     } else {
-      const int64_t grow = plan.row_base[b * pb.hkv + hk] + pr;
-      float* po = plan.part_o + (u.split * plan.total_rows + grow) * dv;
-      for (int64_t e = 0; e < dv; ++e) po[e] = o[e * oe_s] * f;
-      plan.part_lse[u.split * plan.total_rows + grow] = lse;
-      plan.part_redo[u.split * plan.total_rows + grow] = ws.redo[r];
+      K.transpose(ws.ot, mp, dv, rows, fr, 1.0f, ws.orow, dv);
     }
-  }
+    const bool scaled = orow == ws.orow;  // fr already applied
+    const bool fast_store = scaled && K.store_row && pb.os.dim == 1 &&
+                            (pb.out_dtype == DType::float32 || pb.out_dtype == DType::float16 ||
+                             pb.out_dtype == DType::bfloat16);
+    const int64_t oesz = static_cast<int64_t>(dtype_size(pb.out_dtype));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
+      const float* o = orow + r * or_s;
+      const float f = scaled ? 1.0f : fr[r], lse = ws.l_run[r];
+      if (plan.nsplit == 1 && ws.redo[r]) {  // an extreme score: the whole row in fp64
+        float lse_ref = 0.0f;
+        reference_row(pb, b, i, h, ws.row, &lse_ref);
+        const int64_t oo = pb.out_offset(b, i, h);
+        for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, ws.row[e]);
+        if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
+      } else if (plan.nsplit == 1) {
+        const int64_t oo = pb.out_offset(b, i, h);
+        if (fast_store)
+          K.store_row(o, dv, pb.out_dtype, static_cast<char*>(p.out.data) + oo * oesz);
+        else
+          for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, o[e * oe_s] * f);
+        if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
+      } else {
+        const int64_t grow = plan.row_base[b * pb.hkv + hk] + pr;
+        float* po = plan.part_o + (u.split * plan.total_rows + grow) * dv;
+        for (int64_t e = 0; e < dv; ++e) po[e] = o[e * oe_s] * f;
+        plan.part_lse[u.split * plan.total_rows + grow] = lse;
+        plan.part_redo[u.split * plan.total_rows + grow] = ws.redo[r];
+      }
+    }
+  };
+  for (int h = 0; h < nh; ++h) finish(*wss[h], hk + h);
 }
 
 // Packs every key tile of every (batch, kv head) into panels, in parallel over tiles. False
@@ -672,9 +725,9 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
 // rows), one thread each: decode with one kv head is 1 unit and gets split over the cores
 // instead of leaving all but one idle. Each split keeps >= 4 key tiles (the partial row write
 // and the merge then cost little next to the split's share of the scores).
-int num_splits(const Problem& pb, int workers, int64_t tile_rows, int64_t tile_keys) {
+int num_splits(const Problem& pb, int workers, int64_t tile_rows, int64_t tile_keys, int64_t unit_heads) {
   const int64_t q_tiles = (pb.group * pb.max_sq + tile_rows - 1) / tile_rows;
-  return choose_num_splits({.units = pb.batch * pb.hkv * q_tiles,
+  return choose_num_splits({.units = pb.batch * ((pb.hkv + unit_heads - 1) / unit_heads) * q_tiles,
                             .slots = workers,
                             .max_splits = pb.max_sk / (4 * tile_keys),
                             .requested = pb.p->num_splits});
@@ -690,6 +743,10 @@ bool rows_kernels_ok(const Problem& pb, const Kernels& k) {
          pb.dtype != DType::int32;
 }
 bool all_rows_tiles(const Problem& pb, const Kernels& k) { return rows_kernels_ok(pb, k) && pb.group * pb.max_sq <= 8; }
+
+int64_t unit_heads_for(const Problem& pb, const Kernels& k) {
+  return all_rows_tiles(pb, k) ? std::min(kUnitHeads, pb.hkv) : 1;
+}
 
 int64_t tile_rows_for(const Problem& pb, const Kernels& k, const LowpKernels* lowp) {
   if (all_rows_tiles(pb, k)) return 8;
@@ -744,8 +801,9 @@ Status forward(const Problem& pb) {
   plan.lowp = lowp_for(pb, *plan.kern, &plan.terms);
   plan.tile_keys = tile_keys_for(plan.lowp);
   plan.tile_rows = tile_rows_for(pb, *plan.kern, plan.lowp);
-  plan.nsplit = num_splits(pb, nt, plan.tile_rows, plan.tile_keys);
   plan.rows_kernels = rows_kernels_ok(pb, *plan.kern);
+  const int64_t unit_heads = unit_heads_for(pb, *plan.kern);
+  plan.nsplit = num_splits(pb, nt, plan.tile_rows, plan.tile_keys, unit_heads);
 
   // Units, and the global packed-row numbering used by the split partials.
   // Sizes of host scratch, checked: varlen q does not bound B x Hkv by out's size, and the
@@ -761,6 +819,8 @@ Status forward(const Problem& pb) {
     for (int64_t hk = 0; hk < pb.hkv; ++hk) {
       plan.row_base[b * pb.hkv + hk] = plan.total_rows;
       plan.total_rows += rows;
+      if (hk % unit_heads != 0) continue;  // in the unit of hk - hk % unit_heads
+      const int32_t nh = static_cast<int32_t>(std::min(unit_heads, pb.hkv - hk));
       for (int64_t r0 = 0; r0 < rows; r0 += plan.tile_rows) {
         const int64_t n = std::min(plan.tile_rows, rows - r0);
         int64_t klo, khi;
@@ -768,7 +828,7 @@ Status forward(const Problem& pb) {
         for (int64_t s = 0; s < plan.nsplit; ++s) {
           int64_t lo, hi;
           split_range(klo, khi, plan.nsplit, s, plan.tile_keys, &lo, &hi);
-          units.push_back({b, hk, r0, n, static_cast<int32_t>(s), n * (hi - lo)});
+          units.push_back({b, hk, r0, n, static_cast<int32_t>(s), n * (hi - lo) * nh, nh});
         }
       }
     }
@@ -810,15 +870,22 @@ Status forward(const Problem& pb) {
   bool oom = false;
 #pragma omp parallel num_threads(workers)
   {
-    Workspace ws(round_up(plan.tile_rows, plan.kern->row_align), plan.tile_keys, pb.dqk, pb.dv,
-                 plan.lowp ? plan.terms : 0);
-    if (!ws.ok()) {
+    std::vector<std::unique_ptr<Workspace>> ws;
+    std::vector<Workspace*> wsp;
+    bool ok = true;
+    for (int64_t h = 0; h < unit_heads; ++h) {
+      ws.push_back(std::make_unique<Workspace>(round_up(plan.tile_rows, plan.kern->row_align), plan.tile_keys, pb.dqk,
+                                               pb.dv, plan.lowp ? plan.terms : 0));
+      wsp.push_back(ws.back().get());
+      ok = ok && ws.back()->ok();
+    }
+    if (!ok) {
 #pragma omp atomic write
       oom = true;
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < nunits; ++u)
-      if (ws.ok()) run_unit(plan, units[u], ws);
+      if (ok) run_unit(plan, units[u], wsp.data());
   }
   if (oom) return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for per-thread tiles");
 
@@ -892,7 +959,7 @@ void cpu_describe(const Problem& pb, PlanInfo* info) {
   info->tile_m = tile_rows_for(pb, k, lowp);
   info->tile_n = tile_keys_for(lowp);
   info->pack_gqa = pb.group > 1;  // the cpu tiles always pack the group's heads
-  info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m, info->tile_n);
+  info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m, info->tile_n, unit_heads_for(pb, k));
 }
 
 std::string cpu_info() {
