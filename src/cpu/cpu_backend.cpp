@@ -727,8 +727,12 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
 // and the merge then cost little next to the split's share of the scores).
 int num_splits(const Problem& pb, int workers, int64_t tile_rows, int64_t tile_keys, int64_t unit_heads) {
   const int64_t q_tiles = (pb.group * pb.max_sq + tile_rows - 1) / tile_rows;
+  // Row-major plans ask for 4 units per thread: their units (all kv heads of a batch) are few
+  // and long, and on a shared machine one preempted thread holding the last of 2 units doubled
+  // the wall time (B = 1, kv 4k: 0.67x the one-head-per-unit build); splits keep every unit's
+  // reads contiguous and cost one partial row write and merge per split.
   return choose_num_splits({.units = pb.batch * ((pb.hkv + unit_heads - 1) / unit_heads) * q_tiles,
-                            .slots = workers,
+                            .slots = unit_heads > 1 ? 4 * workers : workers,
                             .max_splits = pb.max_sk / (4 * tile_keys),
                             .requested = pb.p->num_splits});
 }
