@@ -465,138 +465,138 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   const Panels* pan = L ? plan.panels : nullptr;
   // One key tile of one head (several heads: row-major units over kv heads, see Unit::nh).
   auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, int64_t j0, int64_t n, TileKind kind) {
-      // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
-      // never touched.
-      // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
-      const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
-      if (!pan || pan->flags[pan_tile] != 0)
-        for (int64_t t = 0; t < n; ++t) {
-          int64_t ko, vo;
-          kv_rows.at(j0 + t, &ko, &vo);
-          ws.kraw[t] = kbase + ko * esz;
-          ws.vraw[t] = vbase + vo * esz;
-        }
-      // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
-      // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
-      // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
-      // path issues them one row at a time between the conversions of this tile's rows rather
-      // than in one burst of ~256 lines, which can fill the miss buffers the conversion waits on.
-      const int64_t jn = j0 + n, nn = std::min(ws.nk, hi - jn);
-      auto prefetch_row = [&](int64_t t) {
+    // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
+    // never touched.
+    // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
+    const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
+    if (!pan || pan->flags[pan_tile] != 0)
+      for (int64_t t = 0; t < n; ++t) {
         int64_t ko, vo;
-        kv_rows.at(jn + t, &ko, &vo);
-        prefetch_span(kbase + ko * esz, k_span);
-        prefetch_span(vbase + vo * esz, v_span);
-      };
-      // Mask bounds relative to the tile, and the rows [ra, rb) that can see any of its keys. Both
-      // bounds are non-decreasing in the row, so those rows are one contiguous range; the others
-      // would be fully masked (p = 0, alpha = 1: an exact no-op) and the transposed kernels skip
-      // them (rounded out to whole vectors of 8 rows). This is most of the diagonal band of causal
-      // masks: ~10% of the causal work at 192-row tiles.
-      int64_t ra = 0, rb = mp;
-      if (kind == TileKind::partial) {
-        for (int64_t r = 0; r < mp; ++r) {
-          ws.row_lo_rel[r] = static_cast<int32_t>(std::clamp<int64_t>(ws.row_lo[r] - j0, 0, n));
-          ws.row_hi_rel[r] = static_cast<int32_t>(std::clamp<int64_t>(ws.row_hi[r] - j0, 0, n));
-        }
-        if (!rowwise) {
-          while (ra < mp && ws.row_hi_rel[ra] == 0) ++ra;
-          while (rb > ra && ws.row_lo_rel[rb - 1] == n) --rb;
-          ra = ra / align * align;
-          rb = std::min(mp, round_up(rb, align));
-          if (ra >= rb) return;
-        }
+        kv_rows.at(j0 + t, &ko, &vo);
+        ws.kraw[t] = kbase + ko * esz;
+        ws.vraw[t] = vbase + vo * esz;
       }
-      const int64_t m = rb - ra;
-      step.st = ws.st + ra;
-      step.nk = n;
-      step.m = m;
-      step.lo = kind == TileKind::partial ? ws.row_lo_rel + ra : nullptr;
-      step.hi = kind == TileKind::partial ? ws.row_hi_rel + ra : nullptr;
-      step.m_run = ws.m_run + ra;
-      step.l_run = ws.l_run + ra;
-      step.alpha = ws.alpha + ra;
+    // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
+    // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
+    // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
+    // path issues them one row at a time between the conversions of this tile's rows rather
+    // than in one burst of ~256 lines, which can fill the miss buffers the conversion waits on.
+    const int64_t jn = j0 + n, nn = std::min(ws.nk, hi - jn);
+    auto prefetch_row = [&](int64_t t) {
+      int64_t ko, vo;
+      kv_rows.at(jn + t, &ko, &vo);
+      prefetch_span(kbase + ko * esz, k_span);
+      prefetch_span(vbase + vo * esz, v_span);
+    };
+    // Mask bounds relative to the tile, and the rows [ra, rb) that can see any of its keys. Both
+    // bounds are non-decreasing in the row, so those rows are one contiguous range; the others
+    // would be fully masked (p = 0, alpha = 1: an exact no-op) and the transposed kernels skip
+    // them (rounded out to whole vectors of 8 rows). This is most of the diagonal band of causal
+    // masks: ~10% of the causal work at 192-row tiles.
+    int64_t ra = 0, rb = mp;
+    if (kind == TileKind::partial) {
+      for (int64_t r = 0; r < mp; ++r) {
+        ws.row_lo_rel[r] = static_cast<int32_t>(std::clamp<int64_t>(ws.row_lo[r] - j0, 0, n));
+        ws.row_hi_rel[r] = static_cast<int32_t>(std::clamp<int64_t>(ws.row_hi[r] - j0, 0, n));
+      }
+      if (!rowwise) {
+        while (ra < mp && ws.row_hi_rel[ra] == 0) ++ra;
+        while (rb > ra && ws.row_lo_rel[rb - 1] == n) --rb;
+        ra = ra / align * align;
+        rb = std::min(mp, round_up(rb, align));
+        if (ra >= rb) return;
+      }
+    }
+    const int64_t m = rb - ra;
+    step.st = ws.st + ra;
+    step.nk = n;
+    step.m = m;
+    step.lo = kind == TileKind::partial ? ws.row_lo_rel + ra : nullptr;
+    step.hi = kind == TileKind::partial ? ws.row_hi_rel + ra : nullptr;
+    step.m_run = ws.m_run + ra;
+    step.l_run = ws.l_run + ra;
+    step.alpha = ws.alpha + ra;
 
-      if (rowwise) {
+    if (rowwise) {
+      for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
+      K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
+      flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
+                        ws.redo);
+      K.softmax(step);
+      if (kind == TileKind::partial && !all_finite_rows(ws.vraw, pb.dtype, n, dv))
+        pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
+      else
+        K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
+      return;
+    }
+    if (L) {
+      const uint16_t *kb = ws.kb, *vt = ws.vt;
+      int kf = 0, vf = 0;
+      if (pan) {
+        kb = pan->kb(pan_tile);
+        vt = pan->vt(pan_tile);
+        kf = vf = pan->flags[pan_tile];
+      } else {
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-        K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
-        flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
-                          ws.redo);
+        kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
+        vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
+      }
+      if (!((kf | vf) & LowpKernels::kTiny)) {
+        // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
+        // are left out, in whole 32-key steps of the panel: on the diagonal tiles of a causal
+        // mask that is up to half the tile.
+        const int64_t ld = round_up(n, 32);
+        const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, round_up(ws.row_hi_rel[rb - 1], 32)) : n;
+        step.nk = ne;
+        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra))
+          flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+                            step.hi ? ws.row_hi_rel : nullptr, ws.redo);
+        // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
+        const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
+        step.pp = exact_pv ? nullptr : ws.pp;
+        step.terms = plan.terms;
+        if (L->raw_scores) {  // the softmax scales the products and flags extreme rows
+          step.scale = qpost;
+          step.redo = ws.redo + ra;
+        }
         K.softmax(step);
-        if (kind == TileKind::partial && !all_finite_rows(ws.vraw, pb.dtype, n, dv))
-          pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
-        else
-          K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
+        step.pp = nullptr;
+        step.scale = 1.0f;
+        step.redo = nullptr;
+        if (exact_pv) {
+          for (int64_t t = 0; t < n; ++t) {
+            K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+            ws.vrows[t] = ws.vc + t * dv;
+          }
+          pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
+                          ws.ot + ra);
+        } else {
+          L->pv(nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
+        }
         return;
       }
-      if (L) {
-        const uint16_t *kb = ws.kb, *vt = ws.vt;
-        int kf = 0, vf = 0;
-        if (pan) {
-          kb = pan->kb(pan_tile);
-          vt = pan->vt(pan_tile);
-          kf = vf = pan->flags[pan_tile];
-        } else {
-          for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-          kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
-          vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
-        }
-        if (!((kf | vf) & LowpKernels::kTiny)) {
-          // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
-          // are left out, in whole 32-key steps of the panel: on the diagonal tiles of a causal
-          // mask that is up to half the tile.
-          const int64_t ld = round_up(n, 32);
-          const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, round_up(ws.row_hi_rel[rb - 1], 32)) : n;
-          step.nk = ne;
-          if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra))
-            flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
-                              step.hi ? ws.row_hi_rel : nullptr, ws.redo);
-          // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
-          const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
-          step.pp = exact_pv ? nullptr : ws.pp;
-          step.terms = plan.terms;
-          if (L->raw_scores) {  // the softmax scales the products and flags extreme rows
-            step.scale = qpost;
-            step.redo = ws.redo + ra;
-          }
-          K.softmax(step);
-          step.pp = nullptr;
-          step.scale = 1.0f;
-          step.redo = nullptr;
-          if (exact_pv) {
-            for (int64_t t = 0; t < n; ++t) {
-              K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
-              ws.vrows[t] = ws.vc + t * dv;
-            }
-            pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
-                            ws.ot + ra);
-          } else {
-            L->pv(nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
-          }
-          return;
-        }
-        // bf16 subnormals in this tile's K / V: the fp32 kernels below.
-      }
-      need_qt();
-      // Converted to contiguous fp32 rows even when K/V are fp32 already: measured on Zen3, the
-      // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
-      // costs.
-      for (int64_t t = 0; t < n; ++t) {
-        if (t < nn) prefetch_row(t);
-        K.convert(ws.kraw[t], pb.dtype, pb.ks.dim, dqk, ws.kc + t * dqk);
-        K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
-        ws.krows[t] = ws.kc + t * dqk;
-        ws.vrows[t] = ws.vc + t * dv;
-      }
-      K.qk(ws.qt + ra, mp, m, dqk, ws.krows, n, ws.st + ra);
-      // Padding rows (>= rows) have zero queries and are never written: not flagged.
-      flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
-                        step.hi ? ws.row_hi_rel : nullptr, ws.redo);
-      K.softmax(step);
-      if (kind == TileKind::partial && !all_finite(ws.vrows, n, dv))
-        pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra, ws.ot + ra);
-      else
-        K.pv(ws.st + ra, mp, m, n, ws.vrows, dv, ws.alpha + ra, ws.ot + ra);
+      // bf16 subnormals in this tile's K / V: the fp32 kernels below.
+    }
+    need_qt();
+    // Converted to contiguous fp32 rows even when K/V are fp32 already: measured on Zen3, the
+    // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
+    // costs.
+    for (int64_t t = 0; t < n; ++t) {
+      if (t < nn) prefetch_row(t);
+      K.convert(ws.kraw[t], pb.dtype, pb.ks.dim, dqk, ws.kc + t * dqk);
+      K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+      ws.krows[t] = ws.kc + t * dqk;
+      ws.vrows[t] = ws.vc + t * dv;
+    }
+    K.qk(ws.qt + ra, mp, m, dqk, ws.krows, n, ws.st + ra);
+    // Padding rows (>= rows) have zero queries and are never written: not flagged.
+    flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
+                      step.hi ? ws.row_hi_rel : nullptr, ws.redo);
+    K.softmax(step);
+    if (kind == TileKind::partial && !all_finite(ws.vrows, n, dv))
+      pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra, ws.ot + ra);
+    else
+      K.pv(ws.st + ra, mp, m, n, ws.vrows, dv, ws.alpha + ra, ws.ot + ra);
   };
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
     const int64_t n = pan ? std::min(ws.nk, sm.sk - j0) : std::min(ws.nk, hi - j0);
