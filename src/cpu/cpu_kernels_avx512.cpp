@@ -317,10 +317,14 @@ void softmax_avx512(const SoftmaxStep& s) {
     // rescale (alpha = 1, rescale_ot_avx512).
     const __m512 m_new = _mm512_max_ps(mx, m_old);
     const __m512 m_use = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_UQ), m_new);  // -inf -> 0
-    // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow; s - m
-    // as one fused x * scale - m), row sums in two accumulators.
+    // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow), row sums
+    // in two accumulators. s = x * scale rounded exactly as the max was: a fused x * scale - m
+    // keeps the exact product, and for scores of ~1e37 (keys of ~3e38) its difference from the
+    // rounded max is up to half an ulp of the score, ~1e30 -- an ex2 of +-1e30 gave the row's
+    // largest score a weight of inf or 0 (a fuzzer finding: NaN outputs).
     auto arg = [&](int64_t n) {
-      return _mm512_mul_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), pscale, m_use), log2e);
+      return _mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), pscale), m_use),
+                           log2e);
     };
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
     int64_t n = 0;
