@@ -322,9 +322,11 @@ void softmax_avx512(const SoftmaxStep& s) {
     // keeps the exact product, and for scores of ~1e37 (keys of ~3e38) its difference from the
     // rounded max is up to half an ulp of the score, ~1e30 -- an ex2 of +-1e30 gave the row's
     // largest score a weight of inf or 0 (a fuzzer finding: NaN outputs).
+    // (The explicit-rounding multiply: GCC contracts a plain mul + sub back into an FMA.)
     auto arg = [&](int64_t n) {
-      return _mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), pscale), m_use),
-                           log2e);
+      const __m512 x = _mm512_mul_round_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), pscale,
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      return _mm512_mul_ps(_mm512_sub_ps(x, m_use), log2e);
     };
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
     int64_t n = 0;
