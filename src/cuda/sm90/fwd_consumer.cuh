@@ -232,11 +232,13 @@ struct Consumer {
       }
     }
   }
-  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+  // O *= alpha (element i belongs to row half (i / 2) % 2).
+  __device__ __forceinline__ void scale_o(const float (&alpha)[2]) {
 #pragma unroll
-      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
-    }
+    for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+  }
+  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_o(alpha);
   }
   // Dv = 256: waits for the P V group in flight, then rescales O. The wait sits inside both arms
   // of the rescale branch, so ptxas cannot hoist it above the softmax's ex2s (see softmax).
@@ -244,8 +246,7 @@ struct Consumer {
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(o);
-#pragma unroll
-      for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
+      scale_o(alpha);
     } else {
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(o);
@@ -331,6 +332,7 @@ struct Consumer {
         if (T::kSeparateO && it == n - 1) release_q();
         softmax(w.tile_at(it) * kBlockN, alpha);
         rescale_o(alpha);
+        alpha[0] = alpha[1] = 1.f;  // applied: the rescale before the last P V must not repeat it
         pack_p();
         stv = st;
         continue;
