@@ -204,7 +204,6 @@ struct Consumer {
       neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;  // nothing visible yet: keep args finite
     }
     alpha[0] = alpha[1] = 1.f;
-    if constexpr (!kRescaleInTurn) rescale_factors(grow, m_old, neg_m, alpha);
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // two partial sums per row half
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
@@ -212,13 +211,12 @@ struct Consumer {
       s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_m[h]), i);
       sum[h][i & 1] += s[i];
     }
-    // With the rescale in the GEMM turn, the factors come last, in a branch after the
-    // exponentials: the branch (ex2 inline asm, never speculated) ends the softmax's basic block,
-    // so ptxas cannot hoist the caller's wait on the P V group (a WARPGROUP.DEPBAR with no
-    // register dependence on S) above the ex2s; in one block it did (SASS of 545e84f), and the
-    // consumer idled until P V completed instead of overlapping its exponentials with it. (At
-    // Dv = 256 the caller's wait sits in the rescale branch instead: wait_pv_rescale_o.)
-    if constexpr (kRescaleInTurn) rescale_factors(grow, m_old, neg_m, alpha);
+    // The factors come last, in a branch after the exponentials: the branch (ex2 inline asm,
+    // never speculated) ends the softmax's basic block, so ptxas cannot hoist the caller's wait
+    // on the P V group (a WARPGROUP.DEPBAR with no register dependence on S) above the ex2s; in
+    // one block it did (SASS of 545e84f), and the consumer idled until P V completed instead of
+    // overlapping its exponentials with it.
+    rescale_factors(grow, m_old, neg_m, alpha);
     l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
   }
   // O / l rescale factors of a grown max (m_old: the max before; neg_m: -new max in log2 units).
@@ -239,18 +237,6 @@ struct Consumer {
   }
   __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_o(alpha);
-  }
-  // Dv = 256: waits for the P V group in flight, then rescales O. The wait sits inside both arms
-  // of the rescale branch, so ptxas cannot hoist it above the softmax's ex2s (see softmax).
-  __device__ __forceinline__ void wait_pv_rescale_o(const float (&alpha)[2]) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(o);
-      scale_o(alpha);
-    } else {
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(o);
-    }
   }
   __device__ __forceinline__ void pack_p() {
 #pragma unroll
@@ -354,11 +340,14 @@ struct Consumer {
       sh.k_ring.release(st, tid == 0);
       if (T::kSeparateO && it == n - 1) release_q();
       softmax(w.tile_at(it) * kBlockN, alpha);
-      if constexpr (kRescaleInTurn) {  // softmax ends in a branch: the wait stays after its ex2s
-        ptx::wgmma_wait_group<0>();
-        ptx::fence_operands(o);
-      } else {
-        wait_pv_rescale_o(alpha);
+      // softmax ends in a branch: the wait stays after its ex2s. One wait instruction for the
+      // whole warpgroup: wgmma.wait_group is .aligned, every warp must execute the same one
+      // (a wait in each arm of a per-warp rescale branch was UB: synccheck's "mismatching
+      // warpgroup instruction pc").
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(o);
+      if constexpr (!kRescaleInTurn) {
+        rescale_o(alpha);
         alpha[0] = alpha[1] = 1.f;
       }
       hold_p();
