@@ -9,6 +9,7 @@
 # On the GPU machine (the repo root, build-device-pack/ carried):
 #   OUT=/some/dir bash bench/device_run.sh [--quick] [--skip-tests] [--skip-bench] [--bench-args "..."]
 #     [--kernels "sm80 sm90"]   the FA4_CUDA_KERNEL values the test suite runs under, once each
+#     [--test-bin PATH]         another build's test suite (bench/stage_sm90_variant.sh TESTS=1)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=build-device
@@ -29,14 +30,15 @@ if [[ "${1:-}" == "--stage" ]]; then
   set -- --pack
 fi
 if [[ "${1:-}" == "--pack" ]]; then
-  # The fatbins compress well; carry build-device-pack/ (well under the 64 MiB transfer limit).
-  # (bench/stage_ab.sh adds other builds to $DIR/lib and packs again.)
-  rm -rf build-device-pack && mkdir -p build-device-pack && tar czf build-device-pack/bin.tgz "$DIR"
+  # The fatbins compress well (xz: a build plus two variants in 28 MB); carry build-device-pack/
+  # (the transfer limit is 64 MiB). (bench/stage_ab.sh adds other builds to $DIR/lib and packs again.)
+  rm -rf build-device-pack && mkdir -p build-device-pack
+  tar cf - "$DIR" | xz -T0 -6 > build-device-pack/bin.txz
   du -sh "$DIR" build-device-pack
   exit 0
 fi
 
-QUICK=0 TESTS=1 BENCH=1 SAN=1 BENCH_ARGS="" KERNELS="sm80 sm90"
+QUICK=0 TESTS=1 BENCH=1 SAN=1 BENCH_ARGS="" KERNELS="sm80 sm90" TEST_BIN="$DIR/test_cuda"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -45,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --skip-bench) BENCH=0 ;;
     --bench-args) BENCH_ARGS="$2"; shift ;;
     --kernels) KERNELS="$2"; shift ;;
+    --test-bin) TEST_BIN="$2"; shift ;;
   esac
   shift
 done
@@ -62,19 +65,19 @@ if [[ $TESTS == 1 ]]; then
   # cases each kernel ran.
   for kernel in $KERNELS; do
     start=$(date +%s)
-    FA4_CUDA_KERNEL=$kernel FA4_CUDA_CASES=$CASES timeout 420 "$DIR/test_cuda" > "$OUT/tests_$kernel.log" 2>&1
+    FA4_CUDA_KERNEL=$kernel FA4_CUDA_CASES=$CASES timeout 420 "$TEST_BIN" > "$OUT/tests_$kernel.log" 2>&1
     rc=$?
     SUMMARY+=("tests FA4_CUDA_KERNEL=$kernel ($CASES random cases + fixed sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_$kernel.log" | tr '\n' ' ')$(grep -E '^cases per kernel' "$OUT/tests_$kernel.log" | sed 's/^cases per kernel ([^)]*):/; cases per kernel:/') ($(( $(date +%s) - start )) s)")
   done
   # A 99 KB GPU (sm_86 / sm_89 opt-in per block) emulated by the planner's cap: D = 192 / 256 then
   # run on the compact tile, the other dims on tiles that fit.
   start=$(date +%s)
-  FA4_CUDA_SMEM_OPTIN=101376 FA4_CUDA_CASES=$((CASES / 4)) timeout 300 "$DIR/test_cuda" \
+  FA4_CUDA_SMEM_OPTIN=101376 FA4_CUDA_CASES=$((CASES / 4)) timeout 300 "$TEST_BIN" \
     --gtest_filter='CudaBackend.RandomVsReference:CudaBackend.PrefillShapes:CudaBackend.WideHeadDecode:CudaBackend.SingleBufferPrefill' \
     > "$OUT/tests_99kb.log" 2>&1
   rc=$?
   # and a 60,000-byte cap: D = 256 must be refused cleanly, D = 64 prefill runs on its decode tile
-  FA4_CUDA_SMEM_OPTIN=60000 timeout 60 "$DIR/test_cuda" --gtest_filter='CudaBackend.SharedMemoryCap' \
+  FA4_CUDA_SMEM_OPTIN=60000 timeout 60 "$TEST_BIN" --gtest_filter='CudaBackend.SharedMemoryCap' \
     >> "$OUT/tests_99kb.log" 2>&1
   rc=$(( rc | $? ))
   SUMMARY+=("tests as a 99 KB GPU ($((CASES / 4)) random cases + D >= 192 sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_99kb.log" | tr '\n' ' ') ($(( $(date +%s) - start )) s)")
@@ -94,7 +97,7 @@ if [[ $SAN == 1 ]]; then
   FILTER='CudaBackend.RandomVsReference:CudaBackend.PrefillShapes:CudaBackend.GraphCapture:CudaBackend.CombinePartials:CudaBackend.WorkspaceAllocatorHook:CudaBackend.SingleBufferPrefill:CudaF32.RandomVsReference'
   for tool in memcheck racecheck synccheck; do
     start=$(date +%s)
-    FA4_CUDA_KERNEL=sm90 FA4_CUDA_CASES=6 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$DIR/test_cuda" \
+    FA4_CUDA_KERNEL=sm90 FA4_CUDA_CASES=6 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$TEST_BIN" \
       --gtest_filter="$FILTER" > "$OUT/$tool.log" 2>&1
     rc=$?
     SUMMARY+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | head -1) ($(( $(date +%s) - start )) s)")

@@ -6,16 +6,22 @@
 # boxes; cuda/plan.cpp: the planned tile and shared memory). A kernel built with other tiles than
 # its host side expects waits forever on an mbarrier whose TMA boxes bring fewer bytes than it
 # was told (that is how the first 176 / 192-key A/B hung). Every other object and the link line
-# come from the main build, so a variant costs ~1 minute, not a whole CUDA build.
+# come from the main build, so a variant costs ~1 minute, not a whole CUDA build. (The CUDA
+# backend's dispatch, cuda/backend.cpp, is recompiled too, so a branch that changes how the
+# sm90 kernel is called can be staged this way: bench/stage_ab.sh --fast.)
 #   bash bench/device_run.sh --stage                                   # the main build (build-cuda/)
 #   bash bench/stage_sm90_variant.sh nopp -DFA4_SM90_PINGPONG=0         # -> build-device/lib/libfa4_nopp.so
 #   device: OUT=... bash bench/device_run.sh --bench-args "--ab nopp=build-device/lib/libfa4_nopp.so"
+# TESTS=1: also link the device test suite against the variant ($D/test_cuda_NAME).
+# MAIN_ROOT=dir: take the main build (dir/build-cuda) and the staging folder (dir/build-device)
+# from another checkout, compiling this checkout's sources (a worktree of a branch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 2 ]] || { echo "usage: bash bench/stage_sm90_variant.sh NAME -DFA4_SM90_...=V [...]" >&2; exit 2; }
+[[ $# -ge 1 ]] || { echo "usage: bash bench/stage_sm90_variant.sh NAME [-DFA4_SM90_...=V ...]" >&2; exit 2; }
 name=$1; shift
-B=build-cuda
-[[ -d build-device/lib && -f $B/CMakeFiles/fa4.dir/link.txt ]] || { echo "stage_sm90_variant: build $B and run bash bench/device_run.sh --stage first" >&2; exit 2; }
+root=$(realpath "${MAIN_ROOT:-.}")
+B=$root/build-cuda D=$root/build-device
+[[ -d $D/lib && -f $B/CMakeFiles/fa4.dir/link.txt ]] || { echo "stage_sm90_variant: build $B and run bash bench/device_run.sh --stage first" >&2; exit 2; }
 out=$B/variant-$name
 mkdir -p "$out"
 objs=()
@@ -25,7 +31,7 @@ for src in src/cuda/sm90/*.cu; do
     --expt-relaxed-constexpr -lineinfo -DFA4_HAVE_CUDA=1 -Iinclude -Isrc "$@" -c "$src" -o "$o" &
   objs+=("$(realpath -m "$o")")
 done
-for src in src/cuda/sm90/fwd_launch.cpp src/cuda/plan.cpp; do
+for src in src/cuda/sm90/fwd_launch.cpp src/cuda/plan.cpp src/cuda/backend.cpp; do
   o=$out/$(basename "$src").o
   c++ -O3 -DNDEBUG -fPIC -fno-math-errno -fopenmp -std=c++20 -DFA4_HAVE_CUDA=1 -Iinclude -Isrc \
     -isystem /usr/local/cuda/include "$@" -c "$src" -o "$o" &
@@ -37,12 +43,23 @@ link=$(cat $B/CMakeFiles/fa4.dir/link.txt)
 for o in "${objs[@]}"; do
   base=$(basename "$o")
   rel=src/cuda/sm90/$base
-  [[ $base == plan.cpp.o ]] && rel=src/cuda/$base
+  [[ $base == plan.cpp.o || $base == backend.cpp.o ]] && rel=src/cuda/$base
   link=${link//CMakeFiles\/fa4_objects.dir\/$rel/$o}
 done
 link=$(sed -E "s@-o libfa4\.so[0-9.]*@-o $(realpath -m "$out")/libfa4.so@; s@-Wl,-soname,libfa4\.so[0-9.]*@@" <<<"$link")
 (cd $B && eval "$link")
-cp "$out/libfa4.so" "build-device/lib/libfa4_$name.so"
-strip --strip-unneeded "build-device/lib/libfa4_$name.so"
-echo "$name: $(git rev-parse --short HEAD) $*" >> build-device/ab_revs
-bash bench/device_run.sh --pack
+cp "$out/libfa4.so" "$D/lib/libfa4_$name.so"
+strip --strip-unneeded "$D/lib/libfa4_$name.so"
+if [[ ${TESTS:-0} == 1 ]]; then
+  # The device test suite of the variant ($D/test_cuda_NAME): the static library rebuilt from
+  # the same object list (member names repeat across sm80 / sm90, so no in-place replacement),
+  # and test_cuda's own link line pointed at it.
+  (cd $B && ar rcs "$out/libfa4.a" $(tr ' ' '\n' <<<"$link" | grep -E '\.o$'))
+  tlink=$(cat $B/tests/cuda/CMakeFiles/test_cuda.dir/link.txt)
+  tlink=${tlink//..\/..\/libfa4.a/$out/libfa4.a}
+  tlink=$(sed -E "s@-o test_cuda( |$)@-o $out/test_cuda @" <<<"$tlink")
+  (cd $B/tests/cuda && eval "$tlink")
+  cp "$out/test_cuda" "$D/test_cuda_$name" && strip --strip-unneeded "$D/test_cuda_$name"
+fi
+echo "$name: $(git rev-parse --short HEAD) $*" >> "$D/ab_revs"
+(cd "$root" && bash bench/device_run.sh --pack)
