@@ -189,18 +189,25 @@ struct Consumer {
       m = fmaxf(m, s[i]);
     }
     float mx[2];
-    bool grow = false;
+    bool need[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = quad_max(fmaxf(fmaxf(mp[h][0], mp[h][1]), fmaxf(mp[h][2], mp[h][3])));
-      grow |= rescale_needed(mx[h], m_run[h], sc);
+      need[h] = rescale_needed(mx[h], m_run[h], sc);
     }
-    grow = __any_sync(0xffffffffu, grow);  // warp-uniform: a skipped rescale skips for all lanes
+    // Warp-uniform decisions, so a skipped rescale skips for all lanes: one for the warp's 16 rows,
+    // or (FA4_SM90_HALF_VOTE) one per row half (8 rows: h = 0 / 1 of every lane), which skips more.
+    bool grow[2];
+    if (FA4_SM90_HALF_VOTE) {
+      grow[0] = __any_sync(0xffffffffu, need[0]), grow[1] = __any_sync(0xffffffffu, need[1]);
+    } else {
+      grow[0] = grow[1] = __any_sync(0xffffffffu, need[0] || need[1]);
+    }
     float m_old[2], neg_m[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       m_old[h] = m_run[h];
-      if (grow) m_run[h] = fmaxf(m_run[h], mx[h]);
+      if (grow[h]) m_run[h] = fmaxf(m_run[h], mx[h]);
       neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;  // nothing visible yet: keep args finite
     }
     alpha[0] = alpha[1] = 1.f;
@@ -220,11 +227,11 @@ struct Consumer {
     l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
   }
   // O / l rescale factors of a grown max (m_old: the max before; neg_m: -new max in log2 units).
-  __device__ __forceinline__ void rescale_factors(bool grow, const float (&m_old)[2], const float (&neg_m)[2],
-                                                  float (&alpha)[2]) {
-    if (grow) {
+  __device__ __forceinline__ void rescale_factors(const bool (&grow)[2], const float (&m_old)[2],
+                                                  const float (&neg_m)[2], float (&alpha)[2]) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {
+      if (grow[h]) {
         alpha[h] = ptx::exp2_approx(m_old[h] * sc + neg_m[h]);  // m_old = -inf (first keys): 0
         l_run[h] *= alpha[h];
       }
@@ -235,8 +242,23 @@ struct Consumer {
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
   }
+  // O *= alpha, skipped where the warp's factors are all 1; FA4_SM90_HALF_VOTE decides per row
+  // half (8 rows: half the multiplies where only one half's max grew).
+  __device__ __forceinline__ void scale_o_voted(const float (&alpha)[2]) {
+    if (FA4_SM90_HALF_VOTE) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (__any_sync(0xffffffffu, alpha[h] != 1.f)) {
+#pragma unroll
+          for (int i = 2 * h; i < kORegs; i += 4) o[i] *= alpha[h], o[i + 1] *= alpha[h];
+        }
+      }
+    } else {
+      scale_o(alpha);
+    }
+  }
   __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_o(alpha);
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_o_voted(alpha);
   }
   __device__ __forceinline__ void pack_p() {
 #pragma unroll
