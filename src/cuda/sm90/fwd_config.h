@@ -24,10 +24,11 @@
 #ifndef FA4_SM90_OVERLAP
 #define FA4_SM90_OVERLAP 1
 #endif
-//   FA4_SM90_HALF_VOTE     0: one rescale decision per warp (16 rows); 1: per row half (8 rows),
-//                          fewer O multiplies with an exact max (to be measured)
+//   FA4_SM90_HALF_VOTE     0: one rescale decision per warp (16 rows); 1: per row half (8 rows):
+//                          fewer O multiplies with an exact max, +1-4 % at every dim (H200,
+//                          0480626 A/B, docs/perf/sm90-notes.md), bit-identical output
 #ifndef FA4_SM90_HALF_VOTE
-#define FA4_SM90_HALF_VOTE 0
+#define FA4_SM90_HALF_VOTE 1
 #endif
 #ifndef FA4_SM90_EXP2_EMU
 #define FA4_SM90_EXP2_EMU -1
