@@ -39,6 +39,9 @@ struct Consumer {
   static constexpr int kORegs = kDv / 2;      // O accumulator, 64 x Dv
   static constexpr int kPSteps = kBlockN / 16;
   static constexpr bool kRescaleInTurn = kDv <= 128;  // where O *= alpha runs (mainloop)
+  // Where the wait for the P V group in flight goes (mainloop): behind a spin-loop wait on the
+  // next V at Dv = 256, where ptxas otherwise hoists it above the softmax's ex2s.
+  static constexpr bool kPvWaitBehindV = kDv > 128;
   using Ring = PipelineState<kStages>;
 
   typename T::Smem& sh;
@@ -315,6 +318,7 @@ struct Consumer {
     float alpha[2];
     softmax(w.tile_at(0) * kBlockN, alpha);
     alpha[0] = alpha[1] = 1.f;  // O is still 0: nothing to rescale
+    if constexpr (kPvWaitBehindV) sh.v_ring.wait(st);  // as in the loop
     pack_p();
 
     Ring stv = st;  // slot of the tile whose P is in pf
@@ -354,7 +358,7 @@ struct Consumer {
       // only wait (FA3 places it there too). Not at Dv = 256: 128 multiplies there hold the turn
       // long enough to delay the other consumer's GEMMs (measured -5 to -10 %, sm90-notes.md).
       if constexpr (kRescaleInTurn) rescale_o(alpha);
-      sh.v_ring.wait(stv);
+      if constexpr (!kPvWaitBehindV) sh.v_ring.wait(stv);  // else waited after the softmax
       issue_pv(stv);
       turn_pass();
       ptx::wgmma_wait_group<1>();
@@ -362,10 +366,16 @@ struct Consumer {
       sh.k_ring.release(st, tid == 0);
       if (T::kSeparateO && it == n - 1) release_q();
       softmax(w.tile_at(it) * kBlockN, alpha);
-      // softmax ends in a branch: the wait stays after its ex2s. One wait instruction for the
-      // whole warpgroup: wgmma.wait_group is .aligned, every warp must execute the same one
-      // (a wait in each arm of a per-warp rescale branch was UB: synccheck's "mismatching
-      // warpgroup instruction pc").
+      // The wait for the P V group in flight has no register dependence on S, so ptxas hoists
+      // it (a WARPGROUP.DEPBAR) to the top of its basic block: in the softmax's block, above the
+      // row max and the ex2s, and the consumer idles until P V completes (D = 256: 13 % of all
+      // stall samples at that DEPBAR, ncu, 2ff92ce). At Dv = 256 the spin loop of the wait for
+      // this tile's V (needed by the next turn's P V anyway) ends the block first: same-run A/B
+      // +1-3.6 % at D = 256, but -3-6 % at D = 64 (and +-0.5 % at D = 128), where the early wait
+      // stays (docs/perf/sm90-notes.md). One wait instruction for the whole warpgroup:
+      // wgmma.wait_group is .aligned, every warp must execute the same one (a wait in each arm of
+      // a per-warp branch was UB: synccheck's "mismatching warpgroup instruction pc").
+      if constexpr (kPvWaitBehindV) sh.v_ring.wait(st);
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(o);
       if constexpr (!kRescaleInTurn) {
