@@ -442,6 +442,9 @@ def main():
     # The staged binaries' commit (bench/device_run.sh sets it) wins over the checkout's HEAD:
     # the device machine's copy of the tree may not carry an up-to-date .git.
     commit = os.environ.get("FA4_COMMIT", "")
+    staged = os.path.dirname(os.path.dirname(os.path.abspath(args.lib)))  # build-device/ of --lib
+    if not commit and os.path.isfile(os.path.join(staged, "commit")):  # staged by device_run.sh --stage
+        commit = open(os.path.join(staged, "commit")).read().strip()
     if not commit:
         try:
             commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
@@ -450,6 +453,8 @@ def main():
     meta = dict(date=datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), commit=commit,
                 gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version(), reps=args.reps, command="python3 " + " ".join(sys.argv))
+    if variants and os.path.isfile(os.path.join(staged, "ab_revs")):  # what each --ab library was built from
+        meta["ab_revs"] = open(os.path.join(staged, "ab_revs")).read().split("\n")[:-1]
     print(f"fa4 peers: {meta['gpu']} commit {commit}", flush=True)
     gemm = bench_gemm(timer)
     print(f"  cuBLAS bf16 GEMM 8192^3: {gemm:.0f} TFLOP/s", flush=True)
