@@ -58,6 +58,15 @@
 #ifndef FA4_SM90_CONSUMERS_D64
 #define FA4_SM90_CONSUMERS_D64 3
 #endif
+// K / V ring stages. D = 128 fits 3 only with O staged in Q (separate_o turns off: 32 + 3 * 64
+// KB + barriers = 226 KB); ncu showed its consumers ~3 % of stall samples waiting on the ring
+// (2ff92ce, sm90-notes.md), to be weighed against the lost Q / epilogue overlap.
+#ifndef FA4_SM90_STAGES_D64
+#define FA4_SM90_STAGES_D64 3
+#endif
+#ifndef FA4_SM90_STAGES_D128
+#define FA4_SM90_STAGES_D128 2
+#endif
 
 namespace fa4::cuda::sm90 {
 
@@ -98,8 +107,8 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 constexpr TileCfg tile_cfg(int dqk, int dv) {
   // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma
   // N sizes the wrappers provide (sm90_ptx.cuh).
-  if (dqk <= 64) return {FA4_SM90_CONSUMERS_D64, FA4_SM90_BLOCK_N_D64, 3};
-  if (dqk <= 128) return {2, FA4_SM90_BLOCK_N_D128, 2};
+  if (dqk <= 64) return {FA4_SM90_CONSUMERS_D64, FA4_SM90_BLOCK_N_D64, FA4_SM90_STAGES_D64};
+  if (dqk <= 128) return {2, FA4_SM90_BLOCK_N_D128, FA4_SM90_STAGES_D128};
   if (dqk <= 192) return {2, 128, 2};  // (192, 128): O staged in Q (separate_o does not fit)
   (void)dv;
   return {2, FA4_SM90_BLOCK_N_D256, 2};
