@@ -1,5 +1,6 @@
 // AVX-512 row-major decode kernels (Kernels::qk_rows / pv_rows, contract in cpu_kernels.h) for
-// bf16 K / V with dims a multiple of 32; every other case goes to the AVX2 kernels.
+// bf16, fp16 and fp32 K / V with dims a multiple of 32; every other case (fp8, other dims) goes to
+// the AVX2 kernels.
 //
 // Decode reads each K / V element once, so these kernels only have to keep up with memory. The
 // AVX2 ones did not on Sapphire Rapids: perf of B = 4, Hq = 32, Hkv = 8, D = 128, kv 16k bf16 at
@@ -15,11 +16,17 @@
 //     reduce_add per score would be ~8).
 //   - pv: 16 accumulators per pass (4 rows x 64 dims, or 8 rows x 32 dims); P broadcast from
 //     memory as an FMA operand.
+//   - fp16 (vcvtph2ps of 16 halves) and fp32 rows come out in natural order, two vectors per 32
+//     elements: q and O need no permutation there (Loader::kEvenOdd).
 // Products and sums in fp32 as the AVX2 kernels (only the summation order differs).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+// GCC 12 reports the `__Y = __Y` self-initializations inside avx512fintrin.h's _mm512_undefined_*
+// (inlined into the shuffles of hsum16 for the fp32 instances) as -Wuninitialized: a false
+// positive of the header, not of this file's values.
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <cstdint>
 
@@ -32,6 +39,31 @@ constexpr int64_t kMaxDim = 512;  // q is permuted into a stack buffer of 8 rows
 
 inline __m512 bf16_even(__m512i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
 inline __m512 bf16_odd(__m512i x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536))); }
+
+// 32 elements of a K / V row from element c on, as two fp32 vectors: bf16 as (even, odd)
+// elements, fp16 / fp32 as (first 16, last 16).
+struct Bf16Rows {
+  static constexpr bool kEvenOdd = true;
+  static void load(const void* row, int64_t c, __m512* a, __m512* b) {
+    const __m512i x = _mm512_loadu_si512(static_cast<const uint16_t*>(row) + c);
+    *a = bf16_even(x), *b = bf16_odd(x);
+  }
+};
+struct F16Rows {
+  static constexpr bool kEvenOdd = false;
+  static void load(const void* row, int64_t c, __m512* a, __m512* b) {
+    const uint16_t* h = static_cast<const uint16_t*>(row) + c;
+    *a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+    *b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16)));
+  }
+};
+struct F32Rows {
+  static constexpr bool kEvenOdd = false;
+  static void load(const void* row, int64_t c, __m512* a, __m512* b) {
+    const float* f = static_cast<const float*>(row) + c;
+    *a = _mm512_loadu_ps(f), *b = _mm512_loadu_ps(f + 16);
+  }
+};
 
 // Lane l of the result is the sum of the 16 lanes of a[l].
 inline __m512 hsum16(const __m512* a) {
@@ -52,18 +84,19 @@ inline __m512 hsum16(const __m512* a) {
 }
 
 // KB = 16 / RP keys x RP (>= R) rows of dot products; st[(kb) * 8 + r] for kb < nk (<= KB),
-// rows R..8 of st get 0. qp: R rows of d, permuted per 32 dims to [16 even][16 odd].
-template <int R, int RP>
+// rows R..8 of st get 0. qp: R rows of d, in the loader's order per 32 dims ([16 even][16 odd]
+// for bf16, natural otherwise).
+template <class L, int R, int RP>
 inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk, float* st) {
   constexpr int KB = 16 / RP;
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-  const uint16_t* k[KB];
-  for (int kb = 0; kb < KB; ++kb) k[kb] = static_cast<const uint16_t*>(krows[kb < nk ? kb : nk - 1]);
+  const void* k[KB];
+  for (int kb = 0; kb < KB; ++kb) k[kb] = krows[kb < nk ? kb : nk - 1];
   for (int64_t c = 0; c < d; c += 32) {
     for (int kb = 0; kb < KB; ++kb) {
-      const __m512i x = _mm512_loadu_si512(k[kb] + c);
-      const __m512 ke = bf16_even(x), ko = bf16_odd(x);
+      __m512 ke, ko;
+      L::load(k[kb], c, &ke, &ko);
       for (int r = 0; r < R; ++r) {
         __m512& a = acc[kb * RP + r];
         a = _mm512_fmadd_ps(ke, _mm512_loadu_ps(qp + r * d + c), a);
@@ -85,30 +118,47 @@ inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk
   }
 }
 
-template <int R>
+template <class L, int R>
 void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
   constexpr int RP = R <= 4 ? 4 : 8, KB = 16 / RP;
-  alignas(64) float qp[8 * kMaxDim];
-  for (int r = 0; r < R; ++r)
-    for (int64_t c = 0; c < d; c += 32)
-      for (int i = 0; i < 16; ++i) {
-        qp[r * d + c + i] = q[r * d + c + 2 * i];
-        qp[r * d + c + 16 + i] = q[r * d + c + 2 * i + 1];
-      }
+  alignas(64) float qeo[L::kEvenOdd ? 8 * kMaxDim : 1];
+  const float* qp = q;  // natural order: q as it is
+  if constexpr (L::kEvenOdd) {
+    for (int r = 0; r < R; ++r)
+      for (int64_t c = 0; c < d; c += 32)
+        for (int i = 0; i < 16; ++i) {
+          qeo[r * d + c + i] = q[r * d + c + 2 * i];
+          qeo[r * d + c + 16 + i] = q[r * d + c + 2 * i + 1];
+        }
+    qp = qeo;
+  }
   int64_t j = 0;
-  for (; j + KB <= nk; j += KB) qk_keys<R, RP>(qp, d, krows + j, KB, st + j * 8);
-  if (j < nk) qk_keys<R, RP>(qp, d, krows + j, static_cast<int>(nk - j), st + j * 8);
+  for (; j + KB <= nk; j += KB) qk_keys<L, R, RP>(qp, d, krows + j, KB, st + j * 8);
+  if (j < nk) qk_keys<L, R, RP>(qp, d, krows + j, static_cast<int>(nk - j), st + j * 8);
 }
 
-// O rows [R][dv] natural order <-> even / odd halves of each 32 dims.
-inline void load_eo(const float* o, float alpha, __m512* e, __m512* od) {
+// O rows [R][dv] natural order <-> the loader's order of each 32 dims (scaled by alpha on load).
+template <class L>
+inline void load_o(const float* o, float alpha, __m512* e, __m512* od) {
+  const __m512 a = _mm512_set1_ps(alpha);
+  if constexpr (!L::kEvenOdd) {
+    *e = _mm512_mul_ps(a, _mm512_loadu_ps(o));
+    *od = _mm512_mul_ps(a, _mm512_loadu_ps(o + 16));
+    return;
+  }
   const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  const __m512 lo = _mm512_loadu_ps(o), hi = _mm512_loadu_ps(o + 16), a = _mm512_set1_ps(alpha);
+  const __m512 lo = _mm512_loadu_ps(o), hi = _mm512_loadu_ps(o + 16);
   *e = _mm512_mul_ps(a, _mm512_permutex2var_ps(lo, ie, hi));
   *od = _mm512_mul_ps(a, _mm512_permutex2var_ps(lo, io, hi));
 }
-inline void store_eo(float* o, __m512 e, __m512 od) {
+template <class L>
+inline void store_o(float* o, __m512 e, __m512 od) {
+  if constexpr (!L::kEvenOdd) {
+    _mm512_storeu_ps(o, e);
+    _mm512_storeu_ps(o + 16, od);
+    return;
+  }
   const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   _mm512_storeu_ps(o, _mm512_permutex2var_ps(e, il, od));
@@ -116,17 +166,16 @@ inline void store_eo(float* o, __m512 e, __m512 od) {
 }
 
 // C chunks of 32 dims starting at c0, R rows: 2 * C * R <= 16 accumulators.
-template <int R, int C>
+template <class L, int R, int C>
 inline void pv_chunks(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, int64_t c0,
                       const float* alpha, float* o) {
   __m512 e[C][R], od[C][R];
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) load_eo(o + r * dv + c0 + 32 * c, alpha[r], &e[c][r], &od[c][r]);
+    for (int r = 0; r < R; ++r) load_o<L>(o + r * dv + c0 + 32 * c, alpha[r], &e[c][r], &od[c][r]);
   for (int64_t j = 0; j < nk; ++j) {
-    const uint16_t* v = static_cast<const uint16_t*>(vrows[j]) + c0;
     for (int c = 0; c < C; ++c) {
-      const __m512i x = _mm512_loadu_si512(v + 32 * c);
-      const __m512 ve = bf16_even(x), vo = bf16_odd(x);
+      __m512 ve, vo;
+      L::load(vrows[j], c0 + 32 * c, &ve, &vo);
       for (int r = 0; r < R; ++r) {
         const __m512 p = _mm512_set1_ps(pt[j * 8 + r]);
         e[c][r] = _mm512_fmadd_ps(p, ve, e[c][r]);
@@ -135,56 +184,66 @@ inline void pv_chunks(const float* pt, int64_t nk, const void* const* vrows, int
     }
   }
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) store_eo(o + r * dv + c0 + 32 * c, e[c][r], od[c][r]);
+    for (int r = 0; r < R; ++r) store_o<L>(o + r * dv + c0 + 32 * c, e[c][r], od[c][r]);
 }
 
-template <int R>
+template <class L, int R>
 void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
   constexpr int C = R <= 2 ? 4 : R <= 4 ? 2 : 1;
   int64_t c0 = 0;
-  for (; c0 + 32 * C <= dv; c0 += 32 * C) pv_chunks<R, C>(pt, nk, vrows, dv, c0, alpha, o);
-  for (; c0 < dv; c0 += 32) pv_chunks<R, 1>(pt, nk, vrows, dv, c0, alpha, o);
+  for (; c0 + 32 * C <= dv; c0 += 32 * C) pv_chunks<L, R, C>(pt, nk, vrows, dv, c0, alpha, o);
+  for (; c0 < dv; c0 += 32) pv_chunks<L, R, 1>(pt, nk, vrows, dv, c0, alpha, o);
 }
 
-template <template <int> class F, class... A>
+template <template <class, int> class F, class L, class... A>
 void by_rows(int64_t rows, A... a) {
   switch (rows) {
-    case 1: return F<1>::run(a...);
-    case 2: return F<2>::run(a...);
-    case 3: return F<3>::run(a...);
-    case 4: return F<4>::run(a...);
-    case 5: return F<5>::run(a...);
-    case 6: return F<6>::run(a...);
-    case 7: return F<7>::run(a...);
-    default: return F<8>::run(a...);
+    case 1: return F<L, 1>::run(a...);
+    case 2: return F<L, 2>::run(a...);
+    case 3: return F<L, 3>::run(a...);
+    case 4: return F<L, 4>::run(a...);
+    case 5: return F<L, 5>::run(a...);
+    case 6: return F<L, 6>::run(a...);
+    case 7: return F<L, 7>::run(a...);
+    default: return F<L, 8>::run(a...);
   }
 }
-template <int R>
+template <class L, int R>
 struct Qk {
   static void run(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
-    qk_rows_t<R>(q, d, krows, nk, st);
+    qk_rows_t<L, R>(q, d, krows, nk, st);
   }
 };
-template <int R>
+template <class L, int R>
 struct Pv {
   static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
-    pv_rows_t<R>(pt, nk, vrows, dv, alpha, o);
+    pv_rows_t<L, R>(pt, nk, vrows, dv, alpha, o);
   }
 };
+
+// The loader of a row dtype, or false where these kernels do not apply (fp8: AVX2).
+template <template <class, int> class F, class... A>
+bool dispatch(DType t, int64_t rows, A... a) {
+  switch (t) {
+    case DType::bfloat16: by_rows<F, Bf16Rows>(rows, a...); return true;
+    case DType::float16: by_rows<F, F16Rows>(rows, a...); return true;
+    case DType::float32: by_rows<F, F32Rows>(rows, a...); return true;
+    default: return false;
+  }
+}
 
 }  // namespace
 
 void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
                     float* st) {
-  if (t != DType::bfloat16 || d % 32 != 0 || d > kMaxDim || nk <= 0)
-    return avx2_kernels().qk_rows(q, rows, d, krows, t, nk, st);
-  by_rows<Qk>(rows, q, d, krows, nk, st);
+  if (d % 32 != 0 || d > kMaxDim || nk <= 0 || !dispatch<Qk>(t, rows, q, d, krows, nk, st))
+    avx2_kernels().qk_rows(q, rows, d, krows, t, nk, st);
 }
 
 void pv_rows_avx512(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
                     const float* alpha, float* o) {
-  if (t != DType::bfloat16 || dv % 32 != 0 || nk <= 0) return avx2_kernels().pv_rows(pt, rows, nk, vrows, t, dv, alpha, o);
-  by_rows<Pv>(rows, pt, nk, vrows, dv, alpha, o);
+  if (dv % 32 != 0 || nk <= 0 || !dispatch<Pv>(t, rows, pt, nk, vrows, dv, alpha, o))
+    avx2_kernels().pv_rows(pt, rows, nk, vrows, t, dv, alpha, o);
 }
 
 }  // namespace fa4::core::cpu
