@@ -1,6 +1,6 @@
 // AVX-512 row-major decode kernels (Kernels::qk_rows / pv_rows, contract in cpu_kernels.h) for
-// bf16, fp16 and fp32 K / V with dims a multiple of 32; every other case (fp8, other dims) goes to
-// the AVX2 kernels.
+// bf16, fp16, fp32 and fp8 (e4m3) K / V with dims a multiple of 32; other dims go to the AVX2
+// kernels.
 //
 // Decode reads each K / V element once, so these kernels only have to keep up with memory. The
 // AVX2 ones did not on Sapphire Rapids: perf of B = 4, Hq = 32, Hkv = 8, D = 128, kv 16k bf16 at
@@ -16,8 +16,9 @@
 //     reduce_add per score would be ~8).
 //   - pv: 16 accumulators per pass (4 rows x 64 dims, or 8 rows x 32 dims); P broadcast from
 //     memory as an FMA operand.
-//   - fp16 (vcvtph2ps of 16 halves) and fp32 rows come out in natural order, two vectors per 32
-//     elements: q and O need no permutation there (Loader::kEvenOdd).
+//   - fp16 (vcvtph2ps of 16 halves), fp32 and fp8 rows come out in natural order, two vectors
+//     per 32 elements: q and O need no permutation there (Loader::kEvenOdd). fp8 converts as the
+//     AVX2 kernels do (magnitude bits shifted into fp32's fields, one multiply rebiases).
 // Products and sums in fp32 as the AVX2 kernels (only the summation order differs).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -55,6 +56,24 @@ struct F16Rows {
     const uint16_t* h = static_cast<const uint16_t*>(row) + c;
     *a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
     *b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16)));
+  }
+};
+// OCP e4m3 ("fn": no infinities, S.1111.111 is NaN), 16 bytes -> 16 fp32: the AVX2 kernels'
+// conversion (cpu_kernels_avx2.cpp e4m3x8_to_f32) at twice the width.
+inline __m512 e4m3x16_to_f32(__m128i bytes) {
+  const __m512i b = _mm512_cvtepu8_epi32(bytes);
+  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+  __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
+  f = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), f, _mm512_set1_ps(__builtin_nanf("")));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+  return _mm512_or_ps(f, _mm512_castsi512_ps(sign));
+}
+struct E4m3Rows {
+  static constexpr bool kEvenOdd = false;
+  static void load(const void* row, int64_t c, __m512* a, __m512* b) {
+    const uint8_t* p = static_cast<const uint8_t*>(row) + c;
+    *a = e4m3x16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    *b = e4m3x16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
   }
 };
 struct F32Rows {
@@ -221,13 +240,14 @@ struct Pv {
   }
 };
 
-// The loader of a row dtype, or false where these kernels do not apply (fp8: AVX2).
+// The loader of a row dtype, or false where these kernels do not apply.
 template <template <class, int> class F, class... A>
 bool dispatch(DType t, int64_t rows, A... a) {
   switch (t) {
     case DType::bfloat16: by_rows<F, Bf16Rows>(rows, a...); return true;
     case DType::float16: by_rows<F, F16Rows>(rows, a...); return true;
     case DType::float32: by_rows<F, F32Rows>(rows, a...); return true;
+    case DType::float8_e4m3: by_rows<F, E4m3Rows>(rows, a...); return true;
     default: return false;
   }
 }
