@@ -899,6 +899,11 @@ Model analyze(const Spec& s, bool cuda_available) {
   for (const Special& sp : s.specials)
     if (!std::isfinite(sp.v) && !(s.combine && sp.t == LP && sp.v < 0)) m.nonfinite_inputs = true;
   double work = 0;
+  // A valid, non-empty view larger than kMapCap cannot be backed (it gets a trap block): a call
+  // the contract accepts may read it, so `force` cannot run such a call unless something in it
+  // must be rejected first (a forced seed mutated into a valid call with a page table 3.7e18
+  // bytes long read its second entry: a harness finding, not the library's).
+  bool unbackable = false;
   for (int i = lo; i < hi; ++i) {
     const TSpec& t = s.t[i];
     const Ext& e = m.ext[i];
@@ -908,7 +913,7 @@ Model analyze(const Spec& s, bool cuda_available) {
       if (ov == 1) m.must_reject.push_back(std::string(kTName[i]) + ": output elements overlap");
       if (ov < 0) m.skip = true;
     }
-    if (!e.overflow && !e.empty && e.span_bytes() > kMapCap) m.skip = true;
+    if (!e.overflow && !e.empty && e.span_bytes() > kMapCap) m.skip = true, unbackable = true;
     if (!e.overflow && !e.empty && e.span_bytes() > kMallocCap && e.elems > kElemCap) m.skip = true;
     work += e.elems;
   }
@@ -921,7 +926,7 @@ Model analyze(const Spec& s, bool cuda_available) {
     work += m.ext[Q].elems / dq * krows * (dq + dvv);
   }
   if (work > kWorkCap) m.skip = true;
-  if (!m.must_reject.empty() || s.force) m.skip = false;
+  if (!m.must_reject.empty() || (s.force && !unbackable)) m.skip = false;
   // With a cuda build a "cuda" tensor would really be launched on: host pointers claimed as
   // device memory are not something the contract can detect.
   if (cuda_available)
