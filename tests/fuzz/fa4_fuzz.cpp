@@ -1088,7 +1088,11 @@ bool materialize(const Spec& s, const Model& m, World& w) {
   for (const Special& sp : s.specials) {
     const TSpec& t = s.t[sp.t];
     const Ext& e = m.ext[sp.t];
-    if (!t.present() || e.empty || e.overflow || w.region_of[sp.t] < 0 || !is_float(t.dtype) || e.elems < 1) continue;
+    // Unbacked views (larger than kMapCap: a trap block, in calls that must be rejected) get
+    // no special values: the write would land outside the block (a CI fuzz finding).
+    if (!t.present() || e.empty || e.overflow || e.span_bytes() > kMapCap || w.region_of[sp.t] < 0 ||
+        !is_float(t.dtype) || e.elems < 1)
+      continue;
     const int64_t idx = static_cast<int64_t>(static_cast<uint64_t>(sp.idx) % static_cast<uint64_t>(std::min<double>(e.elems, 1e18)));
     store_elem(w.data[sp.t] + offset_of(t, idx) * e.es, t.dtype, sp.v);
   }
