@@ -791,6 +791,9 @@ struct Ext {
   double elems = 0;
   int es = 1;
   int64_t span_bytes() const { return (hi - lo + 1) * es; }
+  // Whether materialize() gives the view real memory: non-empty views that exist and fit a
+  // mapping; the others get a trap block (any access is reported).
+  bool backed() const { return !empty && !overflow && span_bytes() <= kMapCap; }
 };
 
 Ext extent(const TSpec& t) {
@@ -913,7 +916,7 @@ Model analyze(const Spec& s, bool cuda_available) {
       if (ov == 1) m.must_reject.push_back(std::string(kTName[i]) + ": output elements overlap");
       if (ov < 0) m.skip = true;
     }
-    if (!e.overflow && !e.empty && e.span_bytes() > kMapCap) m.skip = true, unbackable = true;
+    if (!e.overflow && !e.empty && !e.backed()) m.skip = true, unbackable = true;
     if (!e.overflow && !e.empty && e.span_bytes() > kMallocCap && e.elems > kElemCap) m.skip = true;
     work += e.elems;
   }
@@ -1022,7 +1025,7 @@ bool materialize(const Spec& s, const Model& m, World& w) {
     const TSpec& t = s.t[i];
     if (!t.present()) continue;
     const Ext& e = m.ext[i];
-    const bool backed = !e.empty && !e.overflow && e.span_bytes() <= kMapCap;
+    const bool backed = e.backed();
     int a = t.alias;
     if (a >= 0 && (a >= i || !s.t[a].present() || m.writable[i] || m.writable[a] || m.ext[a].es != e.es ||
                    !backed || w.region_of[a] < 0 || w.regions[w.region_of[a]].mapped || s.t[a].misalign != t.misalign ||
@@ -1059,7 +1062,7 @@ bool materialize(const Spec& s, const Model& m, World& w) {
     if (!t.present() || w.region_of[i] < 0) continue;
     const Ext& e = m.ext[i];
     Region& g = w.regions[w.region_of[i]];
-    const bool backed = !e.empty && !e.overflow && e.span_bytes() <= kMapCap;
+    const bool backed = e.backed();
     const int es = e.es;
     uint64_t rs = s.seed * 0x100000001b3ull + static_cast<uint64_t>(i) * 0x9e3779b9ull;
     const bool out = (i == OUT || i == LSE || i == COUT || i == CLSE);
@@ -1090,9 +1093,7 @@ bool materialize(const Spec& s, const Model& m, World& w) {
     const Ext& e = m.ext[sp.t];
     // Unbacked views (larger than kMapCap: a trap block, in calls that must be rejected) get
     // no special values: the write would land outside the block (a CI fuzz finding).
-    if (!t.present() || e.empty || e.overflow || e.span_bytes() > kMapCap || w.region_of[sp.t] < 0 ||
-        !is_float(t.dtype) || e.elems < 1)
-      continue;
+    if (!t.present() || !e.backed() || w.region_of[sp.t] < 0 || !is_float(t.dtype) || e.elems < 1) continue;
     const int64_t idx = static_cast<int64_t>(static_cast<uint64_t>(sp.idx) % static_cast<uint64_t>(std::min<double>(e.elems, 1e18)));
     store_elem(w.data[sp.t] + offset_of(t, idx) * e.es, t.dtype, sp.v);
   }

@@ -221,11 +221,10 @@ struct Consumer {
       s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_m[h]), i);
       sum[h][i & 1] += s[i];
     }
-    // The factors come last, in a branch after the exponentials: the branch (ex2 inline asm,
-    // never speculated) ends the softmax's basic block, so ptxas cannot hoist the caller's wait
-    // on the P V group (a WARPGROUP.DEPBAR with no register dependence on S) above the ex2s; in
-    // one block it did (SASS of 545e84f), and the consumer idled until P V completed instead of
-    // overlapping its exponentials with it.
+    // The factors come last, after the exponentials. (Meant to end the softmax's basic block in
+    // a branch so ptxas could not hoist the caller's P V wait above the ex2s; ptxas predicates
+    // that small branch, and at 2ff92ce the wait sat above the row max again at every Dv: the
+    // mainloop's kPvWaitBehindV is what keeps it below at Dv = 256, see there.)
     rescale_factors(grow, m_old, neg_m, alpha);
     l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
   }
