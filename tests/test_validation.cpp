@@ -1124,30 +1124,43 @@ TEST(ValidationGpu, WellFormedDeviceTensorsPassValidation) {
   EXPECT_FALSE(pb.host_indices);
 }
 
-TEST(ValidationGpu, LastDimMustBeContiguous) {
+// Rows the GPU kernels cannot load directly -- a strided last dim, a data pointer or a row
+// stride that is not a multiple of 16 bytes -- are accepted and marked for staging through
+// aligned copies (Problem::gpu_stage; cuda/stage_rows.h, its layout tested in test_stage_rows).
+void expect_staged(const AttentionParams& p, uint32_t bits) {
+  fa4::core::Problem pb;
+  const Status st = fa4::core::normalize(p, &pb);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(pb.gpu_stage, bits);
+}
+
+TEST(ValidationGpu, StridedLastDimIsStaged) {
   FakeGpu g;
   g.p.q.stride[3] = 2;
   g.p.q.stride[2] = 128;
   g.p.q.stride[1] = 512;
   g.p.q.stride[0] = 512 * 64;
-  expect_gpu_invalid(g.p, "q");
+  expect_staged(g.p, fa4::core::kStageQ);
 }
 
-TEST(ValidationGpu, DataPointerMustBe16ByteAligned) {
+TEST(ValidationGpu, DataPointerNotOn16BytesIsStaged) {
   FakeGpu g;
   g.p.k.data = reinterpret_cast<void*>(FakeGpu::kBase + (1 << 24) + 2);
-  expect_gpu_invalid(g.p, "k");
+  expect_staged(g.p, fa4::core::kStageK);
   FakeGpu h;
   h.p.out.data = reinterpret_cast<void*>(FakeGpu::kBase + (3 << 24) + 8);
-  expect_gpu_invalid(h.p, "out");
+  expect_staged(h.p, fa4::core::kStageOut);
+  FakeGpu i;  // not even element-aligned: still an error
+  i.p.k.data = reinterpret_cast<void*>(FakeGpu::kBase + (1 << 24) + 1);
+  expect_gpu_invalid(i.p, "k");
 }
 
-TEST(ValidationGpu, RowStridesMustBeMultiplesOf16Bytes) {
+TEST(ValidationGpu, RowStridesNotOn16BytesAreStaged) {
   FakeGpu g;
   g.p.v.stride[2] = 68;  // 136 bytes
   g.p.v.stride[1] = 136;
   g.p.v.stride[0] = 136 * 64;
-  expect_gpu_invalid(g.p, "v");
+  expect_staged(g.p, fa4::core::kStageV);
 }
 
 // lse (and sinks, descales) are written/read element by element by the GPU kernels: decode's

@@ -138,8 +138,9 @@ int cmd_run(int argc, char** argv, int first) {
   std::printf("fa4 run: backend %s, dtype %s, layout %s, mask %s\n", fa4::backend_name(backend),
               dtype_short(s.dtype), layout_name(s).c_str(), mask_name(s).c_str());
   // The kernel and tile the call ran on (the cuda planner's choice, e.g. sm80 vs sm90).
-  std::printf("plan: kernel %s, tile %" PRId64 "x%" PRId64 ", PackGQA %s, splits %d\n", plan.kernel.c_str(), plan.tile_m,
-              plan.tile_n, plan.pack_gqa ? "yes" : "no", plan.splits);
+  std::printf("plan: kernel %s, tile %" PRId64 "x%" PRId64 ", PackGQA %s, splits %d%s\n", plan.kernel.c_str(), plan.tile_m,
+              plan.tile_n, plan.pack_gqa ? "yes" : "no", plan.splits,
+              plan.staged ? ", rows staged (not 16-byte aligned)" : "");
   std::printf("shape: B=%" PRId64 " Sq=%" PRId64 " Sk=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " Dqk=%" PRId64
               " Dv=%" PRId64 "\n",
               s.batch, s.seqlen_q, s.seqlen_k, s.heads, s.kv_heads, s.head_dim, s.head_dim_v);

@@ -48,6 +48,7 @@ struct PlanInfo {
   int64_t tile_n = 0;  // keys per tile
   bool pack_gqa = false;  // the query heads of one kv head share tiles
   int32_t splits = 1;     // KV splits (1 = none)
+  bool staged = false;    // cuda: rows that break the kernels' 16-byte rules ran on aligned copies
 };
 Status describe_plan(const AttentionParams& params, PlanInfo* info);
 

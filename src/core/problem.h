@@ -31,6 +31,13 @@ struct RowStrides {
   int64_t s0 = 0, s1 = 0, head = 0, dim = 0;
 };
 
+// Problem::gpu_stage bits
+constexpr uint32_t kStageQ = 1, kStageK = 2, kStageV = 4, kStageOut = 8, kStageKNew = 16, kStageVNew = 32;
+
+// Whether a GPU tensor's rows meet the kernels' rules: last dim contiguous, data pointer and
+// every other stride a multiple of 16 bytes.
+bool gpu_rows_aligned(const TensorView& t, int64_t elem_bytes);
+
 struct Problem {
   const AttentionParams* p = nullptr;
   Backend backend = Backend::cpu;  // resolved (never automatic)
@@ -47,6 +54,10 @@ struct Problem {
   int64_t page_size = 0, max_pages = 0;
   int64_t snew = 0;         // rows appended per sequence (0 = no append)
   bool host_indices = true; // index tensors are host memory (contents validated and readable)
+  // GPU tensors whose rows break the kernels' 16-byte rules (odd head dims, packed-qkv slices,
+  // a non-unit last stride): the cuda backend runs the problem on aligned copies (bits kStage*;
+  // cuda/stage_rows.h). Always 0 off the GPU.
+  uint32_t gpu_stage = 0;
 
   // Per-sequence lengths (after append) and maxima. Filled when host_indices and there is work:
   // query rows (max_sq > 0) or rows to append (appends()). Otherwise normalize() checks the index

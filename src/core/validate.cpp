@@ -129,15 +129,30 @@ Overlap elements_overlap(const TensorView& t) {
   return Overlap::none;
 }
 
+}  // namespace
+
+bool gpu_rows_aligned(const TensorView& t, int64_t elem_bytes) {
+  const int ndim = t.ndim;
+  if (ndim < 1) return true;
+  if (t.stride[ndim - 1] != 1 && t.shape[ndim - 1] > 1) return false;
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int i = 0; i < ndim - 1; ++i)
+    if (t.shape[i] > 1 && (t.stride[i] * elem_bytes) % 16 != 0) return false;
+  return true;
+}
+
+namespace {
+
 // Generic per-tensor checks: rank, dtype, device, strides, size overflow, pointer (non-null and
 // aligned to the element size: the backends load whole elements through typed pointers).
 // `output` tensors may not reach one element through two indices (the result would depend on
 // write order). `gpu_rows` tensors (q, k, v, out, k_new, v_new) are moved in 16-byte vectors by
 // the GPU kernels, so on a GPU their rows must be contiguous and 16-byte aligned; the small
 // fp32/int32 tensors (lse, sinks, descales, indices) are accessed element by element and take
-// any strides.
+// any strides. Where `staged` is given, a GPU tensor that breaks those row rules is not an error:
+// *staged is set, and the cuda backend copies it through an aligned buffer (cuda/stage_rows.h).
 Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType dev, int dev_idx,
-                    bool output, bool gpu_rows = false) {
+                    bool output, bool gpu_rows = false, bool* staged = nullptr) {
   if (t.ndim != ndim) {
     Msg s;
     s << name << ": expected a " << ndim << "-d tensor, got " << t.ndim << "-d";
@@ -194,6 +209,10 @@ Status check_tensor(const TensorView& t, const char* name, int ndim, DeviceType 
     return Status::Invalid(name, s.str());
   }
   if (gpu_rows && dev == DeviceType::cuda) {
+    if (staged != nullptr) {
+      *staged = !gpu_rows_aligned(t, es);
+      return Status::Ok();
+    }
     if (t.stride[ndim - 1] != 1 && t.shape[ndim - 1] > 1)
       return Status::Invalid(name, std::string(name) + ": the last dimension must be contiguous (stride 1) on the GPU");
     if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
@@ -321,8 +340,13 @@ Status normalize(const AttentionParams& p, Problem* out) {
 
   // ---- q / out ----
   const int qrank = pb.varlen_q ? 3 : 4;
-  FA4_TRY(check_tensor(p.q, "q", qrank, dev, dev_idx, false, true));
-  FA4_TRY(check_tensor(p.out, "out", qrank, dev, dev_idx, true, true));
+  // On a GPU q / out / k / v / k_new / v_new with unaligned rows (odd head dims such as 59,
+  // slices of a packed qkv) are staged; only a KV cache that receives k_new / v_new must be
+  // aligned itself (the append writes into it in place).
+  bool st_q = false, st_out = false, st_k = false, st_v = false, st_kn = false, st_vn = false;
+  FA4_TRY(check_tensor(p.q, "q", qrank, dev, dev_idx, false, true, &st_q));
+  FA4_TRY(check_tensor(p.out, "out", qrank, dev, dev_idx, true, true, &st_out));
+  pb.gpu_stage |= (st_q ? kStageQ : 0u) | (st_out ? kStageOut : 0u);
   if (pb.varlen_q) {
     FA4_TRY(check_tensor(p.cu_seqlens_q, "cu_seqlens_q", 1, dev, dev_idx, false));
     FA4_TRY(expect_dtype(p.cu_seqlens_q, "cu_seqlens_q", DType::int32, "index tensor"));
@@ -339,8 +363,9 @@ Status normalize(const AttentionParams& p, Problem* out) {
 
   // ---- k / v ----
   const int krank = pb.kv == KvLayout::varlen ? 3 : 4;
-  FA4_TRY(check_tensor(p.k, "k", krank, dev, dev_idx, append, true));
-  FA4_TRY(check_tensor(p.v, "v", krank, dev, dev_idx, append, true));
+  FA4_TRY(check_tensor(p.k, "k", krank, dev, dev_idx, append, true, append ? nullptr : &st_k));
+  FA4_TRY(check_tensor(p.v, "v", krank, dev, dev_idx, append, true, append ? nullptr : &st_v));
+  pb.gpu_stage |= (st_k ? kStageK : 0u) | (st_v ? kStageV : 0u);
   pb.hkv = p.k.shape[krank - 2];
   if (p.k.shape[krank - 1] != pb.dqk) {
     Msg s;
@@ -433,8 +458,9 @@ Status normalize(const AttentionParams& p, Problem* out) {
       return Status::Invalid("cache_seqlens", "cache_seqlens: required with k_new/v_new (it says where to append)");
     if (pb.varlen_q)
       return Status::Invalid("k_new", "k_new: appending is not supported together with varlen q (cu_seqlens_q)");
-    FA4_TRY(check_tensor(p.k_new, "k_new", 4, dev, dev_idx, false, true));
-    FA4_TRY(check_tensor(p.v_new, "v_new", 4, dev, dev_idx, false, true));
+    FA4_TRY(check_tensor(p.k_new, "k_new", 4, dev, dev_idx, false, true, &st_kn));
+    FA4_TRY(check_tensor(p.v_new, "v_new", 4, dev, dev_idx, false, true, &st_vn));
+    pb.gpu_stage |= (st_kn ? kStageKNew : 0u) | (st_vn ? kStageVNew : 0u);
     FA4_TRY(expect_dtype(p.k_new, "k_new", pb.dtype, "same as k"));
     FA4_TRY(expect_dtype(p.v_new, "v_new", pb.dtype, "same as v"));
     pb.snew = p.k_new.shape[1];

@@ -24,6 +24,7 @@
 #include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
 #include "cuda/sm90/fwd_launch.h"
+#include "cuda/stage_rows.h"
 
 namespace fa4::core {
 namespace {
@@ -222,6 +223,18 @@ void* cached_workspace(int dev, size_t bytes, Status* st) {
   return ptr[dev];
 }
 
+// The scratch of a staged call comes from the same three sources as the split-KV workspace, in
+// the same order: the caller's buffer, the allocator hook (released when the scope ends, after
+// every launch that uses it is enqueued), fa4's cached per-device buffer.
+struct HookRelease {
+  const AttentionParams* p = nullptr;
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  ~HookRelease() {
+    if (ptr != nullptr) p->workspace_free(ptr, bytes, p->stream, p->workspace_ctx);
+  }
+};
+
 bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
 bool is_supported(DType t) { return is_16bit(t) || t == DType::float32; }
 
@@ -240,6 +253,20 @@ std::string cuda_info() {
 
 Status cuda_check(const Problem& pb) {
   const AttentionParams& p = *pb.p;
+  if (pb.gpu_stage != 0) {  // the call that really runs: on the aligned copies (cuda/stage_rows.h)
+    cuda::StagedCall sc;
+    if (Status st = sc.build(pb, nullptr); !st) return st;
+    if (Status st = cuda_check(sc.problem()); !st) return st;
+    const size_t need = sc.copy_bytes() + cuda_workspace_size(sc.problem());
+    if (p.workspace != nullptr && p.workspace_bytes < need)
+      return Status::Invalid("workspace", "workspace: " + std::to_string(p.workspace_bytes) + " bytes given, " +
+                                              std::to_string(need) +
+                                              " needed (attention_workspace_size: aligned copies of the unaligned "
+                                              "tensors, then the split-KV scratch)");
+    if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
+      return Status::Invalid("workspace", "workspace: must be 16-byte aligned");
+    return Status::Ok();
+  }
   if (Status st = kernel_preference_status(); !st) return st;
   if (!is_supported(pb.dtype))
     return Status::Unsupported("q", std::string("q: the cuda backend supports float16, bfloat16 and float32 inputs, got ") +
@@ -274,10 +301,21 @@ Status cuda_check(const Problem& pb) {
 
 size_t cuda_workspace_size(const Problem& pb) {
   if (!is_supported(pb.dtype)) return 0;
+  if (pb.gpu_stage != 0) {
+    cuda::StagedCall sc;
+    if (!sc.build(pb, nullptr)) return 0;  // cuda_check reports why
+    return sc.copy_bytes() + cuda_workspace_size(sc.problem());
+  }
   return plan_for(pb).workspace;
 }
 
 void cuda_describe(const Problem& pb, PlanInfo* info) {
+  if (pb.gpu_stage != 0) {
+    cuda::StagedCall sc;
+    if (sc.build(pb, nullptr)) cuda_describe(sc.problem(), info);
+    info->staged = true;
+    return;
+  }
   const Plan pl = plan_for(pb);
   info->kernel = cuda::kernel_name(pl.kernel);
   info->tile_m = pl.m;
@@ -286,7 +324,45 @@ void cuda_describe(const Problem& pb, PlanInfo* info) {
   info->splits = pl.splits;
 }
 
+// A problem with unaligned rows: gather the copies, run the call on them, scatter out back.
+static Status staged_forward(const Problem& pb) {
+  const AttentionParams& p = *pb.p;
+  DeviceGuard guard(p.q.device_index);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  cuda::StagedCall sc;
+  if (Status st = sc.build(pb, nullptr); !st) return st;  // sizes
+  const size_t inner_ws = cuda_workspace_size(sc.problem());
+  const size_t total = sc.copy_bytes() + inner_ws;
+  if (total == 0) return cuda_forward(sc.problem());  // nothing to copy (empty tensors)
+  uint8_t* buf = static_cast<uint8_t*>(p.workspace);  // cuda_check verified its size
+  HookRelease hook;
+  if (buf == nullptr && p.workspace_alloc != nullptr) {
+    buf = static_cast<uint8_t*>(p.workspace_alloc(total, p.stream, p.workspace_ctx));
+    if (buf == nullptr)
+      return Status::Error(StatusCode::out_of_memory, "workspace_alloc: returned null for " + std::to_string(total) +
+                                                          " bytes (aligned copies of the unaligned tensors + split-KV)");
+    hook = {&p, buf, total};
+    if (reinterpret_cast<uintptr_t>(buf) % 16 != 0)
+      return Status::Invalid("workspace_alloc", "workspace_alloc: returned a pointer that is not 16-byte aligned");
+  } else if (buf == nullptr) {
+    Status st;
+    buf = static_cast<uint8_t*>(cached_workspace(p.q.device_index, total, &st));
+    if (buf == nullptr) return st;
+  }
+  if (Status st = sc.build(pb, buf); !st) return st;  // the same layout on the real buffer
+  if (inner_ws > 0) sc.set_workspace(buf + sc.copy_bytes(), inner_ws);
+  for (const cuda::RowCopy& c : sc.gathers())
+    if (const auto e = static_cast<cudaError_t>(cuda::launch_row_copy(c, stream)); e != cudaSuccess)
+      return device_error("row staging launch", e);
+  if (Status st = cuda_forward(sc.problem()); !st) return st;
+  for (const cuda::RowCopy& c : sc.scatters())
+    if (const auto e = static_cast<cudaError_t>(cuda::launch_row_copy(c, stream)); e != cudaSuccess)
+      return device_error("row staging launch", e);
+  return Status::Ok();
+}
+
 Status cuda_forward(const Problem& pb) {
+  if (pb.gpu_stage != 0) return staged_forward(pb);
   const AttentionParams& p = *pb.p;
   DeviceGuard guard(p.q.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
@@ -298,14 +374,7 @@ Status cuda_forward(const Problem& pb) {
   // would otherwise already have modified the cache). Sources, in order: the caller's buffer,
   // the caller's allocator hook (released when this scope ends, after every launch that uses it
   // is enqueued), fa4's cached per-device buffer.
-  struct HookRelease {
-    const AttentionParams* p = nullptr;
-    void* ptr = nullptr;
-    size_t bytes = 0;
-    ~HookRelease() {
-      if (ptr != nullptr) p->workspace_free(ptr, bytes, p->stream, p->workspace_ctx);
-    }
-  } hook_ws;
+  HookRelease hook_ws;
   if (attend && pl.splits > 1) {
     void* ws = p.workspace;
     if (ws == nullptr && p.workspace_alloc != nullptr) {

@@ -130,16 +130,22 @@ class DeviceCase {
   std::vector<void*> dev_;
 };
 
-// A random config restricted to what the GPU path accepts: 16-bit inputs, head dims that keep
-// rows 16-byte aligned, layouts with 16-byte aligned strides.
+// A random config of what the GPU path takes: 16-bit inputs. Half the configs keep every row
+// 16-byte aligned (head dims rounded to 8, contiguous / bhsd layouts); the other half keep the
+// drawn head dims and layouts (padded rows, a strided last dim), which the backend stages
+// through aligned copies (cuda/stage_rows.h) -- except a KV cache that receives appended rows,
+// which must be aligned itself.
 CaseConfig gpu_config(std::mt19937_64& rng) {
   CaseConfig c = random_config(rng);
   if (c.dtype != DType::float16 && c.dtype != DType::bfloat16) c.dtype = (rng() & 1) ? DType::float16 : DType::bfloat16;
   c.descale = false;
-  auto r8 = [](int64_t d) { return (d + 7) / 8 * 8; };
-  c.dqk = r8(c.dqk);
-  c.dv = r8(c.dv);
-  if (c.layout == Layout::padded || c.layout == Layout::strided_last) c.layout = Layout::contiguous;
+  const bool aligned = (rng() & 1) != 0 || c.snew > 0;
+  if (aligned) {
+    auto r8 = [](int64_t d) { return (d + 7) / 8 * 8; };
+    c.dqk = r8(c.dqk);
+    c.dv = r8(c.dv);
+    if (c.layout == Layout::padded || c.layout == Layout::strided_last) c.layout = Layout::contiguous;
+  }
   return c;
 }
 
@@ -291,6 +297,54 @@ TEST(CudaBackend, PrefillShapes) {
 }
 
 // Decode: one query token, GQA, long caches, paged at many page sizes, split heuristic.
+// Rows the kernels cannot load directly (odd head dims, padded rows, a strided last dim) run on
+// aligned copies: every kernel class (prefill on sm90 / sm80, decode, split-KV, paged, varlen),
+// against the reference; outputs outside the rows stay poisoned (compare_runs). An appending
+// cache with such rows is refused, naming k, with nothing written.
+TEST(CudaBackend, UnalignedRowsStaged) {
+  struct Shape {
+    int64_t dqk, dv, sq, sk;
+    Layout layout;
+    KvMode kv;
+    bool varlen_q, causal;
+    int32_t splits;
+  };
+  const Shape shapes[] = {
+      {59, 59, 300, 300, Layout::contiguous, KvMode::dense, false, false, 1},
+      {111, 111, 257, 513, Layout::contiguous, KvMode::dense, false, true, 1},
+      {64, 64, 200, 300, Layout::padded, KvMode::dense, false, true, 1},
+      {128, 128, 129, 260, Layout::strided_last, KvMode::varlen, true, false, 1},
+      {250, 250, 130, 200, Layout::contiguous, KvMode::dense, false, false, 1},
+      {190, 127, 100, 150, Layout::contiguous, KvMode::dense, true, true, 1},
+      {59, 59, 1, 1000, Layout::contiguous, KvMode::cache, false, false, 3},
+      {111, 111, 2, 700, Layout::padded, KvMode::paged, false, true, 2},
+  };
+  int k = 0;
+  for (const Shape& sh : shapes)
+    for (DType dt : {DType::bfloat16, DType::float16}) {
+      CaseConfig c;
+      c.dtype = dt;
+      c.batch = 2, c.hq = 4, c.hkv = 2, c.dqk = sh.dqk, c.dv = sh.dv;
+      c.sq = sh.sq, c.sk = sh.sk;
+      c.layout = sh.layout, c.kv = sh.kv, c.varlen_q = sh.varlen_q, c.causal = sh.causal;
+      c.num_splits = sh.splits;
+      c.lse = true;
+      check_case(c, derive_seed(31000 + k++), false);
+    }
+  // an appending cache with 59-element rows: refused, nothing written
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 2, c.hq = 2, c.hkv = 2, c.dqk = c.dv = 59;
+  c.sq = 1, c.sk = 64, c.kv = KvMode::cache, c.snew = 1;
+  Case t = make_gpu_case(c, derive_seed(31999));
+  DeviceCase dc(t);
+  const Status st = dc.run();
+  EXPECT_EQ(st.code, StatusCode::invalid_argument) << st.message;
+  EXPECT_EQ(st.argument, "k");
+  dc.download();
+  for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
+}
+
 TEST(CudaBackend, DecodeShapes) {
   const int64_t pages[] = {1, 3, 16, 64, 256};
   int k = 0;

@@ -1,0 +1,84 @@
+#include "cuda/stage_rows.h"
+
+#include <string>
+
+
+namespace fa4::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// The packed copy of `t` at `dst`: same shape, rows padded to 16 bytes.
+TensorView packed_view(const TensorView& t, int64_t elem, uint8_t* dst, int64_t* pitch) {
+  TensorView v = t;
+  v.data = dst;
+  const int last = t.ndim - 1;
+  *pitch = round_up(static_cast<size_t>(t.shape[last]), static_cast<size_t>(16 / elem));
+  v.stride[last] = 1;
+  int64_t s = *pitch;
+  for (int i = last - 1; i >= 0; --i) {
+    v.stride[i] = s;
+    s *= t.shape[i];
+  }
+  return v;
+}
+
+RowCopy row_copy(const TensorView& strided, const TensorView& packed, int64_t elem, int64_t pitch, bool gather) {
+  RowCopy c;
+  c.src = gather ? strided.data : packed.data;
+  c.dst = gather ? packed.data : strided.data;
+  c.lead = strided.ndim - 1;
+  c.rows = 1;
+  for (int i = 0; i < c.lead; ++i) {
+    c.shape[i] = strided.shape[i];
+    c.stride[i] = strided.stride[i];
+    c.rows *= strided.shape[i];
+  }
+  c.last_stride = strided.stride[strided.ndim - 1];
+  c.d = strided.shape[strided.ndim - 1];
+  c.pitch = pitch;
+  c.elem = static_cast<int32_t>(elem);
+  c.gather = gather;
+  return c;
+}
+
+}  // namespace
+
+Status StagedCall::build(const core::Problem& pb, uint8_t* base) {
+  params_ = *pb.p;
+  params_.workspace = nullptr, params_.workspace_bytes = 0;
+  params_.workspace_alloc = nullptr, params_.workspace_free = nullptr;
+  gathers_.clear(), scatters_.clear();
+  // A stand-in for sizing: aligned, never dereferenced (no copy is launched from it).
+  uint8_t* at = base != nullptr ? base : reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);
+  size_t off = 0;
+  struct Item {
+    uint32_t bit;
+    TensorView* view;
+    bool output;
+  };
+  const Item items[] = {{core::kStageQ, &params_.q, false},        {core::kStageK, &params_.k, false},
+                        {core::kStageV, &params_.v, false},        {core::kStageKNew, &params_.k_new, false},
+                        {core::kStageVNew, &params_.v_new, false}, {core::kStageOut, &params_.out, true}};
+  for (const Item& it : items) {
+    if ((pb.gpu_stage & it.bit) == 0) continue;
+    const TensorView orig = *it.view;
+    const int64_t elem = static_cast<int64_t>(dtype_size(orig.dtype));
+    int64_t pitch = 0;
+    const TensorView packed = packed_view(orig, elem, at + off, &pitch);
+    // normalize() bounded every extent (extent_fits), so rows * pitch * elem fits in int64.
+    int64_t rows = 1;
+    for (int i = 0; i + 1 < orig.ndim; ++i) rows *= orig.shape[i];
+    off += round_up(static_cast<size_t>(rows * pitch * elem), kAlign);
+    *it.view = packed;
+    (it.output ? scatters_ : gathers_).push_back(row_copy(orig, packed, elem, pitch, /*gather=*/!it.output));
+  }
+  copy_bytes_ = off;
+  if (Status st = core::normalize(params_, &problem_); !st) return st;
+  if (problem_.gpu_stage != 0)  // every row rule holds on the copies by construction
+    return Status::Error(StatusCode::internal, "cuda: a staged tensor is still unaligned");
+  return Status::Ok();
+}
+
+}  // namespace fa4::cuda

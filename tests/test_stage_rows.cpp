@@ -1,0 +1,147 @@
+// GPU tensors with unaligned rows (odd head dims, packed-qkv slices, a non-unit last stride):
+// normalize() marks them for staging instead of refusing them, and cuda::StagedCall lays out the
+// aligned copies the cuda backend runs on. Host code only (fake device pointers, nothing is
+// dereferenced); the device run of the same path is CudaBackend.UnalignedRowsStaged.
+#include "cuda/stage_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "core/problem.h"
+
+namespace {
+
+using fa4::AttentionParams;
+using fa4::DType;
+using fa4::TensorView;
+namespace core = fa4::core;
+
+uint8_t* fake(uintptr_t at) { return reinterpret_cast<uint8_t*>(at); }  // 256-aligned stand-ins
+
+TensorView dev4(uintptr_t at, int64_t b, int64_t s, int64_t h, int64_t d, DType t = DType::bfloat16) {
+  return TensorView::contiguous(fake(at), t, {b, s, h, d}, fa4::DeviceType::cuda, 0);
+}
+
+AttentionParams params(int64_t d, int64_t dv) {
+  AttentionParams p;
+  p.backend = fa4::Backend::cuda;
+  p.q = dev4(1 << 20, 2, 5, 3, d);
+  p.k = dev4(2 << 20, 2, 7, 3, d);
+  p.v = dev4(3 << 20, 2, 7, 3, dv);
+  p.out = dev4(4 << 20, 2, 5, 3, dv);
+  return p;
+}
+
+TEST(StageRows, AlignedRowsAreNotStaged) {
+  const AttentionParams p = params(64, 64);
+  core::Problem pb;
+  ASSERT_TRUE(core::normalize(p, &pb));
+  EXPECT_EQ(pb.gpu_stage, 0u);
+}
+
+TEST(StageRows, OddHeadDimStagesEveryTensorWithItsRows) {
+  const AttentionParams p = params(59, 111);
+  core::Problem pb;
+  ASSERT_TRUE(core::normalize(p, &pb));
+  EXPECT_EQ(pb.gpu_stage, core::kStageQ | core::kStageK | core::kStageV | core::kStageOut);
+  EXPECT_EQ(pb.dqk, 59);
+
+  fa4::cuda::StagedCall sc;
+  ASSERT_TRUE(sc.build(pb, fake(8 << 20)));
+  const core::Problem& in = sc.problem();
+  EXPECT_EQ(in.gpu_stage, 0u);
+  EXPECT_EQ(in.dqk, 59);  // the head dim (and so the default scale) stays the caller's
+  EXPECT_EQ(in.dv, 111);
+  // q copy: rows of 59 bf16 padded to 64 (128 bytes), packed [2, 5, 3, 64]
+  const TensorView& q = in.p->q;
+  EXPECT_EQ(q.data, fake(8 << 20));
+  EXPECT_EQ(q.stride[3], 1);
+  EXPECT_EQ(q.stride[2], 64);
+  EXPECT_EQ(q.stride[1], 3 * 64);
+  EXPECT_EQ(q.stride[0], 5 * 3 * 64);
+  // copies 256-byte aligned one after the other: q 30 rows x 128 B = 3840; k 42 x 128 = 5376;
+  // v 42 rows of 111 -> 112 elements (224 B) = 9408 -> 9472; out 30 x 224 = 6720 -> 6912
+  EXPECT_EQ(in.p->k.data, fake((8 << 20) + 3840));
+  EXPECT_EQ(in.p->v.data, fake((8 << 20) + 3840 + 5376));
+  EXPECT_EQ(in.p->out.data, fake((8 << 20) + 3840 + 5376 + 9472));
+  EXPECT_EQ(sc.copy_bytes(), size_t{3840 + 5376 + 9472 + 6912});
+  ASSERT_EQ(sc.gathers().size(), 3u);
+  ASSERT_EQ(sc.scatters().size(), 1u);
+  const fa4::cuda::RowCopy& g = sc.gathers()[0];  // q
+  EXPECT_TRUE(g.gather);
+  EXPECT_EQ(g.src, p.q.data);
+  EXPECT_EQ(g.dst, q.data);
+  EXPECT_EQ(g.lead, 3);
+  EXPECT_EQ(g.rows, 30);
+  EXPECT_EQ(g.d, 59);
+  EXPECT_EQ(g.pitch, 64);
+  EXPECT_EQ(g.elem, 2);
+  EXPECT_EQ(g.stride[0], 5 * 3 * 59);
+  EXPECT_EQ(g.stride[2], 59);
+  const fa4::cuda::RowCopy& o = sc.scatters()[0];  // out back to the caller's rows
+  EXPECT_FALSE(o.gather);
+  EXPECT_EQ(o.src, in.p->out.data);
+  EXPECT_EQ(o.dst, p.out.data);
+  EXPECT_EQ(o.pitch, 112);
+  EXPECT_EQ(o.d, 111);
+}
+
+TEST(StageRows, PackedQkvSlicesAndStridedRows) {
+  // q, k, v as slices of one [B, S, 3, H, D] tensor with D = 64: strides are 16-byte multiples
+  // and the k / v pointers 3 * 64 * 2 bytes in: aligned, nothing staged.
+  AttentionParams p = params(64, 64);
+  const int64_t H = 3, D = 64, S = 5;
+  for (TensorView* t : {&p.q, &p.k, &p.v}) {
+    t->shape[1] = S;
+    t->stride[3] = 1, t->stride[2] = D, t->stride[1] = 3 * H * D, t->stride[0] = S * 3 * H * D;
+  }
+  p.q.data = fake(1 << 20), p.k.data = fake((1 << 20) + H * D * 2), p.v.data = fake((1 << 20) + 2 * H * D * 2);
+  core::Problem pb;
+  ASSERT_TRUE(core::normalize(p, &pb));
+  EXPECT_EQ(pb.gpu_stage, 0u);
+  // D = 60 in the same layout: 120-byte rows, k 360 bytes in: k and v staged, q too (its row
+  // strides 3 * 3 * 60 * 2 = 1080 bytes are not 16-byte multiples), and the contiguous out.
+  AttentionParams p2 = params(60, 60);
+  for (TensorView* t : {&p2.q, &p2.k, &p2.v}) {
+    t->stride[2] = 60, t->stride[1] = 3 * H * 60;
+    t->stride[0] = t->shape[1] * 3 * H * 60;
+  }
+  p2.k.data = fake((1 << 20) + H * 60 * 2);
+  ASSERT_TRUE(core::normalize(p2, &pb));
+  EXPECT_EQ(pb.gpu_stage, core::kStageQ | core::kStageK | core::kStageV | core::kStageOut);
+  // a non-unit last stride alone
+  AttentionParams p3 = params(64, 64);
+  p3.q.stride[3] = 2, p3.q.stride[2] = 128, p3.q.stride[1] = 3 * 128, p3.q.stride[0] = 5 * 3 * 128;
+  ASSERT_TRUE(core::normalize(p3, &pb));
+  EXPECT_EQ(pb.gpu_stage, core::kStageQ);
+  fa4::cuda::StagedCall sc;
+  ASSERT_TRUE(sc.build(pb, nullptr));
+  EXPECT_EQ(sc.gathers()[0].last_stride, 2);
+  EXPECT_EQ(sc.problem().p->q.stride[3], 1);
+}
+
+TEST(StageRows, AnAppendedCacheMustBeAlignedItself) {
+  // The append writes into the cache in place: its rows cannot be staged (a clear error naming
+  // k); unaligned k_new / v_new are staged.
+  AttentionParams p = params(59, 59);
+  // device index tensors: normalize() checks their shape, not their contents
+  p.cache_seqlens = TensorView::contiguous(fake(7 << 20), DType::int32, {2}, fa4::DeviceType::cuda, 0);
+  p.q = dev4(1 << 20, 2, 1, 3, 59);
+  p.out = dev4(4 << 20, 2, 1, 3, 59);
+  p.k_new = dev4(5 << 20, 2, 1, 3, 59);
+  p.v_new = dev4(6 << 20, 2, 1, 3, 59);
+  core::Problem pb;
+  fa4::Status st = core::normalize(p, &pb);
+  EXPECT_FALSE(st);
+  EXPECT_NE(st.message.find("k: stride of dim"), std::string::npos) << st.message;
+  // an aligned cache (rows padded to 64), unaligned new rows
+  for (TensorView* t : {&p.k, &p.v}) {
+    t->stride[2] = 64, t->stride[1] = 3 * 64, t->stride[0] = 7 * 3 * 64;
+  }
+  st = core::normalize(p, &pb);
+  ASSERT_TRUE(st) << st.message;
+  EXPECT_EQ(pb.gpu_stage, core::kStageQ | core::kStageOut | core::kStageKNew | core::kStageVNew);
+}
+
+}  // namespace
