@@ -75,8 +75,8 @@ struct AttentionParams {
   Backend backend = Backend::automatic;
   int32_t num_threads = 0;  // cpu backend: 0 = all cores
   void* stream = nullptr;   // cuda backend: the caller's cudaStream_t (nullptr = default)
-  // cuda backend split-KV scratch (fp32 partials). nullptr = fa4 allocates it once and caches
-  // it; see attention_workspace_size().
+  // cuda backend scratch (split-KV fp32 partials; aligned copies of unaligned rows). nullptr =
+  // fa4 allocates it once and caches it; see attention_workspace_size().
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   // cuda backend: an allocator hook for that scratch when `workspace` is null (e.g. a framework's
