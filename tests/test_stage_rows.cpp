@@ -66,8 +66,14 @@ TEST(StageRows, OddHeadDimStagesEveryTensorWithItsRows) {
   EXPECT_EQ(in.p->v.data, fake((8 << 20) + 3840 + 5376));
   EXPECT_EQ(in.p->out.data, fake((8 << 20) + 3840 + 5376 + 9472));
   EXPECT_EQ(sc.copy_bytes(), size_t{3840 + 5376 + 9472 + 6912});
-  ASSERT_EQ(sc.gathers().size(), 3u);
+  // out is gathered as well as scattered back: rows no kernel writes (varlen_q tokens past
+  // cu_seqlens_q[batch]) must come back as the caller's bytes
+  ASSERT_EQ(sc.gathers().size(), 4u);
   ASSERT_EQ(sc.scatters().size(), 1u);
+  const fa4::cuda::RowCopy& og = sc.gathers()[3];
+  EXPECT_TRUE(og.gather);
+  EXPECT_EQ(og.src, p.out.data);
+  EXPECT_EQ(og.dst, in.p->out.data);
   const fa4::cuda::RowCopy& g = sc.gathers()[0];  // q
   EXPECT_TRUE(g.gather);
   EXPECT_EQ(g.src, p.q.data);

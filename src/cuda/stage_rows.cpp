@@ -61,6 +61,10 @@ Status StagedCall::build(const core::Problem& pb, uint8_t* base) {
   const Item items[] = {{core::kStageQ, &params_.q, false},        {core::kStageK, &params_.k, false},
                         {core::kStageV, &params_.v, false},        {core::kStageKNew, &params_.k_new, false},
                         {core::kStageVNew, &params_.v_new, false}, {core::kStageOut, &params_.out, true}};
+  // out is gathered too, not only scattered back: the copy-back writes every row of the copy, and
+  // rows the kernels leave alone (varlen_q tokens past cu_seqlens_q[batch]: the caller's bytes
+  // must survive) must then carry the caller's own values (the device tests' unwritten-bytes
+  // check caught the scatter of an unwritten copy). One extra read and write of out.
   for (const Item& it : items) {
     if ((pb.gpu_stage & it.bit) == 0) continue;
     const TensorView orig = *it.view;
@@ -72,7 +76,8 @@ Status StagedCall::build(const core::Problem& pb, uint8_t* base) {
     for (int i = 0; i + 1 < orig.ndim; ++i) rows *= orig.shape[i];
     off += round_up(static_cast<size_t>(rows * pitch * elem), kAlign);
     *it.view = packed;
-    (it.output ? scatters_ : gathers_).push_back(row_copy(orig, packed, elem, pitch, /*gather=*/!it.output));
+    gathers_.push_back(row_copy(orig, packed, elem, pitch, /*gather=*/true));
+    if (it.output) scatters_.push_back(row_copy(orig, packed, elem, pitch, /*gather=*/false));
   }
   copy_bytes_ = off;
   if (Status st = core::normalize(params_, &problem_); !st) return st;

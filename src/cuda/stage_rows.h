@@ -3,7 +3,7 @@
 // a packed qkv tensor, a non-unit last stride) runs on aligned copies. Each staged tensor is
 // copied into a packed buffer whose rows are padded to 16 bytes (pad columns zero: they add
 // nothing to Q K^T, and P V's pad columns land in out's pad), the same call runs on those views,
-// and out is copied back. One buffer holds the copies and then the inner call's split-KV
+// and out is copied back (out is copied in first as well: rows no kernel writes stay the caller's). One buffer holds the copies and then the inner call's split-KV
 // workspace: [copies | split-KV].
 #pragma once
 
@@ -31,7 +31,7 @@ class StagedCall {
 
   const core::Problem& problem() const { return problem_; }
   size_t copy_bytes() const { return copy_bytes_; }       // the copies, 256-byte multiple
-  const std::vector<RowCopy>& gathers() const { return gathers_; }  // before the call
+  const std::vector<RowCopy>& gathers() const { return gathers_; }  // before the call (out too)
   const std::vector<RowCopy>& scatters() const { return scatters_; }  // after it (out)
 
  private:
