@@ -324,3 +324,78 @@ def test_attribute_access_and_lazy_import():
     r = isolated("import sys, fa4; print('jax' in sys.modules); fa4.jax.attention; print('jax' in sys.modules)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "True"]
+
+
+# --- on the GPU: the "CUDA" FFI target (XLA's device buffers and stream), when jax sees a GPU and
+# fa4 was built with the cuda backend. Compared with the fp64 reference of the same inputs.
+def _gpu():
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:  # no GPU platform in this jax
+        return None
+    return gpus[0] if gpus and fa4.backend_available("cuda") else None
+
+
+GPU = _gpu()
+needs_gpu = pytest.mark.skipif(GPU is None, reason="no JAX GPU device, or fa4 built without the cuda backend")
+
+
+def gput(x, dtype=None):
+    a = jax.device_put(x, GPU)
+    return a if dtype is None else a.astype(dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("feat", [dict(), dict(causal=True), dict(window=(32, 0), softcap=20.0),
+                                  dict(gqa=True, causal=True)], ids=lambda f: "-".join(f) or "plain")
+def test_gpu_dense(rng, dtype, feat, jit):
+    feat = dict(feat)
+    hkv = 2 if feat.pop("gqa", False) else 4
+    B, Sq, Sk, Hq, D = 2, 130, 257, 4, 128
+    jd = DTYPES[dtype]
+    q = gput(rand(rng, (B, Sq, Hq, D)), jd)
+    k, v = gput(rand(rng, (B, Sk, hkv, D)), jd), gput(rand(rng, (B, Sk, hkv, D)), jd)
+    out, lse = maybe_jit(lambda q, k, v: fj.attention(q, k, v, return_lse=True, backend="cuda", **feat), jit)(q, k, v)
+    assert out.dtype == jd and out.shape == (B, Sq, Hq, D) and GPU in out.devices()
+    ref, ref_lse = attention_ref(f32(q), f32(k), f32(v), **feat)
+    tol_check(f32(out), ref, dtype)
+    check_lse(lse, ref_lse)
+
+
+@needs_gpu
+def test_gpu_auto_backend_and_lowering(rng):
+    """backend='auto' on device buffers runs the cuda backend; under jit it stays one custom call."""
+    q = gput(rand(rng, (1, 64, 2, 64)), jnp.bfloat16)
+    fn = jax.jit(lambda q: fj.attention(q, q, q, causal=True))
+    assert "fa4_fwd" in fn.lower(q).as_text()
+    out = fn(q)
+    assert GPU in out.devices()
+    tol_check(f32(out), attention_ref(*(f32(q),) * 3, causal=True)[0], "bfloat16")
+
+
+@needs_gpu
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_gpu_varlen_and_paged_append(rng, jit):
+    lens_q, lens_k = [3, 70], [5, 90]
+    cq, ck = np.cumsum([0] + lens_q).astype(np.int32), np.cumsum([0] + lens_k).astype(np.int32)
+    q = gput(rand(rng, (int(cq[-1]), 4, 64)), jnp.bfloat16)
+    k, v = (gput(rand(rng, (int(ck[-1]), 2, 64)), jnp.bfloat16) for _ in range(2))
+    out = maybe_jit(lambda q, k, v, a, b: fj.attention_varlen(q, k, v, a, b, max_seqlen_q=70, max_seqlen_k=90,
+                                                             causal=True), jit)(q, k, v, gput(cq), gput(ck))
+    tol_check(f32(out), varlen_ref(f32(q), f32(k), f32(v), cq, ck, causal=True)[0], "bfloat16")
+    # paged cache (page 16) with two new tokens appended per sequence
+    B, P, page, H, D = 2, 6, 16, 2, 64
+    kc, vc, qn, kn, vn = (f32(gput(rand(rng, s), jnp.bfloat16)) for s in [(P, page, H, D)] * 2 + [(B, 2, H, D)] * 3)
+    pt = np.array([[4, 0, 2], [1, 5, 3]], np.int32)
+    lens = np.array([7, 30], np.int32)
+    fn = maybe_jit(lambda q, kc, vc, kn, vn, l, t: fj.attention_with_kvcache(
+        q, kc, vc, k=kn, v=vn, cache_seqlens=l, page_table=t, causal=True), jit)
+    out, kc2, vc2 = fn(*(gput(x, jnp.bfloat16) for x in (qn, kc, vc, kn, vn)), gput(lens), gput(pt))
+    assert GPU in out.devices() and GPU in kc2.devices()
+    want_k, want_v = append_ref(kc, kn, lens, page_table=pt), append_ref(vc, vn, lens, page_table=pt)
+    np.testing.assert_array_equal(f32(kc2), want_k)
+    np.testing.assert_array_equal(f32(vc2), want_v)
+    ref = kvcache_ref(qn, want_k, want_v, lens + 2, page_table=pt, causal=True)[0]
+    tol_check(f32(out), ref, "bfloat16")
