@@ -256,13 +256,20 @@ bool all_finite(const float* const* rows, int64_t n, int64_t d) {
 
 // O^T += P^T V restricted to visible elements: the exact-semantics path for a partial tile
 // whose V holds Inf/NaN, where 0 * NaN from a masked key must not reach a row that cannot see it.
+// A visible key's weight p = exp(s - m) and a rescale factor alpha = exp(m_old - m_new) are > 0
+// in exact arithmetic (the rows with non-finite scores go to the fp64 path), so where fp32
+// underflowed them to 0 an infinite V (or O) still counts: inf, not 0 * inf = NaN (fuzz finding:
+// an fp16 -inf in V behind a score ~300 below the row max gave NaN where the reference gives -inf).
+inline float exact_product(float p, float v) { return p == 0.0f && std::isinf(v) ? v : p * v; }
+inline float exact_scale(float o, float alpha) { return alpha == 0.0f && std::isinf(o) ? o : o * alpha; }
+
 void pv_visible_only(const float* pt, int64_t mp, int64_t mc, const float* const* vrows, int64_t dv,
                      const float* alpha, const int32_t* lo, const int32_t* hi, float* ot) {
   for (int64_t e = 0; e < dv; ++e) {
     float* o = ot + e * mp;
     for (int64_t m = 0; m < mc; ++m) {
-      float acc = o[m] * alpha[m];
-      for (int64_t n = lo[m]; n < hi[m]; ++n) acc += pt[n * mp + m] * vrows[n][e];
+      float acc = exact_scale(o[m], alpha[m]);
+      for (int64_t n = lo[m]; n < hi[m]; ++n) acc += exact_product(pt[n * mp + m], vrows[n][e]);
       o[m] = acc;
     }
   }
@@ -274,8 +281,8 @@ void pv_rows_visible_only(const float* pt, int64_t rows, const void* const* vrow
                           const float* alpha, const int32_t* lo, const int32_t* hi, float* o) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t e = 0; e < dv; ++e) {
-      float acc = o[r * dv + e] * alpha[r];
-      for (int64_t n = lo[r]; n < hi[r]; ++n) acc += pt[n * 8 + r] * load_f32(vrows[n], e, t);
+      float acc = exact_scale(o[r * dv + e], alpha[r]);
+      for (int64_t n = lo[r]; n < hi[r]; ++n) acc += exact_product(pt[n * 8 + r], load_f32(vrows[n], e, t));
       o[r * dv + e] = acc;
     }
 }

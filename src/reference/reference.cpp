@@ -53,11 +53,16 @@ void reference_row(const Problem& pb, int64_t b, int64_t i, int64_t h, float* o,
     if (pb.has_sinks) denom += std::exp(sink - m);
     for (int64_t j = 0; j < sm.sk; ++j) {
       if (!sm.visible(i, j)) continue;
-      const double e = std::exp(logit(j) - m);
+      const double lj = logit(j), e = std::exp(lj - m);
       denom += e;
+      // exp(lj - m) > 0 for a finite logit even where fp64 underflows it: an infinite V then
+      // still counts (inf, not 0 * inf = NaN), as in exact arithmetic
+      const bool underflow = e == 0.0 && std::isfinite(lj);
       const int64_t vo = pb.v_offset(b, j, hk);
-      for (int64_t d = 0; d < pb.dv; ++d)
-        acc[d] += e * static_cast<double>(load_f32(p.v.data, vo + d * pb.vs.dim, pb.dtype)) * dvs;
+      for (int64_t d = 0; d < pb.dv; ++d) {
+        const double vd = static_cast<double>(load_f32(p.v.data, vo + d * pb.vs.dim, pb.dtype)) * dvs;
+        acc[d] += underflow && std::isinf(vd) ? vd : e * vd;
+      }
     }
   }
   // Empty row (nothing visible, no sink): O = 0, lse = -inf.
