@@ -22,6 +22,37 @@ struct RowCopy {
   bool gather = true;                // strided -> packed (pads zeroed); false: packed -> strided
 };
 
+#if defined(__CUDACC__)
+#define FA4_ROW_WALK_FN __host__ __device__ __forceinline__
+#else
+#define FA4_ROW_WALK_FN inline
+#endif
+
+// The strided side's offset of consecutive rows: the digits of row r0 in the leading shape
+// (innermost last) by int64 division once, then each next() advances them by carry -- adds and
+// compares. (A ~70-instruction int64 division six times per row cost the device copy more than
+// the row's bytes.) Host and device: the CPU tests check it against the divisions.
+struct RowWalk {
+  int64_t digit[4] = {0, 0, 0, 0};
+  int64_t offset = 0;  // strided side, elements, of the current row's first element
+  FA4_ROW_WALK_FN RowWalk(const RowCopy& c, int64_t r0) {
+    int64_t rest = r0;
+    for (int i = c.lead - 1; i >= 0; --i) {
+      digit[i] = rest % c.shape[i];
+      offset += digit[i] * c.stride[i];
+      rest /= c.shape[i];
+    }
+  }
+  FA4_ROW_WALK_FN void next(const RowCopy& c) {
+    for (int i = c.lead - 1; i >= 0; --i) {
+      offset += c.stride[i];
+      if (++digit[i] < c.shape[i]) return;
+      offset -= digit[i] * c.stride[i];  // wrapped: this digit back to 0, carry outwards
+      digit[i] = 0;
+    }
+  }
+};
+
 // Enqueues the copy on `stream` (a cudaStream_t); returns the launch's cudaError_t as an int
 // (0: success), so this header needs no CUDA headers (the planner's CPU tests include it).
 int launch_row_copy(const RowCopy& c, void* stream);
