@@ -4,8 +4,10 @@
 //
 // Launch-path rules: everything runs on the caller's stream; nothing here synchronizes with the
 // device or reads device memory, so a call can be captured into a CUDA graph; the only device
-// allocation is the split-KV workspace when the caller passes neither a buffer nor an allocator
-// hook (one cached buffer per device that only grows, so steady-state calls allocate nothing).
+// allocation is scratch (split-KV partials, staged row copies) when the caller passes neither a
+// buffer nor an allocator hook: one cached buffer per (device, stream) that only grows, so
+// steady-state calls allocate nothing (cuda/scratch_cache.h), and inside a stream capture a
+// graph-owned allocation node freed at the call's end.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "cuda/common/fwd_args.h"
 #include "cuda/common/kv_append.h"
 #include "cuda/plan.h"
+#include "cuda/scratch_cache.h"
 #include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
 #include "cuda/sm90/fwd_launch.h"
@@ -195,37 +198,82 @@ FwdArgs make_args(const Problem& pb, const Plan& pl) {
   return a;
 }
 
-// One cached split-KV workspace per device; it only grows. Growing frees the old buffer
-// (cudaFree waits for the device, so earlier launches using it have finished).
-void* cached_workspace(int dev, size_t bytes, Status* st) {
-  static std::mutex mu;
-  static void* ptr[kMaxDevices] = {};
-  static size_t cap[kMaxDevices] = {};
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev < 0 || dev >= kMaxDevices) {
-    *st = Status::Error(StatusCode::internal, "cuda: device index out of range");
-    return nullptr;
-  }
-  if (cap[dev] >= bytes) return ptr[dev];
-  const size_t want = std::max(bytes, cap[dev] + cap[dev] / 2);
-  if (ptr[dev] != nullptr) cudaFree(ptr[dev]);
-  ptr[dev] = nullptr;
-  cap[dev] = 0;
-  cudaError_t e = cudaMalloc(&ptr[dev], want);
+// fa4's own scratch, when the caller gives no workspace and no allocator hook: one buffer per
+// (device, stream) (cuda/scratch_cache.h: calls on different streams never share one; a buffer
+// outgrown while another call still enqueues with it is freed after that call's lease ends).
+// cudaFree waits for the device, so kernels enqueued earlier with a freed buffer have finished.
+// Never destroyed (a static's destructor could run after the CUDA runtime has unloaded).
+void* device_alloc(int dev, size_t bytes) {
+  int cur = -1;
+  cudaGetDevice(&cur);
+  if (cur != dev) cudaSetDevice(dev);
+  void* ptr = nullptr;
+  const cudaError_t e = cudaMalloc(&ptr, bytes);
   if (e != cudaSuccess) {
-    cudaGetLastError();
-    *st = Status::Error(StatusCode::out_of_memory, std::string("cuda: split-KV workspace of ") + std::to_string(want) +
-                                                       " bytes: " + cudaGetErrorString(e));
-    ptr[dev] = nullptr;
-    return nullptr;
+    cudaGetLastError();  // not sticky: leave no error behind for the next call
+    ptr = nullptr;
   }
-  cap[dev] = want;
-  return ptr[dev];
+  if (cur != dev && cur >= 0) cudaSetDevice(cur);
+  return ptr;
+}
+void device_free(int dev, void* ptr) {
+  int cur = -1;
+  cudaGetDevice(&cur);
+  if (cur != dev) cudaSetDevice(dev);
+  cudaFree(ptr);
+  if (cur != dev && cur >= 0) cudaSetDevice(cur);
+}
+cuda::ScratchCache& scratch_cache() {
+  static cuda::ScratchCache* const c = new cuda::ScratchCache(device_alloc, device_free);
+  return *c;
+}
+// Scratch inside a stream capture: a graph-owned allocation node (cudaMallocAsync) freed by a
+// free node at the end of the call (cudaFreeAsync), so capture never calls cudaMalloc / cudaFree
+// (illegal there) and needs no warm-up on the capturing stream.
+struct CapturedScratch {
+  void* ptr = nullptr;
+  cudaStream_t stream = nullptr;
+  ~CapturedScratch() {
+    if (ptr != nullptr) cudaFreeAsync(ptr, stream);
+  }
+};
+struct Scratch {
+  cuda::ScratchCache::Lease lease;
+  CapturedScratch captured;
+};
+// fa4's own scratch of `bytes` for the call's stream: *ptr, held by *held until it is destroyed
+// (after every launch using it is enqueued).
+Status scratch_for(const AttentionParams& p, size_t bytes, const char* what, Scratch* held, void** ptr) {
+  if (p.q.device_index < 0 || p.q.device_index >= kMaxDevices)
+    return Status::Error(StatusCode::internal, "cuda: device index out of range");
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) cudaGetLastError();
+  if (cs == cudaStreamCaptureStatusActive) {
+    const cudaError_t e = cudaMallocAsync(&held->captured.ptr, bytes, stream);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      held->captured.ptr = nullptr;
+      return Status::Error(StatusCode::out_of_memory, std::string("cuda: fa4's scratch of ") + std::to_string(bytes) +
+                                                          " bytes (" + what + ") in a stream capture: " +
+                                                          cudaGetErrorString(e));
+    }
+    held->captured.stream = stream;
+    *ptr = held->captured.ptr;
+    return Status::Ok();
+  }
+  held->lease = scratch_cache().get(p.q.device_index, p.stream, bytes);
+  if (held->lease.get() == nullptr)
+    return Status::Error(StatusCode::out_of_memory,
+                         std::string("cuda: fa4's scratch of ") + std::to_string(bytes) + " bytes (" + what +
+                             "): cudaMalloc failed; pass a workspace or a workspace_alloc hook, or free device memory");
+  *ptr = held->lease.get();
+  return Status::Ok();
 }
 
 // The scratch of a staged call comes from the same three sources as the split-KV workspace, in
 // the same order: the caller's buffer, the allocator hook (released when the scope ends, after
-// every launch that uses it is enqueued), fa4's cached per-device buffer.
+// every launch that uses it is enqueued), fa4's own scratch per (device, stream).
 struct HookRelease {
   const AttentionParams* p = nullptr;
   void* ptr = nullptr;
@@ -336,6 +384,7 @@ static Status staged_forward(const Problem& pb) {
   if (total == 0) return cuda_forward(sc.problem());  // nothing to copy (empty tensors)
   uint8_t* buf = static_cast<uint8_t*>(p.workspace);  // cuda_check verified its size
   HookRelease hook;
+  Scratch scratch;  // fa4's own, when needed: held until every launch using it is enqueued
   if (buf == nullptr && p.workspace_alloc != nullptr) {
     buf = static_cast<uint8_t*>(p.workspace_alloc(total, p.stream, p.workspace_ctx));
     if (buf == nullptr)
@@ -345,9 +394,10 @@ static Status staged_forward(const Problem& pb) {
     if (reinterpret_cast<uintptr_t>(buf) % 16 != 0)
       return Status::Invalid("workspace_alloc", "workspace_alloc: returned a pointer that is not 16-byte aligned");
   } else if (buf == nullptr) {
-    Status st;
-    buf = static_cast<uint8_t*>(cached_workspace(p.q.device_index, total, &st));
-    if (buf == nullptr) return st;
+    void* ptr = nullptr;
+    if (Status st = scratch_for(p, total, "aligned copies of the unaligned tensors + split-KV", &scratch, &ptr); !st)
+      return st;
+    buf = static_cast<uint8_t*>(ptr);
   }
   if (Status st = sc.build(pb, buf); !st) return st;  // the same layout on the real buffer
   if (inner_ws > 0) sc.set_workspace(buf + sc.copy_bytes(), inner_ws);
@@ -373,8 +423,9 @@ Status cuda_forward(const Problem& pb) {
   // Split-KV scratch first: if it cannot be had, fail before anything is enqueued (the KV append
   // would otherwise already have modified the cache). Sources, in order: the caller's buffer,
   // the caller's allocator hook (released when this scope ends, after every launch that uses it
-  // is enqueued), fa4's cached per-device buffer.
+  // is enqueued), fa4's own scratch per (device, stream).
   HookRelease hook_ws;
+  Scratch scratch;  // fa4's own, when needed: held until the launches are enqueued
   if (attend && pl.splits > 1) {
     void* ws = p.workspace;
     if (ws == nullptr && p.workspace_alloc != nullptr) {
@@ -386,9 +437,7 @@ Status cuda_forward(const Problem& pb) {
       if (reinterpret_cast<uintptr_t>(ws) % 16 != 0)
         return Status::Invalid("workspace_alloc", "workspace_alloc: returned a pointer that is not 16-byte aligned");
     } else if (ws == nullptr) {
-      Status st;
-      ws = cached_workspace(p.q.device_index, pl.workspace, &st);
-      if (ws == nullptr) return st;
+      if (Status st = scratch_for(p, pl.workspace, "split-KV workspace", &scratch, &ws); !st) return st;
     }
     a.o_part = static_cast<float*>(ws);
     a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dv;
