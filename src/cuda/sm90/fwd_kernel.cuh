@@ -19,6 +19,7 @@
 #include "cuda/sm90/fwd_producer.cuh"
 #include "cuda/sm90/fwd_schedule.h"
 #include "cuda/sm90/fwd_smem.cuh"
+#include "cuda/sm90/fwd_trace.cuh"
 #include "cuda/sm90/fwd_work.cuh"
 
 namespace fa4::cuda::sm90 {
@@ -52,12 +53,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 4 * T::kConsumers);  // one arrival per consumer warp
     ptx::fence_mbarrier_init();
+    trace::cta_start(P.trace);
   }
   __syncthreads();
 
   if (role_of(threadIdx.x) == Role::producer) {
     ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();
     if (threadIdx.x / 32 == 0) produce<T>(P, sh);  // warp 0; warps 1-3 exit
+    if (threadIdx.x == 0) trace::role_exit(P.trace, 0);
     return;
   }
   ptx::setmaxnreg_inc<consumer_regs(T::kConsumers)>();
@@ -72,12 +75,19 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     if (t < 0) continue;
     TileWork w;
     if (!w.init(P.a, P.sched, t, T::kBlockM, T::kBlockN)) continue;  // uniform over the CTA
+    uint64_t* tr = threadIdx.x % 128 == 0 ? P.trace : nullptr;  // one stamping thread per role
+    trace::stamp(tr, 1 + c, tiles_done, trace::tile_start);
     Consumer<T> cs(sh, P.a, w, c);
     ptx::mbarrier_wait_parity(&sh.q_full, tiles_done & 1u);
-    ++tiles_done;
+    trace::stamp(tr, 1 + c, tiles_done, trace::q_ready);
+    trace::key_tiles(tr, 1 + c, tiles_done, w.n_tiles());
     cs.mainloop(st);
+    trace::stamp(tr, 1 + c, tiles_done, trace::main_done);
     epilogue<T>(cs);
+    trace::stamp(tr, 1 + c, tiles_done, trace::epi_done);
+    ++tiles_done;
   }
+  if (threadIdx.x % 128 == 0) trace::role_exit(P.trace, 1 + c);
 #endif
 }
 

@@ -24,6 +24,9 @@ struct Sm90Params {
   CUtensorMap tm_v;
   FwdArgs a;
   TileSchedule sched;  // the virtual grid the persistent CTAs walk
+  // FA4_SM90_TRACE builds only (fwd_trace.cuh): the timeline records, one per CTA. Present in
+  // every build so the struct's layout never depends on a switch a variant build recompiles.
+  uint64_t* trace = nullptr;
 };
 
 }  // namespace fa4::cuda::sm90

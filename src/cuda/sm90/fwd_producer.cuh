@@ -10,6 +10,7 @@
 #include "cuda/common/pipeline.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/fwd_params.h"
+#include "cuda/sm90/fwd_trace.cuh"
 #include "cuda/sm90/fwd_work.cuh"
 
 namespace fa4::cuda::sm90 {
@@ -36,6 +37,9 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     TileWork w;
     if (!w.init(P.a, P.sched, t, T::kBlockM, kBlockN)) continue;
     const int n = w.n_tiles();
+    uint64_t* tr = leader ? P.trace : nullptr;
+    trace::stamp(tr, 0, tiles_done, trace::tile_start);
+    trace::key_tiles(tr, 0, tiles_done, n);
     auto load_kv = [&](int it) {
       const int row = w.kv_row0 + w.tile_at(it) * kBlockN;
       uint64_t* kb = sh.k_ring.acquire(st, kKBytes, leader);
@@ -65,8 +69,10 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
           ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row0 + w.m0 + c * kRowsPerConsumer, w.q_b);
     }
     __syncwarp();
-    ++tiles_done;
+    trace::stamp(tr, 0, tiles_done, trace::q_ready);
     for (int it = 1; it < n; ++it) load_kv(it);
+    trace::stamp(tr, 0, tiles_done, trace::main_done);
+    ++tiles_done;
   }
 }
 

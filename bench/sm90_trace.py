@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Where an sm90 CTA's time goes, tile by tile: the timeline of a FA4_SM90_TRACE=1 libfa4.
+
+The profilers say which instructions stall; this says how each consumer's time splits between
+waiting for its tile's Q, the mainloop, the epilogue and the hand-off to the next tile, how the
+mainloop's time grows with the tile's key tiles (a fit: fixed cost + cost per key tile), and how
+long the last CTAs run after the mean one is done (the schedule's tail). Those decide the short
+causal shapes, where a CTA's tiles are few and light.
+
+  bash bench/stage_sm90_variant.sh trace -DFA4_SM90_TRACE=1       # build-device/lib/libfa4_trace.so
+  device: python3 bench/sm90_trace.py --lib build-device/lib/libfa4_trace.so --out $OUT \\
+              --shapes "128 2048 1" "128 8192 0"                   # D S causal (bf16, B*S = 16384, H*D = 2048)
+
+The library writes the last launch's records to $FA4_SM90_TRACE_FILE (src/cuda/sm90/fwd_trace.cuh
+has the layout); this script sets it, calls the kernel a few times and reads the last one.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import Fa4  # noqa: E402
+
+MAGIC = 0x66613474726163
+
+
+def read_trace(path):
+    raw = np.fromfile(path, dtype=np.int64)
+    h = raw[:16]
+    assert h[0] == MAGIC, "not an fa4 sm90 trace"
+    meta = dict(grid=int(h[1]), consumers=int(h[2]), block_m=int(h[3]), block_n=int(h[4]), dqk=int(h[5]),
+                dv=int(h[6]), max_roles=int(h[7]), max_tiles=int(h[8]), slots=int(h[9]), header=int(h[10]),
+                stride=int(h[11]), kernel_ns=int(h[12]))
+    recs = raw[16:].reshape(meta["grid"], meta["stride"])
+    return meta, recs
+
+
+def analyze(meta, recs):
+    """Per-consumer time shares (ns), the mainloop fit and the CTA tail."""
+    g, nc, mt, sl, hd = meta["grid"], meta["consumers"], meta["max_tiles"], meta["slots"], meta["header"]
+    gt0 = recs[:, 0].astype(np.float64)
+    clk0 = recs[:, 1].astype(np.float64)
+    roles = 1 + nc
+    clk_end = recs[:, 4:4 + roles].astype(np.float64)
+    gt_end = recs[:, 8:8 + roles].astype(np.float64)
+    t0 = gt0.min()
+    cta_end = gt_end.max(axis=1) - t0  # ns after the first CTA started
+    span = cta_end.max()
+    # clock rate per CTA (cycles per ns), from its longest-lived role
+    ghz = (clk_end.max(axis=1) - clk0) / np.maximum(gt_end.max(axis=1) - gt0, 1.0)
+    shares = dict(start=0.0, wait_q=0.0, mainloop=0.0, epilogue=0.0, handoff=0.0, end_idle=0.0)
+    ns_list, main_list, epi_list = [], [], []
+    tiles_per_cta = []
+    for b in range(g):
+        f = ghz[b]
+        for c in range(nc):
+            r = 1 + c
+            ev = recs[b, hd + r * mt * sl: hd + (r + 1) * mt * sl].reshape(mt, sl).astype(np.float64)
+            used = ev[:, 0] > 0
+            k = int(used.sum())
+            if c == 0:
+                tiles_per_cta.append(k)
+            start_off = (gt0[b] - t0)  # this CTA started this late (ns)
+            if k == 0:
+                shares["end_idle"] += span - start_off
+                continue
+            e = ev[:k]
+            shares["start"] += start_off + (e[0, 0] - clk0[b]) / f
+            shares["wait_q"] += ((e[:, 1] - e[:, 0]) / f).sum()
+            main = (e[:, 2] - e[:, 1]) / f
+            epi = (e[:, 3] - e[:, 2]) / f
+            shares["mainloop"] += main.sum()
+            shares["epilogue"] += epi.sum()
+            shares["handoff"] += ((e[1:, 0] - e[:-1, 3]) / f).sum()
+            end_ns = start_off + (clk_end[b, r] - clk0[b]) / f
+            shares["handoff"] += (clk_end[b, r] - e[-1, 3]) / f
+            shares["end_idle"] += span - end_ns
+            ns_list += list(e[:, 4])
+            main_list += list(main)
+            epi_list += list(epi)
+    total = span * g * nc
+    out = dict(meta, span_ns=span, clock_ghz=float(np.median(ghz)),
+               tiles_per_cta=[int(min(tiles_per_cta)), float(np.mean(tiles_per_cta)), int(max(tiles_per_cta))],
+               cta_end_us=[float(cta_end.min() / 1e3), float(cta_end.mean() / 1e3), float(span / 1e3)],
+               tail_share=float((span - cta_end.mean()) / span),
+               shares={k: v / total for k, v in shares.items()})
+    n = np.array(ns_list)
+    m = np.array(main_list)
+    if len(n) > 1 and n.std() > 0:
+        b1, a1 = np.polyfit(n, m, 1)
+    else:
+        b1, a1 = (m.mean() / max(n.mean(), 1)), 0.0
+    out["mainloop_fit_ns"] = dict(fixed=float(a1), per_key_tile=float(b1))
+    out["epilogue_ns"] = float(np.mean(epi_list)) if epi_list else None
+    out["key_tiles_mean"] = float(n.mean()) if len(n) else 0.0
+    # The consumers' time if every key tile cost only the fit's slope, nothing fixed, no tail:
+    out["slope_only_share"] = float(n.sum() * b1 / total) if len(n) else 0.0
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--shapes", nargs="+", default=["128 2048 1", "128 8192 0"], help='"D S causal" each')
+    args = ap.parse_args()
+    fa4 = Fa4(args.lib)
+    dt = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    trace_file = os.path.join(args.out, "sm90_trace.bin")
+    os.environ["FA4_SM90_TRACE_FILE"] = trace_file
+    results = []
+    for spec in args.shapes:
+        d, s, causal = (int(x) for x in spec.split())
+        b, h = 16384 // s, 2048 // d
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
+        out = torch.empty_like(q)
+        p = fa4.params(q, k, v, out, causal=bool(causal))
+        for _ in range(4):
+            fa4.call(p)
+        torch.cuda.synchronize()
+        meta, recs = read_trace(trace_file)
+        r = analyze(meta, recs)
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        r.update(d=d, s=s, causal=causal, b=b, h=h, tflops_traced=flops / r["kernel_ns"] / 1e3)
+        results.append(r)
+        sh = r["shares"]
+        fit = r["mainloop_fit_ns"]
+        print(f"D {d} S {s} causal {causal}: {r['kernel_ns'] / 1e3:.1f} us ({r['tflops_traced']:.0f} TFLOP/s traced), "
+              f"{r['grid']} CTAs x {r['consumers']} consumers, tiles/CTA {r['tiles_per_cta']}, "
+              f"key tiles/tile {r['key_tiles_mean']:.1f}, clock {r['clock_ghz']:.2f} GHz", flush=True)
+        print("   consumer time: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in sh.items()) +
+              f"  | mainloop = {fit['fixed']:.0f} ns + {fit['per_key_tile']:.0f} ns/key tile, epilogue {r['epilogue_ns']:.0f} ns"
+              f" | slope-only {100 * r['slope_only_share']:.1f}%  | CTA end min/mean/max us {r['cta_end_us'][0]:.1f}/"
+              f"{r['cta_end_us'][1]:.1f}/{r['cta_end_us'][2]:.1f}", flush=True)
+        del q, k, v, out
+    with open(os.path.join(args.out, "sm90_trace.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
