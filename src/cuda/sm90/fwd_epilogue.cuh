@@ -59,14 +59,19 @@ __device__ __forceinline__ void epilogue(Consumer<T>& cs) {
   for (int idx = tid; idx < kRowsPerConsumer * kPieces; idx += 128) {
     const int r = idx / kPieces, pc = idx % kPieces;
     if (row0 + r >= w.rows_seq) break;  // rows ascend with idx
-    const uint4 v = *reinterpret_cast<const uint4*>(stage + (pc / 8) * kChunkBytes + ptx::swizzle128_offset(r, (pc % 8) * 16));
+    const uint8_t* piece = stage + (pc / 8) * kChunkBytes + ptx::swizzle128_offset(r, (pc % 8) * 16);
     Elem* dst = out + static_cast<int64_t>(row0 + r) * w.si.o_step + pc * 8;
     const int valid = p.dv - pc * 8;
     if (valid >= 8) {
-      *reinterpret_cast<uint4*>(dst) = v;
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(piece);
     } else if (valid > 0) {
-      const Elem* e = reinterpret_cast<const Elem*>(&v);
-      for (int x = 0; x < valid; ++x) dst[x] = e[x];
+      // The tail piece of a padded head dim (Dv % 8 != 0), element by element from shared
+      // memory. (Indexing a uint4 held in registers by a runtime element put it on the stack, and
+      // ptxas hoisted that STL.128 above the full-piece branch: every piece of every row paid a
+      // local-memory store, 2 % of the stall samples at D 128 S 1k causal; fixed-index forms of
+      // the tail spilled the D 64 kernel, which runs at 128 registers.)
+      const Elem* src = reinterpret_cast<const Elem*>(piece);
+      for (int x = 0; x < valid; ++x) dst[x] = src[x];
     }
   }
   // O staged in Q: its generic-proxy reads are done before the next tile's TMA (async proxy)
