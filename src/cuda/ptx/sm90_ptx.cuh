@@ -235,6 +235,46 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
 #endif
 }
 
+// TMA store (shared::cta -> global, bulk-group completion): the box at `coords` of `map` from
+// `src` (laid out as the map's box, swizzle included). Rows / columns past the map's extent are
+// not written. The shared memory must not be overwritten before bulk_wait_group_read<0>() in
+// the issuing thread; generic-proxy writes of `src` need fence_proxy_async_shared_cta() (by the
+// writing threads, before the barrier that hands the tile to the issuing thread).
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* src, int32_t c0, int32_t c1, int32_t c2,
+                                             int32_t c3) {
+#if FA4_PTX_SM90
+  const int32_t coords[4] = {c0, c1, c2, c3};
+  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_global, ::cuda::ptx::space_shared, map, coords, src);
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+__device__ __forceinline__ void bulk_commit_group() {
+#if FA4_PTX_SM90
+  ::cuda::ptx::cp_async_bulk_commit_group();
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+// The issuing thread's bulk groups but the newest N have finished reading shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+#if FA4_PTX_SM90
+  ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<N>{});
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+// ... and have completed (their global writes performed).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+#if FA4_PTX_SM90
+  ::cuda::ptx::cp_async_bulk_wait_group(::cuda::ptx::n32_t<N>{});
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
 // Pulls the 128-byte descriptor into the TMA unit's descriptor cache ahead of the first copy
 // (one thread, at kernel start). A hint: no effect on correctness.
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {

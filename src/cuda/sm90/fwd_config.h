@@ -41,6 +41,10 @@
 //   FA4_SM90_MASKED_LPT    1: dense causal / windowed problems run persistent in one global
 //                          heaviest-first order, CTAs snaking (cuda/plan.cpp schedule_sm90);
 //                          0: L2-sized sections, one CTA per tile past 16 tiles per sequence
+//   FA4_SM90_TMA_STORE     1: full 64-row O tiles are written by TMA from the staging tile
+#ifndef FA4_SM90_TMA_STORE
+#define FA4_SM90_TMA_STORE 1
+#endif
 #ifndef FA4_SM90_MASKED_LPT
 #define FA4_SM90_MASKED_LPT 1
 #endif

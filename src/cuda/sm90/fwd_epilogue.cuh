@@ -15,7 +15,7 @@
 namespace fa4::cuda::sm90 {
 
 template <class T>
-__device__ __forceinline__ void epilogue(Consumer<T>& cs) {
+__device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   using Elem = typename T::Elem;
   constexpr int kDv = T::kDv;
   const FwdArgs& p = cs.p;
@@ -42,6 +42,8 @@ __device__ __forceinline__ void epilogue(Consumer<T>& cs) {
   // The warpgroup's reads of the previous tile's staged O are done before it is overwritten.
   uint8_t* stage = cs.sh.o_stage(c);
   const uint32_t bar = bar_id(Bar::epilogue0) + c;
+  // A TMA store of the previous tile may still be reading the staging tile (thread 0 issued it).
+  if (T::kSeparateO && tid == 0 && P.tma_store) ptx::bulk_wait_group_read<0>();
   if (T::kSeparateO) ptx::named_barrier_sync(bar, 128);
   constexpr int kChunkBytes = kRowsPerConsumer * 128;
 #pragma unroll
@@ -51,7 +53,23 @@ __device__ __forceinline__ void epilogue(Consumer<T>& cs) {
     const uint32_t off = (col / 64) * kChunkBytes + ptx::swizzle128_offset(cs.row_of(h), (col % 64) * 2);
     *reinterpret_cast<uint32_t*>(stage + off) = ptx::pack2<Elem>(cs.o[i] * scale[h], cs.o[i + 1] * scale[h]);
   }
+  // TMA (dense: rows past the sequence are past the map's extent and not written; varlen: only
+  // whole 64-row tiles, the next sequence's rows follow in the same map) or 16-byte stores.
+  const bool tma = P.tma_store && (!p.varlen_q || row0 + kRowsPerConsumer <= w.rows_seq);
+  if (tma) ptx::fence_proxy_async_shared_cta();  // the staged writes -> the TMA unit's reads
   ptx::named_barrier_sync(bar, 128);
+  if (tma) {
+    if (tid == 0) {
+      const int o_row = p.varlen_q ? static_cast<int>(w.si.token0) + row0 : row0;
+      const int o_b = p.varlen_q ? 0 : w.batch;
+#pragma unroll
+      for (int ch = 0; ch < kDv / 64; ++ch) ptx::tma_store_4d(&P.tm_o, stage + ch * kChunkBytes, ch * 64, w.head, o_row, o_b);
+      ptx::bulk_commit_group();
+      if (!T::kSeparateO) ptx::bulk_wait_group_read<0>();  // before Q's release below
+    }
+    if (!T::kSeparateO) cs.release_q();
+    return;
+  }
 
   constexpr int kPieces = kDv / 8;  // 16-byte pieces of a row
   Elem* out = static_cast<Elem*>(p.out) + w.si.o_base + static_cast<int64_t>(w.head) * p.o_sh;

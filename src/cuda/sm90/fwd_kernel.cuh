@@ -83,10 +83,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     trace::key_tiles(tr, 1 + c, tiles_done, w.n_tiles());
     cs.mainloop(st);
     trace::stamp(tr, 1 + c, tiles_done, trace::main_done);
-    epilogue<T>(cs);
+    epilogue<T>(P, cs);
     trace::stamp(tr, 1 + c, tiles_done, trace::epi_done);
     ++tiles_done;
   }
+  // The last TMA stores read shared memory until they complete: not past the CTA's exit.
+  if (P.tma_store && threadIdx.x % 128 == 0) ptx::bulk_wait_group<0>();
   if (threadIdx.x % 128 == 0) trace::role_exit(P.trace, 1 + c);
 #endif
 }

@@ -58,6 +58,10 @@ bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* P, std::
     return false;
   if (!encode(&P->tm_v, a.v, bf16, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, block_n, "v", why))
     return false;
+  // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
+  P->tma_store = FA4_SM90_TMA_STORE &&
+                 encode(&P->tm_o, a.out, bf16, a.dv, a.hq, vq ? a.total_q : a.sq_dense, vq ? 1 : a.batch, a.o_sh,
+                        vq ? a.o_s0 : a.o_s1, a.o_s0, kRowsPerConsumer, "out", nullptr);
   return true;
 }
 

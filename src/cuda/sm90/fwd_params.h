@@ -22,6 +22,8 @@ struct Sm90Params {
   CUtensorMap tm_q;
   CUtensorMap tm_k;
   CUtensorMap tm_v;
+  CUtensorMap tm_o;    // out, as tm_q (boxes of 64 columns x 64 rows); valid when tma_store
+  int32_t tma_store;   // full 64-row tiles of O leave through TMA (else 16-byte stores)
   FwdArgs a;
   TileSchedule sched;  // the virtual grid the persistent CTAs walk
   // FA4_SM90_TRACE builds only (fwd_trace.cuh): the timeline records, one per CTA. Present in
