@@ -42,6 +42,7 @@
 //                          heaviest-first order, CTAs snaking (cuda/plan.cpp schedule_sm90);
 //                          0: L2-sized sections, one CTA per tile past 16 tiles per sequence
 //   FA4_SM90_TMA_STORE     1: full 64-row O tiles are written by TMA from the staging tile
+//                          (instances with a separate O staging tile: fwd_kernel.cuh kTmaStore)
 #ifndef FA4_SM90_TMA_STORE
 #define FA4_SM90_TMA_STORE 1
 #endif

@@ -43,7 +43,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   uint8_t* stage = cs.sh.o_stage(c);
   const uint32_t bar = bar_id(Bar::epilogue0) + c;
   // A TMA store of the previous tile may still be reading the staging tile (thread 0 issued it).
-  if (T::kSeparateO && tid == 0 && P.tma_store) ptx::bulk_wait_group_read<0>();
+  if (T::kTmaStore && tid == 0 && P.tma_store) ptx::bulk_wait_group_read<0>();
   if (T::kSeparateO) ptx::named_barrier_sync(bar, 128);
   constexpr int kChunkBytes = kRowsPerConsumer * 128;
 #pragma unroll
@@ -55,7 +55,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   }
   // TMA (dense: rows past the sequence are past the map's extent and not written; varlen: only
   // whole 64-row tiles, the next sequence's rows follow in the same map) or 16-byte stores.
-  const bool tma = P.tma_store && (!p.varlen_q || row0 + kRowsPerConsumer <= w.rows_seq);
+  const bool tma = T::kTmaStore && P.tma_store && (!p.varlen_q || row0 + kRowsPerConsumer <= w.rows_seq);
   if (tma) ptx::fence_proxy_async_shared_cta();  // the staged writes -> the TMA unit's reads
   ptx::named_barrier_sync(bar, 128);
   if (tma) {
@@ -65,10 +65,8 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
 #pragma unroll
       for (int ch = 0; ch < kDv / 64; ++ch) ptx::tma_store_4d(&P.tm_o, stage + ch * kChunkBytes, ch * 64, w.head, o_row, o_b);
       ptx::bulk_commit_group();
-      if (!T::kSeparateO) ptx::bulk_wait_group_read<0>();  // before Q's release below
     }
-    if (!T::kSeparateO) cs.release_q();
-    return;
+    return;  // (kTmaStore: O has its own staging tile; Q was released after the last S)
   }
 
   constexpr int kPieces = kDv / 8;  // 16-byte pieces of a row

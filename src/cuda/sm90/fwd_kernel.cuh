@@ -33,6 +33,10 @@ struct FwdTraits {
   static constexpr int kConsumers = kCfg.consumers, kBlockM = kCfg.block_m(), kThreads = kCfg.threads();
   static constexpr int kExp2EmuEvery = exp2_emu_every(kDqk);
   static constexpr bool kSeparateO = separate_o(kDqk, kDv);
+  // O leaves through a TMA store only from its own staging tile: staged in Q (D = 256), the
+  // issuing thread's wait for the store's shared-memory reads delays Q's release, and the A/B
+  // lost 3-7 % there (+2-7 % at Dv <= 128; docs/perf/sm90-notes.md).
+  static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv), "fwd_config.h's smem_bytes is what the planner reserves");
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     ++tiles_done;
   }
   // The last TMA stores read shared memory until they complete: not past the CTA's exit.
-  if (P.tma_store && threadIdx.x % 128 == 0) ptx::bulk_wait_group<0>();
+  if (T::kTmaStore && P.tma_store && threadIdx.x % 128 == 0) ptx::bulk_wait_group<0>();
   if (threadIdx.x % 128 == 0) trace::role_exit(P.trace, 1 + c);
 #endif
 }

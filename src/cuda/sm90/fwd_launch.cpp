@@ -59,7 +59,8 @@ bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* P, std::
   if (!encode(&P->tm_v, a.v, bf16, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, block_n, "v", why))
     return false;
   // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
-  P->tma_store = FA4_SM90_TMA_STORE &&
+  // (Only the instances that store through TMA: fwd_kernel.cuh kTmaStore.)
+  P->tma_store = FA4_SM90_TMA_STORE && separate_o(dims.dqk, dims.dv) &&
                  encode(&P->tm_o, a.out, bf16, a.dv, a.hq, vq ? a.total_q : a.sq_dense, vq ? 1 : a.batch, a.o_sh,
                         vq ? a.o_s0 : a.o_s1, a.o_s0, kRowsPerConsumer, "out", nullptr);
   return true;
