@@ -6,6 +6,7 @@
 #include "cuda/plan.h"
 
 #include <optional>
+#include <random>
 #include <vector>
 #include <tuple>
 #include <utility>
@@ -381,6 +382,30 @@ TEST(TileSchedule, EveryTileOnceInSectionOrder) {
       prev_sec = sec, prev_x = x;
     }
     for (int v : seen) EXPECT_EQ(v, 1);
+  }
+}
+
+// coords() takes 32-bit arithmetic below 2^31 tiles (a 64-bit division is a slow subroutine on
+// the GPU) and 64-bit above: both give the 64-bit map, also for grids near and past 2^31.
+TEST(TileSchedule, NarrowCoordsMatchTheWideOnes) {
+  std::mt19937_64 rng(7);
+  const fa4::cuda::TileSchedule fixed[] = {{5, 3, 2, 1}, {4, 7, 3, 5}, {6, 5, 5, 25}, {1 << 20, 1 << 10, 2, 3},
+                                           {(1 << 21) - 1, 1023, 1, 7}, {1 << 22, 1 << 10, 1, 1}};
+  for (int k = 0; k < 200; ++k) {
+    fa4::cuda::TileSchedule s = k < 6 ? fixed[k] : fa4::cuda::TileSchedule{};
+    if (k >= 6) {
+      s.gx = 1 + static_cast<int64_t>(rng() % 5000), s.gy = 1 + static_cast<int64_t>(rng() % 300),
+      s.gz = 1 + static_cast<int64_t>(rng() % 300);
+      s.section = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(s.gy * s.gz));
+    }
+    for (int i = 0; i < 2000; ++i) {
+      const int64_t t = i < 4 ? (i < 2 ? i : s.total() - 1 - (i - 2)) : static_cast<int64_t>(rng() % static_cast<uint64_t>(s.total()));
+      int x, y, z, xw, yw, zw;
+      s.coords(t, &x, &y, &z);
+      s.coords_as<int64_t>(t, &xw, &yw, &zw);
+      ASSERT_TRUE(x == xw && y == yw && z == zw) << "schedule " << k << " tile " << t;
+      ASSERT_TRUE(x >= 0 && x < s.gx && y >= 0 && y < s.gy && z >= 0 && z < s.gz) << t;
+    }
   }
 }
 

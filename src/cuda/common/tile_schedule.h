@@ -35,18 +35,32 @@ struct TileSchedule {
     return t < total() ? t : -1;
   }
 
-  // Linear tile t in [0, total()) -> virtual block (x, y, z).
+  // Linear tile t in [0, total()) -> virtual block (x, y, z). In 32-bit arithmetic when the grid
+  // has < 2^31 tiles (every real launch): on the GPU a 64-bit division is a subroutine call of
+  // ~100 dependent instructions, and this runs for every tile in every role -- its four were most
+  // of the ~0.5-0.8 us each consumer spent between one tile's epilogue and the next tile's start
+  // at D 128 S 1k causal (bench/sm90_trace.py, docs/perf/sm90-notes.md).
   FA4_HD void coords(int64_t t, int* x, int* y, int* z) const {
-    const int64_t pairs = gy * gz;
-    const int64_t full = section * gx;           // tiles of one full section
-    const int64_t sec = t / full;                // every section before the last is full
-    const int64_t first = sec * section;         // first (y, z) pair of the section
-    const int64_t here = pairs - first < section ? pairs - first : section;  // pairs in it
-    const int64_t r = t - sec * full;
-    const int64_t pair = first + r % here;
+    if (total() <= 0x7fffffff) {
+      coords_as<uint32_t>(t, x, y, z);
+    } else {
+      coords_as<int64_t>(t, x, y, z);
+    }
+  }
+  // The same map in the arithmetic of I (tests compare the two).
+  template <class I>
+  FA4_HD void coords_as(int64_t t_, int* x, int* y, int* z) const {
+    const I t = static_cast<I>(t_), ugy = static_cast<I>(gy), usec = static_cast<I>(section);
+    const I pairs = ugy * static_cast<I>(gz);
+    const I full = usec * static_cast<I>(gx);  // tiles of one full section
+    const I sec = t / full;                     // every section before the last is full
+    const I first = sec * usec;                 // first (y, z) pair of the section
+    const I here = pairs - first < usec ? pairs - first : usec;  // pairs in it
+    const I r = t - sec * full;
+    const I pair = first + r % here;
     *x = static_cast<int>(r / here);
-    *y = static_cast<int>(pair % gy);
-    *z = static_cast<int>(pair / gy);
+    *y = static_cast<int>(pair % ugy);
+    *z = static_cast<int>(pair / ugy);
   }
 };
 

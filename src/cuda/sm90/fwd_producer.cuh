@@ -1,7 +1,7 @@
 // The load role of the sm90 forward kernel: the producer warp walks the tiles (all 32 lanes:
 // the varlen tile search is warp-collective) and one elected lane issues every TMA copy of the
 // CTA, tile after tile of the persistent schedule -- per tile Q (every consumer's
-// 64 rows on one barrier), then per key tile K into the K ring and V into the V ring (separate
+// 64 rows on one barrier) and per key tile K into the K ring and V into the V ring (separate
 // rings, so S = Q K^T of tile t + 1 can start while V of tile t is still in flight). The rings
 // and the Q barriers run on across tiles, so the next tile's loads start while the consumers
 // finish the current one.
@@ -40,13 +40,17 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     uint64_t* tr = leader ? P.trace : nullptr;
     trace::stamp(tr, 0, tiles_done, trace::tile_start);
     trace::key_tiles(tr, 0, tiles_done, n);
-    auto load_kv = [&](int it) {
+    auto load_k = [&](int it) {
       const int row = w.kv_row0 + w.tile_at(it) * kBlockN;
       uint64_t* kb = sh.k_ring.acquire(st, kKBytes, leader);
       if (leader) {
 #pragma unroll
         for (int ch = 0; ch < T::kDqk / 64; ++ch) ptx::tma_load_4d(sh.k[st.index][ch], &P.tm_k, kb, ch * 64, w.hk, row, w.kv_b);
       }
+      __syncwarp();
+    };
+    auto load_v = [&](int it) {  // and on to the next ring slot
+      const int row = w.kv_row0 + w.tile_at(it) * kBlockN;
       uint64_t* vb = sh.v_ring.acquire(st, kVBytes, leader);
       if (leader) {
 #pragma unroll
@@ -55,22 +59,33 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       __syncwarp();
       st.advance();
     };
-    // The first K / V tile goes out before Q: it waits only for ring slots, while Q waits for
-    // the consumers to be done with the previous tile's Q.
-    if (n > 0) load_kv(0);
-    // Q (every tile loads it, empty ones too: the q barriers' phases count tiles).
-    if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
-    if (leader) {
-      ptx::mbarrier_arrive_expect_tx(&sh.q_full, kQBytes);
+    auto load_q = [&]() {  // every tile loads it, empty ones too: the q barriers' phases count tiles
+      if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
+      if (leader) {
+        ptx::mbarrier_arrive_expect_tx(&sh.q_full, kQBytes);
 #pragma unroll
-      for (int c = 0; c < T::kConsumers; ++c)
+        for (int c = 0; c < T::kConsumers; ++c)
 #pragma unroll
-        for (int ch = 0; ch < T::kDqk / 64; ++ch)
-          ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row0 + w.m0 + c * kRowsPerConsumer, w.q_b);
+          for (int ch = 0; ch < T::kDqk / 64; ++ch)
+            ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row0 + w.m0 + c * kRowsPerConsumer, w.q_b);
+      }
+      __syncwarp();
+    };
+    // The tile's first loads in the order their slots free up under the previous tile: K (its
+    // ring slot frees after an S = Q K^T), then Q (released after the last S when O has its own
+    // staging tile, else after the epilogue), then V (after the last P V). Issuing Q behind the
+    // first V, as before, made a consumer's Q wait for the last P V's slot: 4.7 % of the consumer
+    // time waiting for Q at D 128 S 1k causal (bench/sm90_trace.py, docs/perf/sm90-notes.md).
+    if (n > 0) load_k(0);
+    if (T::kSeparateO) {
+      load_q();
+      if (n > 0) load_v(0);
+    } else {
+      if (n > 0) load_v(0);
+      load_q();
     }
-    __syncwarp();
     trace::stamp(tr, 0, tiles_done, trace::q_ready);
-    for (int it = 1; it < n; ++it) load_kv(it);
+    for (int it = 1; it < n; ++it) load_k(it), load_v(it);
     trace::stamp(tr, 0, tiles_done, trace::main_done);
     ++tiles_done;
   }
