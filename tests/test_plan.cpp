@@ -5,6 +5,7 @@
 // fa4::describe_plan, through which every backend reports its choice.
 #include "cuda/plan.h"
 
+#include <algorithm>
 #include <optional>
 #include <random>
 #include <vector>
@@ -51,6 +52,7 @@ class Planned {
     pb_.sq_dense = s.varlen ? 0 : s.sq;
     pb_.max_sq = s.sq, pb_.max_sk = s.sk, pb_.kv_slot = s.sk;
     pb_.kv = s.paged ? fa4::core::KvLayout::paged : fa4::core::KvLayout::dense;
+    if (s.causal) pb_.mask.right = 0;  // as validate.cpp normalizes it
     params_.k.shape[0] = params_.v.shape[0] = s.batch;
     // Contiguous BSHD strides (varlen q: tokens along dim 0), which TMA can address.
     const int64_t qh = s.q_head_stride ? s.q_head_stride : s.dqk;
@@ -332,11 +334,11 @@ TEST(CudaPlan, Sm90PersistentSchedule) {
   EXPECT_EQ(causal.sched.snake, 1);
   EXPECT_EQ(causal.ctas, 132);
   EXPECT_EQ(pl.sched.snake, 0);
-  // Short causal sequences (8 query tiles each <= kMaxPersistentMaskedTiles): L2-sized sections,
-  // K / V of one pair = 1024 keys x 256 x 2 B = 512 KB -> 50 pairs in 25 MB, persistent.
+  // Short causal sequences (8 query tiles each <= kMaxPersistentMaskedTiles): at most L2-sized
+  // sections (K / V of one pair = 1024 keys x 256 x 2 B = 512 KB -> 50 pairs in 25 MB),
+  // persistent, in the static order the makespan model balances best (Sm90BalancedStaticOrder).
   const Plan short_causal = Planned({.batch = 16, .hq = 16, .hkv = 16, .sq = 1024, .sk = 1024, .causal = true}).on(dl);
-  EXPECT_EQ(short_causal.sched.section, 50);
-  EXPECT_EQ(short_causal.sched.snake, 0);
+  EXPECT_LE(short_causal.sched.section, 50);
   EXPECT_EQ(short_causal.ctas, 132);
   // Varlen causal: K / V of one (kv head, sequence) = 4096 keys x 256 x 2 B = 2 MB -> 12 pairs in
   // 25 MB, x4 with GQA 4 (clamped to the 16 heads); its virtual grid (all sequences' tiles, > 16)
@@ -406,6 +408,65 @@ TEST(TileSchedule, NarrowCoordsMatchTheWideOnes) {
       ASSERT_TRUE(x == xw && y == yw && z == zw) << "schedule " << k << " tile " << t;
       ASSERT_TRUE(x >= 0 && x < s.gx && y >= 0 && y < s.gy && z >= 0 && z < s.gz) << t;
     }
+  }
+}
+
+// static_makespan is the largest per-CTA sum of tile costs over the deal of tile_for / coords.
+TEST(TileSchedule, StaticMakespanIsTheDealOfTileFor) {
+  std::mt19937_64 rng(3);
+  for (int k = 0; k < 300; ++k) {
+    fa4::cuda::TileSchedule s;
+    s.gx = 1 + static_cast<int64_t>(rng() % 17), s.gy = 1 + static_cast<int64_t>(rng() % 40),
+    s.gz = 1 + static_cast<int64_t>(rng() % 9);
+    s.section = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(s.gy * s.gz));
+    s.snake = static_cast<int32_t>(rng() % 2);
+    const int64_t ctas = 1 + static_cast<int64_t>(rng() % 140);
+    std::vector<int64_t> cost(static_cast<size_t>(s.gx));
+    for (auto& c : cost) c = 1 + static_cast<int64_t>(rng() % 20);
+    std::vector<int64_t> load(static_cast<size_t>(ctas), 0);
+    for (int64_t r = 0; r < s.rounds(ctas); ++r)
+      for (int64_t b = 0; b < ctas; ++b) {
+        const int64_t t = s.tile_for(r, b, ctas);
+        if (t < 0) continue;
+        int x, y, z;
+        s.coords(t, &x, &y, &z);
+        load[static_cast<size_t>(b)] += cost[static_cast<size_t>(x)];
+      }
+    EXPECT_EQ(fa4::cuda::static_makespan(s, ctas, cost), *std::max_element(load.begin(), load.end())) << k;
+  }
+}
+
+// Short causal sequences on an H200 (132 SMs, 60 MB L2): the planner's static order is never worse
+// than the L2-sized round robin in its own model, stays within the L2-sized section, and comes
+// within 3 % of an even split of the work, where the round robin was 5-18 % over (the measured
+// per-CTA key tiles of bench/sm90_trace.py matched this model exactly; plan.cpp).
+TEST(CudaPlan, Sm90BalancedStaticOrder) {
+  DeviceLimits dl = h200_auto();
+  dl.l2_bytes = 60 << 20;
+  struct Case {
+    int64_t d, s, batch, h;
+  };
+  for (const Case c : {Case{128, 1024, 16, 16}, Case{128, 2048, 8, 16}, Case{64, 2048, 8, 32}, Case{256, 2048, 8, 8},
+                       Case{64, 1024, 16, 32}, Case{128, 512, 32, 16}, Case{64, 512, 32, 32}}) {
+    const Plan pl = Planned({.batch = c.batch, .hq = c.h, .hkv = c.h, .dqk = c.d, .dv = c.d, .sq = c.s, .sk = c.s, .causal = true})
+                        .on(dl);
+    ASSERT_EQ(pl.kernel, Kernel::sm90);
+    ASSERT_EQ(pl.ctas, 132);
+    const int64_t gx = pl.sched.gx;
+    std::vector<int64_t> cost(static_cast<size_t>(gx));
+    int64_t work = 0;
+    for (int64_t x = 0; x < gx; ++x) {  // causal: x = 0 is the last (heaviest) query tile
+      const int64_t rows_end = std::min((gx - x) * pl.m, c.s);
+      cost[static_cast<size_t>(x)] = (rows_end + pl.n - 1) / pl.n + 2;
+      work += cost[static_cast<size_t>(x)] * pl.sched.gy * pl.sched.gz;
+    }
+    const int64_t l2_section = std::min<int64_t>((60 << 20) / 2 / (c.s * 4 * c.d), c.batch * c.h);
+    fa4::cuda::TileSchedule rr = pl.sched;
+    rr.section = l2_section, rr.snake = 0;
+    const int64_t span = fa4::cuda::static_makespan(pl.sched, pl.ctas, cost);
+    EXPECT_LE(pl.sched.section, l2_section) << c.d << " " << c.s;
+    EXPECT_LE(span, fa4::cuda::static_makespan(rr, pl.ctas, cost)) << c.d << " " << c.s;
+    EXPECT_LE(static_cast<double>(span), 1.03 * static_cast<double>(work) / 132.0) << c.d << " " << c.s;
   }
 }
 

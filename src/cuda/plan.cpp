@@ -207,6 +207,94 @@ Plan plan_simt(const Problem& pb, const DeviceLimits& dl) {
   return pl;
 }
 
+}  // namespace
+
+int64_t static_makespan(const TileSchedule& s, int64_t ctas, const std::vector<int64_t>& cost_x) {
+  if (ctas <= 0 || s.total() <= 0 || static_cast<int64_t>(cost_x.size()) != s.gx) return 0;
+  std::vector<int64_t> load(static_cast<size_t>(ctas), 0);
+  // Tiles in the order of TileSchedule::coords (sections of (y, z) pairs, x slowest inside),
+  // dealt as tile_for deals them: tile t to position t % ctas of round t / ctas.
+  const int64_t pairs = s.gy * s.gz;
+  int64_t r = 0, b = 0;
+  for (int64_t first = 0; first < pairs; first += s.section) {
+    const int64_t here = std::min(s.section, pairs - first);
+    for (int64_t x = 0; x < s.gx; ++x) {
+      for (int64_t k = 0; k < here; ++k) {
+        load[static_cast<size_t>(s.snake != 0 && (r & 1) != 0 ? ctas - 1 - b : b)] += cost_x[static_cast<size_t>(x)];
+        if (++b == ctas) b = 0, ++r;
+      }
+    }
+  }
+  return *std::max_element(load.begin(), load.end());
+}
+
+namespace {
+
+// The order of a persistent launch on short masked dense sequences (<= kMaxPersistentMaskedTiles
+// query tiles each), where a CTA runs only ~8-25 tiles and the static round robin's imbalance is
+// what the last CTAs run alone: measured on the H200 (bench/sm90_trace.py, 2026-12-02) the
+// per-CTA key tiles of the L2-sized sections spread 9-21 % above their mean (D 64 / 128 / 256,
+// S 1k-2k causal) and 6-15 % of the consumers' time idled at the end -- spreads this model
+// reproduces exactly. Among the sections no larger than the L2-sized one (it, and the divisors
+// of the CTA count: a round then deals whole x-values of a section's pairs, so the heavy and the
+// light tiles of a section meet the same CTAs in turn), straight or snaking, it takes the order
+// with the smallest predicted makespan (ties: the L2-sized round robin, then larger sections).
+// A tile costs its key tiles + 2: ~3 us of prologue, epilogue and hand-off per tile, ~2 key tiles
+// at D 128 (the same trace). Predicted: 1.05-1.18x of an even split -> 1.01-1.03x.
+// The model costs O(tiles) per candidate, so it runs up to kMaxBalancedTiles tiles (32 rounds of
+// a 132-SM GPU are past where a round's imbalance matters), and its choice is remembered per
+// shape (a small per-thread memo: the same shapes recur call after call).
+constexpr int64_t kMaxBalancedTiles = int64_t{1} << 13;
+constexpr int64_t kTileFixedCost = 2;
+
+void balance_static_order(const Problem& pb, Plan& pl) {
+  TileSchedule& s = pl.sched;
+  const int64_t total = s.total(), ctas = pl.ctas, pairs = s.gy * s.gz;
+  if (total > kMaxBalancedTiles || total <= ctas || pairs <= 0) return;
+  // Cost of query tile x: its key tiles under the mask (the sequences are dense: one length).
+  const core::SeqMask sm{pb.mask, pb.max_sq, pb.max_sk};
+  std::vector<int64_t> cost(static_cast<size_t>(s.gx));
+  for (int64_t x = 0; x < s.gx; ++x) {
+    const int64_t m_block = pb.mask.right >= 0 ? s.gx - 1 - x : x;  // as query_tile (seq_info.cuh) takes it
+    const int64_t i0 = m_block * pl.m, i1 = std::min(i0 + pl.m, pb.max_sq);
+    int64_t lo = 0, hi = 0;
+    if (i1 > i0) sm.key_range(i0, i1, &lo, &hi);
+    lo = std::min(lo, pb.max_sk), hi = std::min(hi, pb.max_sk);
+    const int64_t keys = hi > lo ? (hi + pl.n - 1) / pl.n - lo / pl.n : 0;
+    cost[static_cast<size_t>(x)] = keys + kTileFixedCost;
+  }
+  struct Memo {
+    int64_t gx = -1, pairs = 0, ctas = 0, section = 0;
+    std::vector<int64_t> cost;
+    int64_t best_section = 0;
+    int32_t best_snake = 0;
+  };
+  thread_local Memo memo[8];
+  thread_local unsigned next = 0;
+  for (const Memo& m : memo) {
+    if (m.gx == s.gx && m.pairs == pairs && m.ctas == ctas && m.section == s.section && m.cost == cost) {
+      s.section = m.best_section, s.snake = m.best_snake;
+      return;
+    }
+  }
+  Memo& m = memo[next++ % 8];
+  m.gx = s.gx, m.pairs = pairs, m.ctas = ctas, m.section = s.section, m.cost = cost;
+  TileSchedule best = s;
+  int64_t best_span = static_makespan(s, ctas, cost);
+  for (int64_t d = std::min(s.section, ctas); d >= 1; --d) {
+    if (ctas % d != 0) continue;
+    for (int32_t snake = 0; snake < 2; ++snake) {
+      TileSchedule c = s;
+      c.section = d, c.snake = snake;
+      const int64_t span = static_makespan(c, ctas, cost);
+      if (span < best_span) best = c, best_span = span;
+    }
+  }
+  s = best;
+  m.best_section = s.section, m.best_snake = s.snake;
+}
+
+
 // The persistent schedule of the sm90 kernel (common/tile_schedule.h): one CTA per SM at most.
 //   - No causal / windowed mask: every tile costs the same; one head's tiles run side by side
 //     (section 1), sharing its K / V in L2.
@@ -245,6 +333,7 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   const bool persistent =
       FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || lpt || pl.grid.x <= kMaxPersistentMaskedTiles);
   pl.ctas = persistent ? std::min<int64_t>(total, dl.sms) : total;
+  if (FA4_SM90_BALANCED_SECTIONS && masked && !lpt && persistent && !pb.varlen_q) balance_static_order(pb, pl);
 }
 
 // sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs,

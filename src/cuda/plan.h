@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "core/problem.h"
 #include "cuda/common/tile_schedule.h"
@@ -73,5 +74,11 @@ struct Plan {
 bool sm90_supports(const core::Problem& pb, const DeviceLimits& dl);
 
 Plan make_plan(const core::Problem& pb, const DeviceLimits& dl);
+
+// The largest per-CTA load of the static persistent schedule `s` on `ctas` CTAs when tile
+// (x, y, z) costs cost_x[x] (x as the kernel takes it: under a causal mask x = 0 is the heaviest
+// query tile): the planner's model for choosing the sm90 order of short masked sequences
+// (cuda/plan.cpp balance_static_order). cost_x.size() == s.gx.
+int64_t static_makespan(const TileSchedule& s, int64_t ctas, const std::vector<int64_t>& cost_x);
 
 }  // namespace fa4::cuda

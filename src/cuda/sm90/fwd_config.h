@@ -46,6 +46,12 @@
 #ifndef FA4_SM90_TMA_STORE
 #define FA4_SM90_TMA_STORE 1
 #endif
+//   FA4_SM90_BALANCED_SECTIONS  1: short masked dense sequences take the static order (section,
+//                          snake) of smallest predicted makespan (cuda/plan.cpp
+//                          balance_static_order); 0: the L2-sized sections, round robin
+#ifndef FA4_SM90_BALANCED_SECTIONS
+#define FA4_SM90_BALANCED_SECTIONS 1
+#endif
 #ifndef FA4_SM90_MASKED_LPT
 #define FA4_SM90_MASKED_LPT 1
 #endif
