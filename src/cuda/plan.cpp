@@ -247,7 +247,12 @@ namespace {
 constexpr int64_t kMaxBalancedTiles = int64_t{1} << 13;
 constexpr int64_t kTileFixedCost = 2;
 
-void balance_static_order(const Problem& pb, Plan& pl) {
+// lpt_l2_section > 0 (FA4_SM90_LPT_SECTIONS): the schedule is the global snake of long masked
+// sequences, and an L2-sized (<= lpt_l2_section) divisor section replaces it where the model puts
+// it within 2 % of an even split: the global order balances, but every pair's K / V is in flight
+// at once (H200 A/B, 2026-12-02: causal S 4k +8.4 % at D 128 (section 11), +3.8 % at D 64; at
+// 8k-16k no section balances within 2 % and the order stays global).
+void balance_static_order(const Problem& pb, Plan& pl, int64_t lpt_l2_section = 0) {
   TileSchedule& s = pl.sched;
   const int64_t total = s.total(), ctas = pl.ctas, pairs = s.gy * s.gz;
   if (total > kMaxBalancedTiles || total <= ctas || pairs <= 0) return;
@@ -264,7 +269,7 @@ void balance_static_order(const Problem& pb, Plan& pl) {
     cost[static_cast<size_t>(x)] = keys + kTileFixedCost;
   }
   struct Memo {
-    int64_t gx = -1, pairs = 0, ctas = 0, section = 0;
+    int64_t gx = -1, pairs = 0, ctas = 0, section = 0, lpt = 0;
     std::vector<int64_t> cost;
     int64_t best_section = 0;
     int32_t best_snake = 0;
@@ -272,16 +277,22 @@ void balance_static_order(const Problem& pb, Plan& pl) {
   thread_local Memo memo[8];
   thread_local unsigned next = 0;
   for (const Memo& m : memo) {
-    if (m.gx == s.gx && m.pairs == pairs && m.ctas == ctas && m.section == s.section && m.cost == cost) {
+    if (m.gx == s.gx && m.pairs == pairs && m.ctas == ctas && m.section == s.section && m.lpt == lpt_l2_section &&
+        m.cost == cost) {
       s.section = m.best_section, s.snake = m.best_snake;
       return;
     }
   }
   Memo& m = memo[next++ % 8];
-  m.gx = s.gx, m.pairs = pairs, m.ctas = ctas, m.section = s.section, m.cost = cost;
+  m.gx = s.gx, m.pairs = pairs, m.ctas = ctas, m.section = s.section, m.lpt = lpt_l2_section, m.cost = cost;
   TileSchedule best = s;
   int64_t best_span = static_makespan(s, ctas, cost);
-  for (int64_t d = std::min(s.section, ctas); d >= 1; --d) {
+  if (lpt_l2_section > 0) {
+    int64_t work = 0;
+    for (int64_t c : cost) work += c * pairs;
+    best_span = static_cast<int64_t>(1.02 * static_cast<double>(work) / static_cast<double>(ctas)) + 1;
+  }
+  for (int64_t d = std::min(lpt_l2_section > 0 ? lpt_l2_section : s.section, ctas); d >= 1; --d) {
     if (ctas % d != 0) continue;
     for (int32_t snake = 0; snake < 2; ++snake) {
       TileSchedule c = s;
@@ -320,20 +331,22 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   // causal S = 1k: global 331 / 347 TFLOP/s vs sections 371 / 403 at D = 128 / 256; at S = 8k-16k
   // global wins at D = 64 / 256 by 2-11 %: docs/perf/sm90-notes.md).
   const bool lpt = FA4_SM90_MASKED_LPT && masked && !pb.varlen_q && pl.grid.x > kMaxPersistentMaskedTiles;
+  const int64_t l2 = dl.l2_bytes > 0 ? dl.l2_bytes : (int64_t{40} << 20);
+  const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * 2);  // one KV head, one sequence
+  const int64_t pairs = pl.grid.y * pl.grid.z;
+  const int64_t l2_section = std::clamp<int64_t>(l2 / 2 / kv_bytes * pb.group, 1, std::max<int64_t>(pairs, 1));
   if (lpt) {
-    pl.sched.section = std::max<int64_t>(pl.grid.y * pl.grid.z, 1);
+    pl.sched.section = std::max<int64_t>(pairs, 1);
     pl.sched.snake = 1;
   } else if (masked) {
-    const int64_t l2 = dl.l2_bytes > 0 ? dl.l2_bytes : (int64_t{40} << 20);
-    const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * 2);  // one KV head, one sequence
-    const int64_t pairs = pl.grid.y * pl.grid.z;
-    pl.sched.section = std::clamp<int64_t>(l2 / 2 / kv_bytes * pb.group, 1, std::max<int64_t>(pairs, 1));
+    pl.sched.section = l2_section;
   }
   const int64_t total = pl.sched.total();
   const bool persistent =
       FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || lpt || pl.grid.x <= kMaxPersistentMaskedTiles);
   pl.ctas = persistent ? std::min<int64_t>(total, dl.sms) : total;
   if (FA4_SM90_BALANCED_SECTIONS && masked && !lpt && persistent && !pb.varlen_q) balance_static_order(pb, pl);
+  if (FA4_SM90_LPT_SECTIONS && lpt && persistent) balance_static_order(pb, pl, l2_section);
 }
 
 // sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs,

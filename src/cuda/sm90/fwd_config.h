@@ -52,6 +52,13 @@
 #ifndef FA4_SM90_BALANCED_SECTIONS
 #define FA4_SM90_BALANCED_SECTIONS 1
 #endif
+//   FA4_SM90_LPT_SECTIONS  1: long masked dense sequences take an L2-sized divisor section
+//                          (snaking) instead of the global snake where the model balances it
+//                          within 2 % (cuda/plan.cpp; H200 A/B: causal S 4k D 128 +8.4 %, D 64
+//                          +3.8 %, 8k-16k unchanged: no such section); 0: the global snake
+#ifndef FA4_SM90_LPT_SECTIONS
+#define FA4_SM90_LPT_SECTIONS 1
+#endif
 #ifndef FA4_SM90_MASKED_LPT
 #define FA4_SM90_MASKED_LPT 1
 #endif
