@@ -76,10 +76,9 @@ struct AttentionParams {
   int32_t num_threads = 0;  // cpu backend: 0 = all cores
   void* stream = nullptr;   // cuda backend: the caller's cudaStream_t (nullptr = default)
   // cuda backend scratch (split-KV fp32 partials; aligned copies of unaligned rows). nullptr =
-  // fa4 allocates it once and caches it; see attention_workspace_size(). That cache is one
-  // buffer per device today: calls in flight on different streams at the same time must each
-  // pass their own workspace (or a workspace_alloc hook) -- the Python package passes PyTorch's
-  // allocator for torch tensors.
+  // fa4 allocates it and caches it, one buffer per (device, stream) (at most 16 streams' per
+  // device, least recently used reused; inside a stream capture a graph-owned
+  // cudaMallocAsync / cudaFreeAsync pair); see attention_workspace_size().
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   // cuda backend: an allocator hook for that scratch when `workspace` is null (e.g. a framework's

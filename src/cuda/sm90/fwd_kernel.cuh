@@ -35,7 +35,7 @@ struct FwdTraits {
   static constexpr bool kSeparateO = separate_o(kDqk, kDv);
   // O leaves through a TMA store only from its own staging tile: staged in Q (D = 256), the
   // issuing thread's wait for the store's shared-memory reads delays Q's release, and the A/B
-  // lost 3-7 % there (+2-7 % at Dv <= 128; docs/perf/sm90-notes.md).
+  // lost 0.3-7 % there (+0.3-7 % at D 128, +0.5-2.5 % at D 64; docs/perf/h200-2026-12-02b-session.md).
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
