@@ -55,6 +55,7 @@ def analyze(meta, recs):
     shares = dict(start=0.0, wait_q=0.0, mainloop=0.0, epilogue=0.0, handoff=0.0, end_idle=0.0)
     ns_list, main_list, epi_list = [], [], []
     tiles_per_cta = []
+    cta_keys = np.zeros(g)  # key tiles each CTA ran (consumer 0's tiles)
     for b in range(g):
         f = ghz[b]
         for c in range(nc):
@@ -64,6 +65,7 @@ def analyze(meta, recs):
             k = int(used.sum())
             if c == 0:
                 tiles_per_cta.append(k)
+                cta_keys[b] = ev[:k, 4].sum()
             start_off = (gt0[b] - t0)  # this CTA started this late (ns)
             if k == 0:
                 shares["end_idle"] += span - start_off
@@ -88,6 +90,20 @@ def analyze(meta, recs):
                cta_end_us=[float(cta_end.min() / 1e3), float(cta_end.mean() / 1e3), float(span / 1e3)],
                tail_share=float((span - cta_end.mean()) / span),
                shares={k: v / total for k, v in shares.items()})
+    # The tail: how much of the CTAs' end spread their work explains. A fit of each CTA's end on
+    # (its key tiles, its tiles); the residual spread is what the work counts do not explain
+    # (SM clocks, L2 / DRAM contention, start delays).
+    tiles_arr = np.array(tiles_per_cta, dtype=np.float64)
+    A = np.stack([cta_keys, tiles_arr, np.ones(g)], axis=1)
+    coef, *_ = np.linalg.lstsq(A, cta_end, rcond=None)
+    resid = cta_end - A @ coef
+    out["cta_end_fit"] = dict(ns_per_key_tile=float(coef[0]), ns_per_tile=float(coef[1]), ns_fixed=float(coef[2]),
+                              resid_std_us=float(resid.std() / 1e3))
+    out["cta_key_tiles"] = [float(cta_keys.min()), float(cta_keys.mean()), float(cta_keys.max())]
+    slowest = np.argsort(cta_end)[-3:]
+    out["slowest_ctas"] = [dict(cta=int(i), sm=int(recs[i, 2]), end_us=float(cta_end[i] / 1e3), key_tiles=float(cta_keys[i]),
+                                tiles=int(tiles_arr[i]), ghz=float(ghz[i])) for i in slowest]
+    out["ghz_min_max"] = [float(ghz.min()), float(ghz.max())]
     n = np.array(ns_list)
     m = np.array(main_list)
     if len(n) > 1 and n.std() > 0:
@@ -137,6 +153,11 @@ def main():
               f"  | mainloop = {fit['fixed']:.0f} ns + {fit['per_key_tile']:.0f} ns/key tile, epilogue {r['epilogue_ns']:.0f} ns"
               f" | slope-only {100 * r['slope_only_share']:.1f}%  | CTA end min/mean/max us {r['cta_end_us'][0]:.1f}/"
               f"{r['cta_end_us'][1]:.1f}/{r['cta_end_us'][2]:.1f}", flush=True)
+        cf = r["cta_end_fit"]
+        print(f"   CTA key tiles min/mean/max {r['cta_key_tiles'][0]:.0f}/{r['cta_key_tiles'][1]:.1f}/{r['cta_key_tiles'][2]:.0f}"
+              f"  end fit {cf['ns_per_key_tile']:.0f} ns/key tile + {cf['ns_per_tile']:.0f} ns/tile + {cf['ns_fixed']:.0f} ns,"
+              f" residual sd {cf['resid_std_us']:.2f} us  clock {r['ghz_min_max'][0]:.2f}-{r['ghz_min_max'][1]:.2f} GHz"
+              f"  slowest {[(s['sm'], round(s['end_us'], 1), s['key_tiles'], s['tiles']) for s in r['slowest_ctas']]}", flush=True)
         del q, k, v, out
     with open(os.path.join(args.out, "sm90_trace.json"), "w") as f:
         json.dump(results, f, indent=1)
