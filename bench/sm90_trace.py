@@ -53,6 +53,10 @@ def analyze(meta, recs):
     # clock rate per CTA (cycles per ns), from its longest-lived role
     ghz = (clk_end.max(axis=1) - clk0) / np.maximum(gt_end.max(axis=1) - gt0, 1.0)
     shares = dict(start=0.0, wait_q=0.0, mainloop=0.0, epilogue=0.0, handoff=0.0, end_idle=0.0)
+    # with the finer events (kEvents = 6): the hand-off and the Q wait split into their parts
+    fine = sl - 1 >= 6
+    parts = dict(to_loop_top=0.0, tile_init=0.0, consumer_init=0.0, q_barrier=0.0)
+    q_lat, q_empty_wait, q_late = [], [], []
     ns_list, main_list, epi_list = [], [], []
     tiles_per_cta = []
     cta_keys = np.zeros(g)  # key tiles each CTA ran (consumer 0's tiles)
@@ -65,7 +69,7 @@ def analyze(meta, recs):
             k = int(used.sum())
             if c == 0:
                 tiles_per_cta.append(k)
-                cta_keys[b] = ev[:k, 4].sum()
+                cta_keys[b] = ev[:k, sl - 1].sum()
             start_off = (gt0[b] - t0)  # this CTA started this late (ns)
             if k == 0:
                 shares["end_idle"] += span - start_off
@@ -78,10 +82,20 @@ def analyze(meta, recs):
             shares["mainloop"] += main.sum()
             shares["epilogue"] += epi.sum()
             shares["handoff"] += ((e[1:, 0] - e[:-1, 3]) / f).sum()
+            if fine:
+                parts["to_loop_top"] += ((e[1:, 4] - e[:-1, 3]) / f).sum()
+                parts["tile_init"] += ((e[:, 0] - e[:, 4]) / f).sum()
+                parts["consumer_init"] += ((e[:, 5] - e[:, 0]) / f).sum()
+                parts["q_barrier"] += ((e[:, 1] - e[:, 5]) / f).sum()
+                if c == 0:  # the producer's Q against consumer 0's wait for it (one SM's clock)
+                    pe = recs[b, hd: hd + mt * sl].reshape(mt, sl).astype(np.float64)[:k]
+                    q_empty_wait += list((pe[:, 1] - pe[:, 5]) / f)   # producer: q_empty wait + issue
+                    q_lat += list((e[:, 1] - pe[:, 1]) / f)           # Q issued -> consumer saw it land
+                    q_late += list((pe[:, 1] - e[:, 5]) / f)          # Q issued after the consumer was ready
             end_ns = start_off + (clk_end[b, r] - clk0[b]) / f
             shares["handoff"] += (clk_end[b, r] - e[-1, 3]) / f
             shares["end_idle"] += span - end_ns
-            ns_list += list(e[:, 4])
+            ns_list += list(e[:, sl - 1])
             main_list += list(main)
             epi_list += list(epi)
     total = span * g * nc
@@ -111,6 +125,10 @@ def analyze(meta, recs):
     else:
         b1, a1 = (m.mean() / max(n.mean(), 1)), 0.0
     out["mainloop_fit_ns"] = dict(fixed=float(a1), per_key_tile=float(b1))
+    if fine:
+        out["parts"] = {k: v / total for k, v in parts.items()}
+        out["q_ns"] = dict(producer_q_wait_issue=float(np.mean(q_empty_wait)), issue_to_landed=float(np.mean(q_lat)),
+                           issued_after_consumer_ready=float(np.mean(q_late)))
     out["epilogue_ns"] = float(np.mean(epi_list)) if epi_list else None
     out["key_tiles_mean"] = float(n.mean()) if len(n) else 0.0
     # The consumers' time if every key tile cost only the fit's slope, nothing fixed, no tail:
@@ -153,6 +171,9 @@ def main():
               f"  | mainloop = {fit['fixed']:.0f} ns + {fit['per_key_tile']:.0f} ns/key tile, epilogue {r['epilogue_ns']:.0f} ns"
               f" | slope-only {100 * r['slope_only_share']:.1f}%  | CTA end min/mean/max us {r['cta_end_us'][0]:.1f}/"
               f"{r['cta_end_us'][1]:.1f}/{r['cta_end_us'][2]:.1f}", flush=True)
+        if "parts" in r:
+            print("   hand-off / Q wait parts: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in r["parts"].items()) +
+                  "  | Q (ns): " + "  ".join(f"{k} {v:.0f}" for k, v in r["q_ns"].items()), flush=True)
         cf = r["cta_end_fit"]
         print(f"   CTA key tiles min/mean/max {r['cta_key_tiles'][0]:.0f}/{r['cta_key_tiles'][1]:.1f}/{r['cta_key_tiles'][2]:.0f}"
               f"  end fit {cf['ns_per_key_tile']:.0f} ns/key tile + {cf['ns_per_tile']:.0f} ns/tile + {cf['ns_fixed']:.0f} ns,"

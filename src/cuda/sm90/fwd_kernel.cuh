@@ -74,14 +74,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   typename Consumer<T>::Ring st;  // the K / V rings run on across tiles
   uint32_t tiles_done = 0;        // the q_full phase
   const int64_t rounds = P.sched.rounds(gridDim.x);
+  uint64_t* const tr = threadIdx.x % 128 == 0 ? P.trace : nullptr;  // one stamping thread per role
   for (int64_t r = 0; r < rounds; ++r) {
+    trace::stamp(tr, 1 + c, tiles_done, trace::walk_start);
     const int64_t t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
     if (t < 0) continue;
     TileWork w;
     if (!w.init(P.a, P.sched, t, T::kBlockM, T::kBlockN)) continue;  // uniform over the CTA
-    uint64_t* tr = threadIdx.x % 128 == 0 ? P.trace : nullptr;  // one stamping thread per role
     trace::stamp(tr, 1 + c, tiles_done, trace::tile_start);
     Consumer<T> cs(sh, P.a, w, c);
+    trace::stamp(tr, 1 + c, tiles_done, trace::cs_ready);
     ptx::mbarrier_wait_parity(&sh.q_full, tiles_done & 1u);
     trace::stamp(tr, 1 + c, tiles_done, trace::q_ready);
     trace::key_tiles(tr, 1 + c, tiles_done, w.n_tiles());

@@ -31,13 +31,14 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
   PipelineState<T::kStages> st;  // the rings run on across tiles
   uint32_t tiles_done = 0;       // tiles whose Q was loaded: the q_full / q_empty phase
   const int64_t rounds = P.sched.rounds(gridDim.x);
+  uint64_t* const tr = leader ? P.trace : nullptr;
   for (int64_t r = 0; r < rounds; ++r) {
+    trace::stamp(tr, 0, tiles_done, trace::walk_start);
     const int64_t t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
     if (t < 0) continue;
     TileWork w;
     if (!w.init(P.a, P.sched, t, T::kBlockM, kBlockN)) continue;
     const int n = w.n_tiles();
-    uint64_t* tr = leader ? P.trace : nullptr;
     trace::stamp(tr, 0, tiles_done, trace::tile_start);
     trace::key_tiles(tr, 0, tiles_done, n);
     auto load_k = [&](int it) {
@@ -60,6 +61,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       st.advance();
     };
     auto load_q = [&]() {  // every tile loads it, empty ones too: the q barriers' phases count tiles
+      trace::stamp(tr, 0, tiles_done, trace::cs_ready);
       if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
       if (leader) {
         ptx::mbarrier_arrive_expect_tx(&sh.q_full, kQBytes);

@@ -12,9 +12,10 @@
 //   [4 + r] clock64 at role r's exit     [8 + r] %globaltimer at role r's exit   (r < kMaxRoles)
 //   [16 + (r * kMaxTiles + i) * kSlots + e]  event e of role r's i-th tile (clock64), e < kEvents;
 //                                           slot kEvents: the tile's key-tile count
-// Roles: 0 the producer, 1 + c consumer c. Consumer events: tile start (loop top), Q landed,
-// mainloop done, epilogue done. Producer events: tile start, Q issued (after its q_empty wait),
-// every K / V load issued, 0.
+// Roles: 0 the producer, 1 + c consumer c. Consumer events: tile start (its TileWork ready), Q
+// landed, mainloop done, epilogue done, walk start (loop top: before tile_for and TileWork::init),
+// Consumer constructed. Producer events: tile start, Q issued, every K / V load issued, -,
+// walk start, the wait for q_empty begins. (Clocks of one CTA are comparable across its roles.)
 #pragma once
 
 #include <cstdint>
@@ -25,10 +26,10 @@
 
 namespace fa4::cuda::sm90::trace {
 
-constexpr int kMaxRoles = 4, kMaxTiles = 128, kEvents = 4, kSlots = kEvents + 1;
+constexpr int kMaxRoles = 4, kMaxTiles = 128, kEvents = 6, kSlots = kEvents + 1;
 constexpr int kHeader = 16;
 constexpr int kCtaStride = kHeader + kMaxRoles * kMaxTiles * kSlots;
-enum Event : int { tile_start = 0, q_ready = 1, main_done = 2, epi_done = 3 };
+enum Event : int { tile_start = 0, q_ready = 1, main_done = 2, epi_done = 3, walk_start = 4, cs_ready = 5 };
 
 #if FA4_SM90_TRACE && defined(__CUDA_ARCH__)
 __device__ __forceinline__ uint64_t globaltimer() {
