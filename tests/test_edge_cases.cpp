@@ -377,7 +377,7 @@ TEST(EdgeCases, InfiniteVBehindAnUnderflowedWeightIsInfiniteOnFullTiles) {
       {"panels, several query tiles", 128, 2, 1, 40, 7, 30, 1, false},
       {"inf in an earlier key tile than the max", 16, 2, 1, 600, 3, 590, 1, false},
       {"max in an earlier key tile than the inf", 16, 2, 1, 600, 590, 3, 1, false},
-      {"decode rows", 1, 8, 2, 20, 5, 12, 1, false},
+      {"decode rows (odd key count)", 1, 8, 2, 21, 5, 12, 1, false},
       {"decode rows, inf in an earlier key tile", 1, 8, 2, 600, 3, 590, 1, false},
       {"splits, inf in the split of low weight", 16, 2, 1, 600, 3, 590, 2, false},
       {"decode splits, inf in the split of low weight", 1, 4, 1, 600, 3, 590, 3, false},

@@ -149,8 +149,8 @@ struct Workspace {
   int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
   int64_t *row_lo = nullptr, *row_hi = nullptr;
   uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
-  // This unit has run a tile with non-finite V, so O may hold +-inf: rescales that underflow
-  // go through exact_scale (see pv_visible_only).
+  // Transposed tiles: this unit has run a tile with non-finite V, so O may hold +-inf and a
+  // rescale that underflows must go through exact_scale (see pv_visible_only).
   bool o_nonfinite = false;
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
@@ -259,9 +259,20 @@ inline void prefetch_span(const char* p, int64_t bytes) {
 //    (exact_product / exact_scale, cpu_merge.h; fuzz findings new09 (a partial tile) and its
 //    causal-0 mutation new10 (a full tile): an fp16 -inf in V behind a score ~300 below the row
 //    max gave NaN where the reference gives -inf).
-// Tiles of finite V keep the vector kernels; once a tile with non-finite V has run, O may hold
-// +-inf for the rest of the unit (Workspace::o_nonfinite), and a later rescale that underflows
-// (alpha = 0: the row max grew by > ~104) goes through exact_scale first (rescale_underflowed).
+// Tiles of finite V keep the vector kernels. After a tile with an infinite V, O may hold +-inf:
+// a later rescale that underflows (alpha = 0: the row max grew by > ~104) goes through
+// exact_scale first (rescale_underflowed), and so does the final factor where a sink far above
+// the scores underflows it. The transposed paths know which tiles had non-finite V (the 16-bit
+// packers' kNonFinite flag; a test of the fp32 path's converted rows, in L1) and rescale so only
+// after one (Workspace::o_nonfinite): every row's first tile has alpha = 0 too, and the strided
+// pass over its O^T column cost ~3% of an fp32 prefill.
+// The row-major decode path reads V in place, where a test of every tile's V measured ~14% of a
+// decode call (f32, L = 1k: the first touch of V from memory moved out of the P V kernel into a
+// loop that overlaps nothing), and a pass over the tile's P for a zero weight still ~4% (bf16,
+// L = 1k): its full tiles test V only when the softmax step saw a weight of 0 (a min the
+// kernels keep on the side, SoftmaxStep::zero_p), the one case where the vector P V can differ
+// (p * v = NaN for an infinite v; any p > 0 gives the exact product); its rescale is always
+// checked (at most 8 contiguous O rows).
 
 // Any +-inf / NaN (exponent bits all ones: exp) in n rows of d contiguous elements of a bit
 // width U: a branch-free test the compiler vectorizes (pand, pcmpeq, por).
@@ -295,13 +306,28 @@ bool any_nonfinite_rows(const void* const* rows, DType t, int64_t n, int64_t d) 
   return false;
 }
 
-// Rows r < m whose rescale factor underflowed (alpha[r] = 0) while O may hold +-inf: O row =
-// exact_scale(O row, 0) (+-inf and NaN kept, finite values 0) and alpha[r] = 1, so the kernel's
-// o * alpha leaves them. O element (r, e) at o[r * rs + e * es].
+// Rows r < m whose rescale factor underflowed (alpha[r] = 0; also a row's first keys, O = 0):
+// O row = exact_scale(O row, 0) (+-inf and NaN kept, finite values 0, as o * 0 gives them) and
+// alpha[r] = 1, so the kernel's o * alpha leaves them. O element (r, e) at o[r * rs + e * es].
 void rescale_underflowed(float* o, int64_t rs, int64_t es, int64_t dv, int64_t m, float* alpha) {
   for (int64_t r = 0; r < m; ++r) {
     if (alpha[r] != 0.0f) continue;
     for (int64_t e = 0; e < dv; ++e) o[r * rs + e * es] = exact_scale(o[r * rs + e * es], 0.0f);
+    alpha[r] = 1.0f;
+  }
+}
+// The same for row-major O [rows][dv] (the decode path, where it runs on every row's first tile
+// too): branch-free over the contiguous row, so the compiler vectorizes it.
+void rescale_underflowed_rows(float* o, int64_t dv, int64_t rows, float* alpha) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (alpha[r] != 0.0f) continue;
+    float* x = o + r * dv;
+    for (int64_t e = 0; e < dv; ++e) {  // exact_scale(x, 0): +-inf and NaN kept, finite values +-0
+      uint32_t b;
+      std::memcpy(&b, x + e, 4);
+      b &= (b & 0x7fffffffu) >= 0x7f800000u ? 0xffffffffu : 0x80000000u;
+      std::memcpy(x + e, &b, 4);
+    }
     alpha[r] = 1.0f;
   }
 }
@@ -380,7 +406,6 @@ void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) 
     ws.redo[r] = 0;
   }
   std::fill(ws.ot, ws.ot + ws.dv_p * 8, 0.0f);
-  ws.o_nonfinite = false;
 }
 
 void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
@@ -574,12 +599,16 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
       flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
                         ws.redo);
+      // A full tile's V is tested only where the softmax saw a weight of 0 (SoftmaxStep::zero_p);
+      // a partial tile's masked keys have p = 0 anyway.
+      uint8_t zero_p = 0;
+      step.zero_p = kind == TileKind::partial ? nullptr : &zero_p;
       K.softmax(step);
-      if (ws.o_nonfinite) rescale_underflowed(ws.ot, dv, 1, dv, rows, ws.alpha);
-      if (any_nonfinite_rows(ws.vraw, pb.dtype, n, dv)) {
+      step.zero_p = nullptr;
+      rescale_underflowed_rows(ws.ot, dv, rows, ws.alpha);
+      if ((kind == TileKind::partial || zero_p) && any_nonfinite_rows(ws.vraw, pb.dtype, n, dv)) {
         if (kind != TileKind::partial) full_bounds();
         pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
-        ws.o_nonfinite = true;
       } else {
         K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
       }
@@ -653,7 +682,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
                       step.hi ? ws.row_hi_rel : nullptr, ws.redo);
     K.softmax(step);
     if (ws.o_nonfinite) rescale_underflowed(ws.ot + ra, 1, mp, dv, m, ws.alpha + ra);
-    if (any_nonfinite_f32(ws.vc, n * dv)) {  // the converted rows are contiguous
+    if (any_nonfinite_f32(ws.vc, n * dv)) {  // the converted rows are contiguous (and in L1)
       if (kind != TileKind::partial) full_bounds();
       pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra, ws.ot + ra);
       ws.o_nonfinite = true;
@@ -689,7 +718,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       fr[r] = empty ? 0.0f : c / l * dvs;
       // The factor is > 0 in exact arithmetic unless dvs = 0, but underflows to 0 where the sink
       // is > ~104 above the row's scores (c): an infinite O then stays inf (exact_scale).
-      if (ws.o_nonfinite && fr[r] == 0.0f && !empty && dvs != 0.0f) {
+      if (fr[r] == 0.0f && !empty && dvs != 0.0f) {
         for (int64_t e = 0; e < dv; ++e) ws.ot[r * o_rs + e * o_es] = exact_scale(ws.ot[r * o_rs + e * o_es], 0.0f);
         fr[r] = 1.0f;
       }
