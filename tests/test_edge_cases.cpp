@@ -352,6 +352,97 @@ TEST(EdgeCases, NanInAMaskedOutKeyDoesNotReachDecodeRows) {
       }
 }
 
+// An infinite V behind a visible key whose weight underflows in fp32 (its score ~250 or more below
+// the row max): the weight exp(s - m) is > 0 in exact arithmetic, so the output is +-inf (as the
+// fp64 reference gives), not 0 * inf = NaN. Full tiles (no mask: the fuzz finding new10, the
+// causal-0 mutation of new09, reached the vector P V kernels; new09's partial tiles were fixed
+// first) on every path of the ISA under test: transposed tiles (16-bit products where the ISA has
+// them, fp32 otherwise), pre-packed panels (several query tiles), the row-major decode kernels;
+// the inf before the row max (a later rescale alpha = exp(m_old - m_new) underflows with O = inf)
+// and after it; split-KV (the split holding the inf has a merge weight that underflows); a sink
+// far above every score (O's final factor underflows).
+// Q > 0 everywhere, key J_BIG = +4 and key J_INF = -4 in every dim (scale 1, D 64: scores
+// +-[128, 384], the other keys ~N(0, 8)); V of J_INF at (b 0, kv head 0) is +inf in dim 0, -inf
+// in dim 1: exactly those elements of the rows reading that kv head are +-inf, all others finite.
+TEST(EdgeCases, InfiniteVBehindAnUnderflowedWeightIsInfiniteOnFullTiles) {
+  struct Scenario {
+    const char* name;
+    int64_t sq, hq, hkv, sk, j_inf, j_big;
+    int32_t splits;
+    bool sink;
+  };
+  const Scenario scenarios[] = {
+      {"transposed, one key tile", 16, 4, 2, 20, 5, 12, 1, false},
+      {"transposed, max first", 16, 4, 2, 20, 12, 5, 1, false},
+      {"panels, several query tiles", 128, 2, 1, 40, 7, 30, 1, false},
+      {"inf in an earlier key tile than the max", 16, 2, 1, 600, 3, 590, 1, false},
+      {"max in an earlier key tile than the inf", 16, 2, 1, 600, 590, 3, 1, false},
+      {"decode rows (odd key count)", 1, 8, 2, 21, 5, 12, 1, false},
+      {"decode rows, inf in an earlier key tile", 1, 8, 2, 600, 3, 590, 1, false},
+      {"splits, inf in the split of low weight", 16, 2, 1, 600, 3, 590, 2, false},
+      {"decode splits, inf in the split of low weight", 1, 4, 1, 600, 3, 590, 3, false},
+      {"sink far above the scores", 16, 2, 1, 20, 5, 12, 1, true},
+      {"decode rows, sink far above the scores", 2, 4, 1, 20, 5, 12, 1, true},
+  };
+  int n = 0;
+  for (DType dt : {DType::float32, DType::float16, DType::bfloat16})
+    for (const Scenario& sc : scenarios) {
+      CaseConfig cfg;
+      cfg.dtype = dt;
+      cfg.batch = 2;
+      cfg.sq = sc.sq;
+      cfg.sk = sc.sk;
+      cfg.hq = sc.hq;
+      cfg.hkv = sc.hkv;
+      cfg.dqk = cfg.dv = 64;
+      cfg.scale = 1.0f;
+      cfg.num_splits = sc.splits;
+      cfg.sinks = sc.sink;
+      const uint64_t seed = derive_seed(67500 + n++);
+      FA4_SEED_TRACE(seed);
+      SCOPED_TRACE(std::string(sc.name) + " " + dtype_str(dt));
+      Case c = make_case(cfg, seed);
+      std::mt19937_64 rng(seed);
+      std::uniform_real_distribution<float> pos(0.5f, 1.5f);
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t i = 0; i < c.lq[b]; ++i)
+          for (int64_t h = 0; h < cfg.hq; ++h)
+            for (int64_t d = 0; d < cfg.dqk; ++d) c.q.set(c.q_off(b, i, h, d), pos(rng));
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t hk = 0; hk < cfg.hkv; ++hk)
+          for (int64_t d = 0; d < cfg.dqk; ++d) {
+            int64_t o;
+            const_cast<Tensor&>(c.key_src(b, sc.j_big, hk, d, false, &o)).set(o, 4.0f);
+            const_cast<Tensor&>(c.key_src(b, sc.j_inf, hk, d, false, &o)).set(o, -4.0f);
+          }
+      if (sc.sink)  // 600: above every score by >= 216, so the final factor exp(m - 600) underflows
+        for (int64_t h = 0; h < cfg.hq; ++h) c.sinks.set(h, 600.0f);
+      for (int64_t d = 0; d < 2; ++d) {
+        int64_t o;
+        const_cast<Tensor&>(c.key_src(0, sc.j_inf, 0, d, true, &o)).set(o, d == 0 ? kInfF : -kInfF);
+      }
+      auto [ref, cpu] = run_both(c);
+      const int64_t group = cfg.hq / cfg.hkv;
+      for (const Case* r : {&ref, &cpu}) {
+        int64_t wrong = 0;
+        for (int64_t b = 0; b < r->B; ++b)
+          for (int64_t i = 0; i < r->lq[b]; ++i)
+            for (int64_t h = 0; h < cfg.hq; ++h)
+              for (int64_t d = 0; d < cfg.dv; ++d) {
+                const float x = r->out.get(r->out_off(b, i, h, d));
+                const bool inf_row = b == 0 && h / group == 0 && d < 2;
+                const bool ok = inf_row ? x == (d == 0 ? kInfF : -kInfF) : std::isfinite(x);
+                if (!ok && wrong++ < 5)
+                  ADD_FAILURE() << (r == &ref ? "reference" : "cpu") << ": out(b=" << b << ", i=" << i << ", h=" << h
+                                << ", d=" << d << ") = " << x << ", expected "
+                                << (inf_row ? (d == 0 ? "+inf" : "-inf") : "a finite value");
+              }
+        EXPECT_EQ(wrong, 0) << (r == &ref ? "reference" : "cpu") << " [" << cfg.describe() << "]";
+      }
+      EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)));
+    }
+}
+
 TEST(EdgeCases, InfinityInOneQueryRowStaysInThatRow) {
   CaseConfig cfg = small_cfg();
   const uint64_t seed = derive_seed(67000);

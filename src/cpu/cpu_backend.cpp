@@ -149,6 +149,9 @@ struct Workspace {
   int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
   int64_t *row_lo = nullptr, *row_hi = nullptr;
   uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
+  // Transposed tiles: this unit has run a tile with non-finite V, so O may hold +-inf and a
+  // rescale that underflows must go through exact_scale (see pv_visible_only).
+  bool o_nonfinite = false;
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
   const void** qraw = nullptr;                     // [mp] storage addresses of the Q rows
@@ -247,22 +250,90 @@ inline void prefetch_span(const char* p, int64_t bytes) {
   __builtin_prefetch(p + bytes - 1, 0, 3);
 }
 
-bool all_finite(const float* const* rows, int64_t n, int64_t d) {
+// Non-finite V: the exact-semantics P V. A tile whose V holds Inf/NaN takes it, full tiles too
+// (the vector kernels below compute p * v and o * alpha as they are):
+//  - a partial tile's masked keys must not reach a row that cannot see them (0 * NaN);
+//  - a visible key's weight p = exp(s - m) and a rescale factor alpha = exp(m_old - m_new) are > 0
+//    in exact arithmetic (the rows with non-finite scores go to the fp64 path), so where fp32
+//    underflowed them to 0 an infinite V (or O) still counts: inf, not 0 * inf = NaN
+//    (exact_product / exact_scale, cpu_merge.h; fuzz findings new09 (a partial tile) and its
+//    causal-0 mutation new10 (a full tile): an fp16 -inf in V behind a score ~300 below the row
+//    max gave NaN where the reference gives -inf).
+// Tiles of finite V keep the vector kernels. After a tile with an infinite V, O may hold +-inf:
+// a later rescale that underflows (alpha = 0: the row max grew by > ~104) goes through
+// exact_scale first (rescale_underflowed), and so does the final factor where a sink far above
+// the scores underflows it. The transposed paths know which tiles had non-finite V (the 16-bit
+// packers' kNonFinite flag; a test of the fp32 path's converted rows, in L1) and rescale so only
+// after one (Workspace::o_nonfinite): every row's first tile has alpha = 0 too, and the strided
+// pass over its O^T column cost ~3% of an fp32 prefill.
+// The row-major decode path reads V in place, where a test of every tile's V measured ~14% of a
+// decode call (f32, L = 1k: the first touch of V from memory moved out of the P V kernel into a
+// loop that overlaps nothing), and a pass over the tile's P for a zero weight still ~4% (bf16,
+// L = 1k): its full tiles test V only when the softmax step saw a weight of 0 (a min the
+// kernels keep on the side, SoftmaxStep::zero_p), the one case where the vector P V can differ
+// (p * v = NaN for an infinite v; any p > 0 gives the exact product); its rescale is always
+// checked (at most 8 contiguous O rows).
+
+// Any +-inf / NaN (exponent bits all ones: exp) in n rows of d contiguous elements of a bit
+// width U: a branch-free test the compiler vectorizes (pand, pcmpeq, por).
+template <typename U>
+bool any_exp_all_ones(const void* const* rows, int64_t n, int64_t d, U exp) {
+  U any = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const U* r = static_cast<const U*>(rows[j]);
+    for (int64_t e = 0; e < d; ++e) any |= static_cast<U>((r[e] & exp) == exp);
+  }
+  return any != 0;
+}
+// Any +-inf / NaN among x[0..n) (fp32).
+bool any_nonfinite_f32(const float* x, int64_t n) {
+  const void* row = x;
+  return any_exp_all_ones<uint32_t>(&row, 1, n, 0x7f800000u);
+}
+// Any +-inf / NaN in n storage rows of d contiguous elements of dtype t (the row-major kernels'
+// V rows: unit dim stride).
+bool any_nonfinite_rows(const void* const* rows, DType t, int64_t n, int64_t d) {
+  switch (t) {
+    case DType::float32: return any_exp_all_ones<uint32_t>(rows, n, d, 0x7f800000u);
+    case DType::float16: return any_exp_all_ones<uint16_t>(rows, n, d, 0x7c00);
+    case DType::bfloat16: return any_exp_all_ones<uint16_t>(rows, n, d, 0x7f80);
+    case DType::float8_e4m3: return any_exp_all_ones<uint8_t>(rows, n, d, 0x7f);  // NaN only (S.1111.111)
+    default: break;
+  }
   for (int64_t j = 0; j < n; ++j)
     for (int64_t e = 0; e < d; ++e)
-      if (!std::isfinite(rows[j][e])) return false;
-  return true;
+      if (!std::isfinite(load_f32(rows[j], e, t))) return true;
+  return false;
 }
 
-// O^T += P^T V restricted to visible elements: the exact-semantics path for a partial tile
-// whose V holds Inf/NaN, where 0 * NaN from a masked key must not reach a row that cannot see it.
-// A visible key's weight p = exp(s - m) and a rescale factor alpha = exp(m_old - m_new) are > 0
-// in exact arithmetic (the rows with non-finite scores go to the fp64 path), so where fp32
-// underflowed them to 0 an infinite V (or O) still counts: inf, not 0 * inf = NaN (fuzz finding:
-// an fp16 -inf in V behind a score ~300 below the row max gave NaN where the reference gives -inf).
-inline float exact_product(float p, float v) { return p == 0.0f && std::isinf(v) ? v : p * v; }
-inline float exact_scale(float o, float alpha) { return alpha == 0.0f && std::isinf(o) ? o : o * alpha; }
+// Rows r < m whose rescale factor underflowed (alpha[r] = 0; also a row's first keys, O = 0):
+// O row = exact_scale(O row, 0) (+-inf and NaN kept, finite values 0, as o * 0 gives them) and
+// alpha[r] = 1, so the kernel's o * alpha leaves them. O element (r, e) at o[r * rs + e * es].
+void rescale_underflowed(float* o, int64_t rs, int64_t es, int64_t dv, int64_t m, float* alpha) {
+  for (int64_t r = 0; r < m; ++r) {
+    if (alpha[r] != 0.0f) continue;
+    for (int64_t e = 0; e < dv; ++e) o[r * rs + e * es] = exact_scale(o[r * rs + e * es], 0.0f);
+    alpha[r] = 1.0f;
+  }
+}
+// The same for row-major O [rows][dv] (the decode path, where it runs on every row's first tile
+// too): branch-free over the contiguous row, so the compiler vectorizes it.
+void rescale_underflowed_rows(float* o, int64_t dv, int64_t rows, float* alpha) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (alpha[r] != 0.0f) continue;
+    float* x = o + r * dv;
+    for (int64_t e = 0; e < dv; ++e) {  // exact_scale(x, 0): +-inf and NaN kept, finite values +-0
+      uint32_t b;
+      std::memcpy(&b, x + e, 4);
+      b &= (b & 0x7fffffffu) >= 0x7f800000u ? 0xffffffffu : 0x80000000u;
+      std::memcpy(x + e, &b, 4);
+    }
+    alpha[r] = 1.0f;
+  }
+}
 
+// O^T += P^T V restricted to visible elements (lo[m] <= n < hi[m]; a full tile: 0 and n), with
+// exact_product / exact_scale.
 void pv_visible_only(const float* pt, int64_t mp, int64_t mc, const float* const* vrows, int64_t dv,
                      const float* alpha, const int32_t* lo, const int32_t* hi, float* ot) {
   for (int64_t e = 0; e < dv; ++e) {
@@ -276,7 +347,7 @@ void pv_visible_only(const float* pt, int64_t mp, int64_t mc, const float* const
 }
 
 // Scalar O += P V over visible elements only, row-major O [rows][dv] and storage-typed V rows:
-// the exact-semantics fallback of the row-major path (see pv_visible_only).
+// the exact-semantics P V of the row-major path (see pv_visible_only).
 void pv_rows_visible_only(const float* pt, int64_t rows, const void* const* vrows, DType t, int64_t dv,
                           const float* alpha, const int32_t* lo, const int32_t* hi, float* o) {
   for (int64_t r = 0; r < rows; ++r)
@@ -304,13 +375,6 @@ void flag_extreme_rows(const float* st, int64_t mp, int64_t nk, int64_t r0, int6
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t n = lo ? lo[r] : 0; n < (hi ? hi[r] : nk); ++n)
       if (!(std::fabs(st[n * mp + r]) < kExtremeScore)) redo[r] = 1;
-}
-
-bool all_finite_rows(const void* const* rows, DType t, int64_t n, int64_t d) {
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t e = 0; e < d; ++e)
-      if (!std::isfinite(load_f32(rows[j], e, t))) return false;
-  return true;
 }
 
 // The per-head setup of a row-major unit for one more kv head hk (Unit::nh > 1): what run_unit
@@ -443,6 +507,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     ws.redo[r] = 0;
   }
   std::fill(ws.ot, ws.ot + ws.dv_p * mp, 0.0f);
+  ws.o_nonfinite = false;
   for (int h = 1; h < nh; ++h) init_rows_head(plan, u, hk + h, *wss[h]);
 
   // ---- key range of this tile and split ----
@@ -514,6 +579,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         if (ra >= rb) return;
       }
     }
+    // A full tile's bounds (every key visible to every row), for the exact P V.
+    auto full_bounds = [&] {
+      std::fill(ws.row_lo_rel, ws.row_lo_rel + mp, 0);
+      std::fill(ws.row_hi_rel, ws.row_hi_rel + mp, static_cast<int32_t>(n));
+    };
     const int64_t m = rb - ra;
     step.st = ws.st + ra;
     step.nk = n;
@@ -529,11 +599,19 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
       flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
                         ws.redo);
+      // A full tile's V is tested only where the softmax saw a weight of 0 (SoftmaxStep::zero_p);
+      // a partial tile's masked keys have p = 0 anyway.
+      uint8_t zero_p = 0;
+      step.zero_p = kind == TileKind::partial ? nullptr : &zero_p;
       K.softmax(step);
-      if (kind == TileKind::partial && !all_finite_rows(ws.vraw, pb.dtype, n, dv))
+      step.zero_p = nullptr;
+      rescale_underflowed_rows(ws.ot, dv, rows, ws.alpha);
+      if ((kind == TileKind::partial || zero_p) && any_nonfinite_rows(ws.vraw, pb.dtype, n, dv)) {
+        if (kind != TileKind::partial) full_bounds();
         pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
-      else
+      } else {
         K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
+      }
       return;
     }
     if (L) {
@@ -558,8 +636,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra))
           flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
                             step.hi ? ws.row_hi_rel : nullptr, ws.redo);
-        // P^T straight into the pv panel, unless the visible-only fallback needs it in fp32.
-        const bool exact_pv = kind == TileKind::partial && (vf & LowpKernels::kNonFinite);
+        // P^T straight into the pv panel, unless the exact P V (non-finite V) needs it in fp32.
+        const bool exact_pv = vf & LowpKernels::kNonFinite;
         step.pp = exact_pv ? nullptr : ws.pp;
         step.terms = plan.terms;
         if (L->raw_scores) {  // the softmax scales the products and flags extreme rows
@@ -570,13 +648,16 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         step.pp = nullptr;
         step.scale = 1.0f;
         step.redo = nullptr;
+        if (ws.o_nonfinite) rescale_underflowed(ws.ot + ra, 1, mp, dv, m, ws.alpha + ra);
         if (exact_pv) {
           for (int64_t t = 0; t < n; ++t) {
             K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
             ws.vrows[t] = ws.vc + t * dv;
           }
+          if (kind != TileKind::partial) full_bounds();
           pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra,
                           ws.ot + ra);
+          ws.o_nonfinite = true;
         } else {
           L->pv(nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
         }
@@ -600,10 +681,14 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
                       step.hi ? ws.row_hi_rel : nullptr, ws.redo);
     K.softmax(step);
-    if (kind == TileKind::partial && !all_finite(ws.vrows, n, dv))
+    if (ws.o_nonfinite) rescale_underflowed(ws.ot + ra, 1, mp, dv, m, ws.alpha + ra);
+    if (any_nonfinite_f32(ws.vc, n * dv)) {  // the converted rows are contiguous (and in L1)
+      if (kind != TileKind::partial) full_bounds();
       pv_visible_only(ws.st + ra, mp, m, ws.vrows, dv, ws.alpha + ra, ws.row_lo_rel + ra, ws.row_hi_rel + ra, ws.ot + ra);
-    else
+      ws.o_nonfinite = true;
+    } else {
       K.pv(ws.st + ra, mp, m, n, ws.vrows, dv, ws.alpha + ra, ws.ot + ra);
+    }
   };
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
     const int64_t n = pan ? std::min(ws.nk, sm.sk - j0) : std::min(ws.nk, hi - j0);
@@ -631,6 +716,12 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       }
       const bool empty = m_f == kNegInf && !std::isnan(l);
       fr[r] = empty ? 0.0f : c / l * dvs;
+      // The factor is > 0 in exact arithmetic unless dvs = 0, but underflows to 0 where the sink
+      // is > ~104 above the row's scores (c): an infinite O then stays inf (exact_scale).
+      if (fr[r] == 0.0f && !empty && dvs != 0.0f) {
+        for (int64_t e = 0; e < dv; ++e) ws.ot[r * o_rs + e * o_es] = exact_scale(ws.ot[r * o_rs + e * o_es], 0.0f);
+        fr[r] = 1.0f;
+      }
       // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
       ws.l_run[r] = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
     }
@@ -921,8 +1012,9 @@ Status forward(const Problem& pb) {
             if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
             continue;
           }
+          // exact: a split's weight is > 0 even where it underflows (its +-inf / NaN count).
           const float lse = merge_partial_row(plan.nsplit, plan.part_lse + grow, plan.total_rows, plan.part_o + grow * pb.dv,
-                                              plan.total_rows * pb.dv, 1, pb.dv, acc.data());
+                                              plan.total_rows * pb.dv, 1, pb.dv, acc.data(), /*exact=*/true);
           const int64_t oo = pb.out_offset(b, i, h);
           for (int64_t e = 0; e < pb.dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, acc[e]);
           if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;

@@ -53,6 +53,11 @@ struct SoftmaxStep {
   // >= 2^127: the driver's extreme-row check, fused into the softmax passes.
   float scale = 1.0f;
   uint8_t* redo = nullptr;
+  // When set (every table): *zero_p = 1 if some P of the step's rows is 0 (an exp that
+  // underflowed, or a masked key), else left as it is. The driver's row-major path then tests V
+  // for +-inf (p * inf = NaN where the exact product is inf), a test that costs as much as the
+  // tile's P V where it runs on every tile.
+  uint8_t* zero_p = nullptr;
 };
 
 // 16-bit products on packed panels, fp32 accumulation: bf16 inputs (and fp8 e4m3, exact in

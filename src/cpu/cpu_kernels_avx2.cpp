@@ -240,6 +240,7 @@ void softmax_avx2(const SoftmaxStep& s) {
     // could.
     const __m256 log2e = _mm256_set1_ps(1.4426950408889634f);
     __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+    __m256 pmin = _mm256_set1_ps(1.0f);  // min_ps(p, pmin) keeps pmin where p is NaN
     int64_t n = 0;
     for (; n + 2 <= s.nk; n += 2) {
       const __m256 p0 = exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(col + n * s.mp), m_use), log2e));
@@ -248,12 +249,15 @@ void softmax_avx2(const SoftmaxStep& s) {
       _mm256_storeu_ps(col + (n + 1) * s.mp, p1);
       sum0 = _mm256_add_ps(sum0, p0);
       sum1 = _mm256_add_ps(sum1, p1);
+      pmin = _mm256_min_ps(p1, _mm256_min_ps(p0, pmin));
     }
     if (n < s.nk) {
       const __m256 p0 = exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(col + n * s.mp), m_use), log2e));
       _mm256_storeu_ps(col + n * s.mp, p0);
       sum0 = _mm256_add_ps(sum0, p0);
+      pmin = _mm256_min_ps(p0, pmin);
     }
+    if (s.zero_p && _mm256_movemask_ps(_mm256_cmp_ps(pmin, _mm256_setzero_ps(), _CMP_EQ_OQ))) *s.zero_p = 1;
     const __m256 a = exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(m_old, m_use), log2e));
     _mm256_storeu_ps(s.alpha + m0, a);
     _mm256_storeu_ps(s.l_run + m0, _mm256_fmadd_ps(_mm256_loadu_ps(s.l_run + m0), a, _mm256_add_ps(sum0, sum1)));

@@ -233,6 +233,7 @@ void softmax_rows8(const SoftmaxStep& s) {
   const __m512 m_use = _mm512_maskz_mov_ps(
       _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_NEQ_UQ), m_new);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  __m512 pmin = _mm512_set1_ps(1.0f);  // min_ps(p, pmin) keeps pmin where p is NaN
   int64_t v = 0;
   for (; v + 2 <= nv; v += 2) {
     const __m512 p0 = exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s.st + 16 * v), m_use), log2e));
@@ -241,12 +242,15 @@ void softmax_rows8(const SoftmaxStep& s) {
     _mm512_storeu_ps(s.st + 16 * v + 16, p1);
     sum0 = _mm512_add_ps(sum0, p0);
     sum1 = _mm512_add_ps(sum1, p1);
+    pmin = _mm512_min_ps(p1, _mm512_min_ps(p0, pmin));
   }
   if (v < nv) {
     const __m512 p0 = exp2_512(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s.st + 16 * v), m_use), log2e));
     _mm512_storeu_ps(s.st + 16 * v, p0);
     sum0 = _mm512_add_ps(sum0, p0);
+    pmin = _mm512_min_ps(p0, pmin);
   }
+  if (s.zero_p && _mm512_cmp_ps_mask(pmin, _mm512_setzero_ps(), _CMP_EQ_OQ)) *s.zero_p = 1;
   __m512 sum = _mm512_add_ps(sum0, sum1);
   sum = _mm512_add_ps(sum, _mm512_shuffle_f32x4(sum, sum, 0x4e));
   const __mmask16 lanes = 0xff;
@@ -329,6 +333,7 @@ void softmax_avx512(const SoftmaxStep& s) {
       return _mm512_mul_ps(_mm512_sub_ps(x, m_use), log2e);
     };
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+    __m512 pmin = _mm512_set1_ps(1.0f);  // min_ps(p, pmin) keeps pmin where p is NaN
     int64_t n = 0;
     if (s.pp) {  // P^T straight into bf16 key pairs (hi, and lo for 2 terms)
       const int64_t nk_p = rup(s.nk, 32), plane = nk_p * s.m;
@@ -337,6 +342,7 @@ void softmax_avx512(const SoftmaxStep& s) {
           const __m512 p0 = exp2_p(arg(n)), p1 = exp2_p(arg(n + 1));
           sum0 = _mm512_add_ps(sum0, p0);
           sum1 = _mm512_add_ps(sum1, p1);
+          pmin = _mm512_min_ps(p1, _mm512_min_ps(p0, pmin));
           _mm512_mask_storeu_epi32(s.pp + (n / 2 * s.m + m0) * 2, lanes, bf16_pairs(p0, p1));
         }
       }
@@ -345,6 +351,7 @@ void softmax_avx512(const SoftmaxStep& s) {
         const __m512 p1 = n + 1 < s.nk ? exp2_p(arg(n + 1)) : _mm512_setzero_ps();
         sum0 = _mm512_add_ps(sum0, p0);
         sum1 = _mm512_add_ps(sum1, p1);
+        pmin = _mm512_min_ps(n + 1 < s.nk ? p1 : p0, _mm512_min_ps(p0, pmin));
         const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
         uint16_t* dst = s.pp + (n / 2 * s.m + m0) * 2;
         _mm512_mask_storeu_epi32(dst, lanes, pair16(h0, h1));
@@ -362,12 +369,15 @@ void softmax_avx512(const SoftmaxStep& s) {
       _mm512_mask_storeu_ps(col + (n + 1) * s.mp, lanes, p1);
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
+      pmin = _mm512_min_ps(p1, _mm512_min_ps(p0, pmin));
     }
     if (n < s.nk) {
       const __m512 p0 = exp2_512(arg(n));
       _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
       sum0 = _mm512_add_ps(sum0, p0);
+      pmin = _mm512_min_ps(p0, pmin);
     }
+    if (s.zero_p && _mm512_mask_cmp_ps_mask(lanes, pmin, _mm512_setzero_ps(), _CMP_EQ_OQ)) *s.zero_p = 1;
     const __m512 sum = _mm512_add_ps(sum0, sum1);
     if (check) {
       ext = (ext | _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) & lanes;

@@ -51,11 +51,14 @@ void softmax_generic(const SoftmaxStep& s) {
     const float m_new = std::fmax(m_old, mx);
     const float m_use = m_new == kNegInf ? 0.0f : m_new;  // all masked so far: avoid -inf - -inf
     float sum = 0.0f;
+    bool zero = false;
     for (int64_t n = 0; n < s.nk; ++n) {
       float& x = s.st[n * s.mp + m];
       x = std::exp2((x - m_use) * kLog2e);  // log2(e) after the max: s - m <= 0 cannot overflow
       sum += x;
+      zero |= x == 0.0f;
     }
+    if (zero && s.zero_p) *s.zero_p = 1;
     const float a = std::exp2((m_old - m_use) * kLog2e);
     s.alpha[m] = a;
     s.l_run[m] = s.l_run[m] * a + sum;

@@ -10,11 +10,25 @@
 
 namespace fa4::core::cpu {
 
+// Products with a factor that is > 0 in exact arithmetic but underflowed to 0 in fp32: a
+// visible key's weight p = exp(s - m), a rescale factor alpha = exp(m_old - m_new), a split's
+// merge weight exp(lse_s - lse). An infinite V (or O) then still counts: inf, not 0 * inf = NaN
+// (fuzz findings: an fp16 -inf in V behind a score ~300 below the row max gave NaN where the
+// reference gives -inf). NaN stays NaN; finite values times 0 stay 0.
+inline float exact_product(float p, float v) { return p == 0.0f && std::isinf(v) ? v : p * v; }
+inline float exact_scale(float o, float alpha) { return alpha == 0.0f && std::isinf(o) ? o : o * alpha; }
+
 // Returns the merged lse (natural log) and writes the merged row to acc[0..dv).
 // Partial s, element e lives at o[s * o_split_stride + e * o_dim_stride]; its lse at
 // lse[s * lse_stride].
+// exact (the forward pass's own splits): a partial with a finite lse_s has weight > 0 even where
+// exp(lse_s - lse) underflows, so its +-inf / NaN elements reach the result (exact_product), as
+// they do in the fp64 reference's single pass; only lse_s = -inf (saw nothing) is skipped.
+// Without it (combine_partials, whose reference skips any weight that is 0 in fp64) every weight
+// that is 0 in fp32 is skipped.
 inline float merge_partial_row(int64_t splits, const float* lse, int64_t lse_stride, const float* o,
-                               int64_t o_split_stride, int64_t o_dim_stride, int64_t dv, float* acc) {
+                               int64_t o_split_stride, int64_t o_dim_stride, int64_t dv, float* acc,
+                               bool exact = false) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float m = kNegInf;
   bool nan = false;
@@ -33,11 +47,14 @@ inline float merge_partial_row(int64_t splits, const float* lse, int64_t lse_str
   for (int64_t s = 0; s < splits; ++s) denom += std::exp(lse[s * lse_stride] - m);  // +inf - +inf = NaN, as IEEE
   const float inv = 1.0f / denom;
   for (int64_t s = 0; s < splits; ++s) {
-    const float w = std::exp(lse[s * lse_stride] - m);
-    if (w == 0.0f) continue;  // saw nothing (or negligible): its O_s is not read
+    const float x = lse[s * lse_stride], w = std::exp(x - m);
+    if (w == 0.0f && (!exact || x == kNegInf)) continue;  // saw nothing (or negligible): its O_s is not read
     const float ws = w * inv;
     const float* os = o + s * o_split_stride;
-    for (int64_t e = 0; e < dv; ++e) acc[e] += ws * os[e * o_dim_stride];
+    if (exact)
+      for (int64_t e = 0; e < dv; ++e) acc[e] += exact_product(ws, os[e * o_dim_stride]);
+    else
+      for (int64_t e = 0; e < dv; ++e) acc[e] += ws * os[e * o_dim_stride];
   }
   return m + std::log(denom);
 }
