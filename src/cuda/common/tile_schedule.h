@@ -36,10 +36,10 @@ struct TileSchedule {
   }
 
   // Linear tile t in [0, total()) -> virtual block (x, y, z). In 32-bit arithmetic when the grid
-  // has < 2^31 tiles (every real launch): on the GPU a 64-bit division is a subroutine call of
-  // ~100 dependent instructions, and this runs for every tile in every role -- its four were most
-  // of the ~0.5-0.8 us each consumer spent between one tile's epilogue and the next tile's start
-  // at D 128 S 1k causal (bench/sm90_trace.py, docs/perf/sm90-notes.md).
+  // has < 2^31 tiles (every real launch): fewer instructions than 64-bit divisions, though not a
+  // measured gain -- nvcc's 64-bit division already branches to a 32-bit path when both operands
+  // fit, and the sm90 hand-off between tiles did not move with this (bench/sm90_trace.py,
+  // docs/perf/sm90-notes.md).
   FA4_HD void coords(int64_t t, int* x, int* y, int* z) const {
     if (total() <= 0x7fffffff) {
       coords_as<uint32_t>(t, x, y, z);

@@ -75,9 +75,10 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     };
     // The tile's first loads in the order their slots free up under the previous tile: K (its
     // ring slot frees after an S = Q K^T), then Q (released after the last S when O has its own
-    // staging tile, else after the epilogue), then V (after the last P V). Issuing Q behind the
-    // first V, as before, made a consumer's Q wait for the last P V's slot: 4.7 % of the consumer
-    // time waiting for Q at D 128 S 1k causal (bench/sm90_trace.py, docs/perf/sm90-notes.md).
+    // staging tile, else after the epilogue), then V (after the last P V). (Q was issued behind
+    // the first V before; the consumers' wait for Q, ~5 % of their time at D 128 S 1k causal, did
+    // not change with this order: Q is issued ~2 us before they are ready and is 2.1-2.5 us in
+    // flight, bench/sm90_trace.py, docs/perf/sm90-notes.md.)
     if (n > 0) load_k(0);
     if (T::kSeparateO) {
       load_q();
