@@ -268,8 +268,8 @@ void balance_static_order(const Problem& pb, Plan& pl, int64_t lpt_l2_section = 
     const int64_t keys = hi > lo ? (hi + pl.n - 1) / pl.n - lo / pl.n : 0;
     cost[static_cast<size_t>(x)] = keys + kTileFixedCost;
   }
-  struct Memo {
-    int64_t gx = -1, pairs = 0, ctas = 0, section = 0, lpt = 0;
+  struct Memo {  // (cost.size() is the schedule's gx; an unused entry's cost is empty)
+    int64_t pairs = 0, ctas = 0, section = 0, lpt = 0;
     std::vector<int64_t> cost;
     int64_t best_section = 0;
     int32_t best_snake = 0;
@@ -277,14 +277,13 @@ void balance_static_order(const Problem& pb, Plan& pl, int64_t lpt_l2_section = 
   thread_local Memo memo[8];
   thread_local unsigned next = 0;
   for (const Memo& m : memo) {
-    if (m.gx == s.gx && m.pairs == pairs && m.ctas == ctas && m.section == s.section && m.lpt == lpt_l2_section &&
-        m.cost == cost) {
+    if (m.pairs == pairs && m.ctas == ctas && m.section == s.section && m.lpt == lpt_l2_section && m.cost == cost) {
       s.section = m.best_section, s.snake = m.best_snake;
       return;
     }
   }
   Memo& m = memo[next++ % 8];
-  m.gx = s.gx, m.pairs = pairs, m.ctas = ctas, m.section = s.section, m.lpt = lpt_l2_section, m.cost = cost;
+  m.pairs = pairs, m.ctas = ctas, m.section = s.section, m.lpt = lpt_l2_section, m.cost = cost;
   TileSchedule best = s;
   int64_t best_span = static_makespan(s, ctas, cost);
   if (lpt_l2_section > 0) {
@@ -304,7 +303,6 @@ void balance_static_order(const Problem& pb, Plan& pl, int64_t lpt_l2_section = 
   s = best;
   m.best_section = s.section, m.best_snake = s.snake;
 }
-
 
 // The persistent schedule of the sm90 kernel (common/tile_schedule.h): one CTA per SM at most.
 //   - No causal / windowed mask: every tile costs the same; one head's tiles run side by side

@@ -61,7 +61,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       st.advance();
     };
     auto load_q = [&]() {  // every tile loads it, empty ones too: the q barriers' phases count tiles
-      trace::stamp(tr, 0, tiles_done, trace::cs_ready);
+      trace::stamp(tr, 0, tiles_done, trace::q_wait_start);
       if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
       if (leader) {
         ptx::mbarrier_arrive_expect_tx(&sh.q_full, kQBytes);
@@ -87,9 +87,9 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       if (n > 0) load_v(0);
       load_q();
     }
-    trace::stamp(tr, 0, tiles_done, trace::q_ready);
+    trace::stamp(tr, 0, tiles_done, trace::q_issued);
     for (int it = 1; it < n; ++it) load_k(it), load_v(it);
-    trace::stamp(tr, 0, tiles_done, trace::main_done);
+    trace::stamp(tr, 0, tiles_done, trace::loads_issued);
     ++tiles_done;
   }
 }

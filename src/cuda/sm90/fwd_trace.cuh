@@ -29,7 +29,10 @@ namespace fa4::cuda::sm90::trace {
 constexpr int kMaxRoles = 4, kMaxTiles = 128, kEvents = 6, kSlots = kEvents + 1;
 constexpr int kHeader = 16;
 constexpr int kCtaStride = kHeader + kMaxRoles * kMaxTiles * kSlots;
-enum Event : int { tile_start = 0, q_ready = 1, main_done = 2, epi_done = 3, walk_start = 4, cs_ready = 5 };
+enum Event : int {
+  tile_start = 0, q_ready = 1, main_done = 2, epi_done = 3, walk_start = 4, cs_ready = 5,
+  q_issued = q_ready, loads_issued = main_done, q_wait_start = cs_ready  // the producer's names
+};
 
 #if FA4_SM90_TRACE && defined(__CUDA_ARCH__)
 __device__ __forceinline__ uint64_t globaltimer() {
