@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     sh.v_ring.init(T::kConsumers);
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 4 * T::kConsumers);  // one arrival per consumer warp
+    ptx::mbarrier_init(&sh.work_full, 1);
     ptx::fence_mbarrier_init();
     trace::cta_start(P.trace);
   }
@@ -73,14 +74,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   if (FA4_SM90_PINGPONG && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
   typename Consumer<T>::Ring st;  // the K / V rings run on across tiles
   uint32_t tiles_done = 0;        // the q_full phase
-  const int64_t rounds = P.sched.rounds(gridDim.x);
   uint64_t* const tr = threadIdx.x % 128 == 0 ? P.trace : nullptr;  // one stamping thread per role
-  for (int64_t r = 0; r < rounds; ++r) {
+  for (;;) {
+    // The tile the producer computed (fwd_producer.cuh), published ahead of its Q.
     trace::stamp(tr, 1 + c, tiles_done, trace::walk_start);
-    const int64_t t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
-    if (t < 0) continue;
-    TileWork w;
-    if (!w.init(P.a, P.sched, t, T::kBlockM, T::kBlockN)) continue;  // uniform over the CTA
+    ptx::mbarrier_wait_parity(&sh.work_full, tiles_done & 1u);
+    if (!sh.work[tiles_done & 1u].valid) break;
+    const TileWork w = sh.work[tiles_done & 1u].w;
     trace::stamp(tr, 1 + c, tiles_done, trace::tile_start);
     Consumer<T> cs(sh, P.a, w, c);
     trace::stamp(tr, 1 + c, tiles_done, trace::cs_ready);

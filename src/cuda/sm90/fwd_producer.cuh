@@ -63,6 +63,14 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     auto load_q = [&]() {  // every tile loads it, empty ones too: the q barriers' phases count tiles
       trace::stamp(tr, 0, tiles_done, trace::q_wait_start);
       if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
+      // Publish the tile to the consumers, after the previous tile's Q was released: they have
+      // then waited for the previous work_full phase (a second unwaited completion would alias
+      // its parity) and read the slot's tile before this one (two tiles back).
+      if (leader) {
+        sh.work[tiles_done & 1u].w = w;
+        sh.work[tiles_done & 1u].valid = 1;
+        ptx::mbarrier_arrive(&sh.work_full);  // release: the writes before the phase completes
+      }
       if (leader) {
         ptx::mbarrier_arrive_expect_tx(&sh.q_full, kQBytes);
 #pragma unroll
@@ -92,6 +100,13 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     trace::stamp(tr, 0, tiles_done, trace::loads_issued);
     ++tiles_done;
   }
+  // The end of the walk, published as a tile is (after the last tile's Q was released).
+  if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
+  if (leader) {
+    sh.work[tiles_done & 1u].valid = 0;
+    ptx::mbarrier_arrive(&sh.work_full);
+  }
+  __syncwarp();
 }
 
 }  // namespace fa4::cuda::sm90

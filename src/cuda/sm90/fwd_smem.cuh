@@ -18,6 +18,7 @@
 
 #include "cuda/common/pipeline.cuh"
 #include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/fwd_work.cuh"
 
 namespace fa4::cuda::sm90 {
 
@@ -38,6 +39,11 @@ struct alignas(1024) SharedStorage {
   MbarRing<kStages> v_ring;
   uint64_t q_full;
   uint64_t q_empty;
+  // The producer's TileWork of each tile, published ahead of its Q (two slots by tile parity) so
+  // the consumers skip computing it (~7 % of their time at short causal lengths,
+  // bench/sm90_trace.py); work_full: one producer arrival per tile, the last one with valid = 0.
+  PublishedWork work[2];
+  uint64_t work_full;
 
   __device__ __forceinline__ uint8_t* o_stage(int c) {
     if constexpr (kSeparateO) return reinterpret_cast<uint8_t*>(os.o[c][0]);

@@ -53,4 +53,11 @@ struct TileWork {
   __device__ __forceinline__ int tile_at(int it) const { return n_hi - 1 - it; }
 };
 
+// A tile's work as the producer publishes it in shared memory (fwd_smem.cuh): valid = 0 ends the
+// walk.
+struct PublishedWork {
+  TileWork w;
+  int32_t valid;
+};
+
 }  // namespace fa4::cuda::sm90
