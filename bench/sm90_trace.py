@@ -55,6 +55,7 @@ def analyze(meta, recs):
     shares = dict(start=0.0, wait_q=0.0, mainloop=0.0, epilogue=0.0, handoff=0.0, end_idle=0.0)
     # with the finer events (kEvents = 6): the hand-off and the Q wait split into their parts
     fine = sl - 1 >= 6
+    # tile_init: walk_start -> tile_start, the wait for the producer's published TileWork
     parts = dict(to_loop_top=0.0, tile_init=0.0, consumer_init=0.0, q_barrier=0.0)
     q_lat, q_empty_wait, q_late = [], [], []
     ns_list, main_list, epi_list = [], [], []
@@ -143,6 +144,7 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--shapes", nargs="+", default=["128 2048 1", "128 8192 0"], help='"D S causal" each')
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)  # the library does not create the trace file's folder
     fa4 = Fa4(args.lib)
     dt = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     trace_file = os.path.join(args.out, "sm90_trace.bin")
