@@ -35,6 +35,7 @@ struct Shape {
   bool paged = false;
   int64_t q_head_stride = 0;  // 0: contiguous BSHD (dqk)
   bool causal = false;
+  int64_t window_right = -1;  // >= 0: a sliding window (what the planner reads of it)
 };
 
 class Planned {
@@ -42,6 +43,7 @@ class Planned {
   explicit Planned(const Shape& s) {
     params_.num_splits = s.num_splits;
     params_.causal = s.causal;
+    params_.window_right = s.window_right;
     params_.q.shape[0] = s.varlen ? s.total_q : s.batch;
     pb_.p = &params_;
     pb_.backend = Backend::cuda;
@@ -314,6 +316,38 @@ TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
   const Plan gqa = Planned({.batch = 4, .hq = 32, .hkv = 8, .sq = 1024, .sk = 1024}).on(h200_auto());
   EXPECT_EQ(gqa.kernel, Kernel::sm90);
   EXPECT_EQ(gqa.grid.y, 32);
+}
+
+// The sm90 tile per problem (sm90/fwd_config.h Tile): two consumers at D = 64 for masked
+// sequences of <= 1024 query rows, 80-key tiles at D = 256 from 4096 keys; each tile's shared
+// memory as its instance lays it out.
+TEST(CudaPlan, Sm90TilePerProblem) {
+  using fa4::cuda::sm90::Tile;
+  auto plan = [](int64_t d, int64_t s, bool causal, int64_t window_right = -1) {
+    return Planned({.batch = 16384 / s, .hq = 2048 / d, .hkv = 2048 / d, .dqk = d, .dv = d, .sq = s, .sk = s,
+                    .causal = causal, .window_right = window_right})
+        .on(h200_auto());
+  };
+  const Plan short64 = plan(64, 1024, true);
+  EXPECT_EQ(std::make_tuple(short64.kernel, short64.sm90_tile, short64.m, short64.n, short64.smem),
+            std::make_tuple(Kernel::sm90, Tile::short_masked, 128, 128, (128 * 64 + 3 * 128 * 128) * 2 + 2048 + 128 * 64 * 2));
+  EXPECT_EQ(plan(64, 512, false, 0).sm90_tile, Tile::short_masked);  // a window masks too
+  EXPECT_EQ(plan(64, 2048, true).sm90_tile, Tile::standard);
+  EXPECT_EQ(plan(64, 1024, false).sm90_tile, Tile::standard);
+  EXPECT_EQ(plan(64, 2048, true).m, 192);
+  const Plan long256 = plan(256, 4096, false);
+  EXPECT_EQ(std::make_tuple(long256.sm90_tile, long256.m, long256.n, long256.smem),
+            std::make_tuple(Tile::long_keys, 128, 80, (128 * 256 + 2 * 80 * 512) * 2 + 2048));
+  EXPECT_EQ(plan(256, 8192, true).sm90_tile, Tile::long_keys);
+  EXPECT_EQ(plan(256, 2048, false).sm90_tile, Tile::standard);
+  EXPECT_EQ(plan(128, 1024, true).sm90_tile, Tile::standard);
+  EXPECT_EQ(plan(128, 8192, false).sm90_tile, Tile::standard);
+  for (auto [t, dqk, dv] : {std::tuple{Tile::short_masked, 64, 64}, std::tuple{Tile::long_keys, 256, 256}}) {
+    EXPECT_TRUE(fa4::cuda::sm90::has_tile(t, dqk, dv));
+    EXPECT_LE(fa4::cuda::sm90::smem_bytes(dqk, dv, t), fa4::cuda::sm90::kSmemLimit);
+  }
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::short_masked, 128, 128));
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::long_keys, 128, 128));
 }
 
 // Persistent CTAs: at most one per SM, walking the tile grid; a causal schedule groups the

@@ -460,10 +460,11 @@ Status cuda_forward(const Problem& pb) {
     case Kernel::sm90: {
       cuda::sm90::Sm90Params P;
       std::string why;
-      if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, &P, &why))
+      if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, &P, &why))
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
       P.sched = pl.sched;
-      e = cuda::sm90::launch_fwd(P, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, dim3(static_cast<unsigned>(pl.ctas)),
+      e = cuda::sm90::launch_fwd(P, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16,
+                                 dim3(static_cast<unsigned>(pl.ctas)),
                                  stream);
       break;
     }

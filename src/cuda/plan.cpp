@@ -46,6 +46,17 @@ bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_h
   return true;
 }
 
+// The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):
+// two consumers at D = 64 for masked query sequences of <= 1024 rows, 80-key tiles at D = 256
+// from 4096 keys, the standard tile everywhere else.
+sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
+  const bool masked = pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0;
+  sm90::Tile t = sm90::Tile::standard;
+  if (d.dqk == 64 && masked && pb.max_sq <= 1024) t = sm90::Tile::short_masked;
+  if (d.dqk == 256 && pb.max_sk >= 4096) t = sm90::Tile::long_keys;
+  return sm90::has_tile(t, d.dqk, d.dv) ? t : sm90::Tile::standard;
+}
+
 }  // namespace
 
 // The sm90 kernel's feature set: a compute capability 9.0 device (its sm_90a image runs there
@@ -56,7 +67,7 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !is_16bit(pb.dtype)) return false;
   if (!sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return false;
-  if (sm90::smem_bytes(d.dqk, d.dv) > dl.smem_optin) return false;
+  if (sm90::smem_bytes(d.dqk, d.dv, sm90_tile(pb, d)) > dl.smem_optin) return false;
   if (pb.kv == core::KvLayout::paged || pb.p->num_splits > 1) return false;
   if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer) return false;
   const bool vq = pb.varlen_q, vk = pb.kv == core::KvLayout::varlen;
@@ -76,7 +87,7 @@ namespace {
 bool sm90_fills_device(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
-  const int64_t m = sm90::tile_cfg(d.dqk, d.dv).block_m();
+  const int64_t m = sm90::tile_cfg(d.dqk, d.dv, sm90_tile(pb, d)).block_m();
   const int64_t tiles = pb.varlen_q ? (pb.p->q.shape[0] + m - 1) / m : pb.batch * ((pb.max_sq + m - 1) / m);
   return tiles * pb.hq >= dl.sms;
 }
@@ -355,9 +366,10 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
   pl.dqk = d.dqk, pl.dv = d.dv;
-  pl.m = sm90::tile_cfg(d.dqk, d.dv).block_m();
-  pl.n = sm90::tile_cfg(d.dqk, d.dv).block_n;
-  pl.smem = sm90::smem_bytes(d.dqk, d.dv);
+  pl.sm90_tile = sm90_tile(pb, d);
+  pl.m = sm90::tile_cfg(d.dqk, d.dv, pl.sm90_tile).block_m();
+  pl.n = sm90::tile_cfg(d.dqk, d.dv, pl.sm90_tile).block_n;
+  pl.smem = sm90::smem_bytes(d.dqk, d.dv, pl.sm90_tile);
   pl.pack_gqa = false;
   decompose(pb, pl);
   pl.grid.z = z_per_split(pb, pl);

@@ -15,6 +15,7 @@
 #include "core/problem.h"
 #include "cuda/common/tile_schedule.h"
 #include "cuda/sm80/fwd_configs.h"
+#include "cuda/sm90/fwd_config.h"
 
 namespace fa4::cuda {
 
@@ -57,6 +58,7 @@ struct Plan {
   int dqk = 0, dv = 0;  // the kernel instance's head dims: sm80 pads up to an instantiated pair,
                         // simt uses the actual ones. dv is the split partials' row stride.
   sm80::Tile sm80_tile = sm80::Tile::prefill;  // kernel == sm80: which of its tiles
+  sm90::Tile sm90_tile = sm90::Tile::standard;  // kernel == sm90: which of its tiles
   int m = 0, n = 0;     // tile: m query rows ((row, head) pairs with PackGQA) x n keys
   int smem = 0;         // bytes of dynamic shared memory per CTA
   bool pack_gqa = false;   // the group's query heads share a tile (rows = Sq x group per kv head)

@@ -76,6 +76,10 @@
 #ifndef FA4_SM90_CONSUMERS_D64
 #define FA4_SM90_CONSUMERS_D64 3
 #endif
+// The second tile of D = 256 (Tile::long_keys): key tiles for long key sequences.
+#ifndef FA4_SM90_BLOCK_N_D256_LONG
+#define FA4_SM90_BLOCK_N_D256_LONG 80
+#endif
 // K / V ring stages. D = 128 fits 3 only with O staged in Q (separate_o turns off: 32 + 3 * 64
 // KB + barriers = 226 KB); ncu showed its consumers ~3 % of stall samples waiting on the ring
 // (2ff92ce, sm90-notes.md), to be weighed against the lost Q / epilogue overlap.
@@ -122,13 +126,31 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
   return true;
 }
 
-constexpr TileCfg tile_cfg(int dqk, int dv) {
+// The tiles a head-dim class has (one kernel instance each; the planner picks per problem,
+// cuda/plan.cpp sm90_tile). Same-run A/B on the H200 (64d5649, docs/perf/sm90-notes.md):
+//   standard      every head dim
+//   short_masked  D = 64 only: two consumers (128-row tiles) instead of three: +6 % / +9 % at
+//                 causal S = 512 / 1k (a 192-row tile's third warpgroup idles on short
+//                 diagonals), -5 % at causal 2k and -4 to -16 % without a mask
+//   long_keys     D = 256 only: 80-key tiles instead of 64: +1.3-3 % from S = 4k (causal and
+//                 not), -2 to -6 % at S <= 1k
+enum class Tile { standard, short_masked, long_keys };
+constexpr bool has_tile(Tile t, int dqk, int dv) {
+  (void)dv;
+  return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192);
+}
+
+constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
   // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma
   // N sizes the wrappers provide (sm90_ptx.cuh).
-  if (dqk <= 64) return {FA4_SM90_CONSUMERS_D64, FA4_SM90_BLOCK_N_D64, FA4_SM90_STAGES_D64};
+  if (dqk <= 64) {
+    if (t == Tile::short_masked) return {2, FA4_SM90_BLOCK_N_D64, FA4_SM90_STAGES_D64};
+    return {FA4_SM90_CONSUMERS_D64, FA4_SM90_BLOCK_N_D64, FA4_SM90_STAGES_D64};
+  }
   if (dqk <= 128) return {2, FA4_SM90_BLOCK_N_D128, FA4_SM90_STAGES_D128};
   if (dqk <= 192) return {2, 128, 2};  // (192, 128): O staged in Q (separate_o does not fit)
   (void)dv;
+  if (t == Tile::long_keys) return {2, FA4_SM90_BLOCK_N_D256_LONG, 2};
   return {2, FA4_SM90_BLOCK_N_D256, 2};
 }
 
@@ -137,18 +159,18 @@ constexpr int kSmemLimit = 227 * 1024;  // the opt-in shared memory of one sm_90
 // Q, the K / V rings, the barriers (padded to the struct's 1024-byte alignment), and the
 // 1024-byte alignment slack of the dynamic allocation (fwd_smem.cuh; fwd_kernel.cuh asserts
 // equality with sizeof).
-constexpr int smem_bytes_without_o(int dqk, int dv) {
-  const TileCfg c = tile_cfg(dqk, dv);
+constexpr int smem_bytes_without_o(int dqk, int dv, Tile t = Tile::standard) {
+  const TileCfg c = tile_cfg(dqk, dv, t);
   return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * 2 + 1024 + 1024;
 }
 // The epilogue stages O in its own buffer where it fits: then Q of the next tile loads as soon as
 // the last S = Q K^T of the current one is done, under its last P V and epilogue. Otherwise
 // (D = 256) O is staged in the consumer's Q tile and the next Q waits for the epilogue.
-constexpr bool separate_o(int dqk, int dv) {
-  return smem_bytes_without_o(dqk, dv) + tile_cfg(dqk, dv).block_m() * dv * 2 <= kSmemLimit;
+constexpr bool separate_o(int dqk, int dv, Tile t = Tile::standard) {
+  return smem_bytes_without_o(dqk, dv, t) + tile_cfg(dqk, dv, t).block_m() * dv * 2 <= kSmemLimit;
 }
-constexpr int smem_bytes(int dqk, int dv) {
-  return smem_bytes_without_o(dqk, dv) + (separate_o(dqk, dv) ? tile_cfg(dqk, dv).block_m() * dv * 2 : 0);
+constexpr int smem_bytes(int dqk, int dv, Tile t = Tile::standard) {
+  return smem_bytes_without_o(dqk, dv, t) + (separate_o(dqk, dv, t) ? tile_cfg(dqk, dv, t).block_m() * dv * 2 : 0);
 }
 
 }  // namespace fa4::cuda::sm90

@@ -26,22 +26,24 @@
 
 namespace fa4::cuda::sm90 {
 
-template <typename Elem_, int kDqk_, int kDv_>
+template <typename Elem_, int kDqk_, int kDv_, Tile kTile_ = Tile::standard>
 struct FwdTraits {
   using Elem = Elem_;
   static constexpr int kDqk = kDqk_, kDv = kDv_;
-  static constexpr TileCfg kCfg = tile_cfg(kDqk, kDv);
+  static constexpr Tile kTile = kTile_;
+  static_assert(has_tile(kTile, kDqk, kDv), "no such tile for these head dims (fwd_config.h)");
+  static constexpr TileCfg kCfg = tile_cfg(kDqk, kDv, kTile);
   static constexpr int kBlockN = kCfg.block_n, kStages = kCfg.stages;
   static constexpr int kConsumers = kCfg.consumers, kBlockM = kCfg.block_m(), kThreads = kCfg.threads();
   static constexpr int kExp2EmuEvery = exp2_emu_every(kDqk);
-  static constexpr bool kSeparateO = separate_o(kDqk, kDv);
+  static constexpr bool kSeparateO = separate_o(kDqk, kDv, kTile);
   // O leaves through a TMA store only from its own staging tile: staged in Q (D = 256), the
   // issuing thread's wait for the store's shared-memory reads delays Q's release, and the A/B
   // lost 0.3-7 % there (+0.3-7 % at D 128, +0.5-2.5 % at D 64; docs/perf/h200-2026-12-02b-session.md).
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
-  static_assert(kSmemBytes == smem_bytes(kDqk, kDv), "fwd_config.h's smem_bytes is what the planner reserves");
+  static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");
   static_assert(kDv <= kDqk, "the O staging tile reuses the consumer's Q tile");
 };
 

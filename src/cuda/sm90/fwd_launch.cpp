@@ -42,8 +42,8 @@ bool encode(CUtensorMap* m, const void* base, bool bf16, int64_t cols, int64_t h
 
 }  // namespace
 
-bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* P, std::string* why) {
-  const uint32_t block_n = static_cast<uint32_t>(tile_cfg(dims.dqk, dims.dv).block_n);
+bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Params* P, std::string* why) {
+  const uint32_t block_n = static_cast<uint32_t>(tile_cfg(dims.dqk, dims.dv, tile).block_n);
   P->a = a;
   // q: dense rows along dim 1 per batch; varlen tokens along dim 0.
   const bool vq = a.varlen_q != 0;
@@ -60,18 +60,23 @@ bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* P, std::
     return false;
   // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
   // (Only the instances that store through TMA: fwd_kernel.cuh kTmaStore.)
-  P->tma_store = FA4_SM90_TMA_STORE && separate_o(dims.dqk, dims.dv) &&
+  P->tma_store = FA4_SM90_TMA_STORE && separate_o(dims.dqk, dims.dv, tile) &&
                  encode(&P->tm_o, a.out, bf16, a.dv, a.hq, vq ? a.total_q : a.sq_dense, vq ? 1 : a.batch, a.o_sh,
                         vq ? a.o_s0 : a.o_s1, a.o_s0, kRowsPerConsumer, "out", nullptr);
   return true;
 }
 
-cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, bool bf16, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, dim3 grid, cudaStream_t stream) {
+  if (!has_tile(tile, dims.dqk, dims.dv)) return cudaErrorInvalidValue;
   switch (dims.dqk) {
-    case 64: return launch_fwd_d64(P, bf16, grid, stream);
+    case 64:
+      return tile == Tile::short_masked ? launch_fwd_d64_short_masked(P, bf16, grid, stream)
+                                        : launch_fwd_d64(P, bf16, grid, stream);
     case 128: return launch_fwd_d128(P, bf16, grid, stream);
     case 192: return launch_fwd_d192_128(P, bf16, grid, stream);
-    case 256: return launch_fwd_d256(P, bf16, grid, stream);
+    case 256:
+      return tile == Tile::long_keys ? launch_fwd_d256_long_keys(P, bf16, grid, stream)
+                                     : launch_fwd_d256(P, bf16, grid, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -14,13 +14,16 @@ namespace fa4::cuda::sm90 {
 // Encodes the q / k / v tensor maps for `a` (fwd_params.h). False, with the reason, when a
 // tensor's strides or extents do not fit TMA's rules (16-byte multiples, < 2^40 bytes, extents
 // < 2^32); the planner (cuda/plan.cpp, sm90_supports) only picks sm90 where they do.
-bool make_params(const FwdArgs& a, DimPair dims, bool bf16, Sm90Params* out, std::string* why);
+bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Params* out, std::string* why);
 
-// Launches the kernel: grid = (persistent CTAs), which walk P.sched's tiles.
-cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, bool bf16, dim3 grid, cudaStream_t stream);
+// Launches the kernel: grid = (persistent CTAs), which walk P.sched's tiles; a (dims, tile)
+// pair without an instance returns cudaErrorInvalidValue.
+cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, dim3 grid, cudaStream_t stream);
 
-// Per-dim entry points (fwd_dXXX.cu).
+// Per-dim (and per-tile) entry points (fwd_dXXX*.cu).
 cudaError_t launch_fwd_d64(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d64_short_masked(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d256_long_keys(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d192_128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);

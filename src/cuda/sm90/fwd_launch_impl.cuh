@@ -61,9 +61,9 @@ cudaError_t launch_traced(const Sm90Params& P, dim3 grid, cudaStream_t stream, c
 }
 #endif
 
-template <typename Elem, int Dqk, int Dv>
+template <typename Elem, int Dqk, int Dv, Tile kTile>
 cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream) {
-  using T = FwdTraits<Elem, Dqk, Dv>;
+  using T = FwdTraits<Elem, Dqk, Dv, kTile>;
   static bool configured[64] = {};
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -80,10 +80,10 @@ cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream)
   return cudaGetLastError();
 }
 
-template <int Dqk, int Dv = Dqk>
+template <int Dqk, int Dv = Dqk, Tile kTile = Tile::standard>
 cudaError_t launch_dims(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream) {
-  return bf16 ? launch_instance<__nv_bfloat16, Dqk, Dv>(P, grid, stream)
-              : launch_instance<__half, Dqk, Dv>(P, grid, stream);
+  return bf16 ? launch_instance<__nv_bfloat16, Dqk, Dv, kTile>(P, grid, stream)
+              : launch_instance<__half, Dqk, Dv, kTile>(P, grid, stream);
 }
 
 }  // namespace
