@@ -278,9 +278,11 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=
     return rows
 
 
-def bench_varlen(fa4, timer, dims, seqs, check):
+def bench_varlen(fa4, timer, dims, seqs, check, variants=None):
     """Packed variable-length layout ([tokens, H, D] + cu_seqlens) with equal lengths, so the same
-    problem runs dense in the peers: what the varlen path costs over dense (B*S = 16384)."""
+    problem runs dense in the peers: what the varlen path costs over dense (B*S = 16384). Each
+    --ab library's varlen call is timed in the same rounds (ab_NAME)."""
+    variants = variants or {}
     rows = []
     for d in dims:
         for causal in (False, True):
@@ -294,17 +296,29 @@ def bench_varlen(fa4, timer, dims, seqs, check):
                                 causal=causal, cu_seqlens=cu)
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                t = timer.compare_ms({"fa4_varlen": lambda: fa4.call(pv), "fa4_dense": lambda: fa4.call(pd),
-                                      "flash_dense": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION)})
+                fns = {"fa4_varlen": lambda: fa4.call(pv), "fa4_dense": lambda: fa4.call(pd),
+                       "flash_dense": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION)}
+                outs_ab = {}
+                for name, lib in variants.items():
+                    outs_ab[name] = torch.empty_like(q)
+                    pa = lib.params(q.view(b * s, h, d), k.view(b * s, h, d), v.view(b * s, h, d),
+                                    outs_ab[name].view(b * s, h, d), causal=causal, cu_seqlens=cu)
+                    fns["ab_" + name] = (lambda lib, pa: lambda: lib.call(pa))(lib, pa)
+                t = timer.compare_ms(fns)
                 r = dict(d=d, causal=int(causal), s=s, b=b, h=h, **{n: flops / x / 1e9 if x else None for n, x in t.items()})
                 if check:
                     fa4.call(pv)
                     fa4.call(pd)
                     r["max_abs_diff_varlen_vs_dense"] = (out_v.float() - out.float()).abs().max().item()
+                    for name in variants:
+                        fns["ab_" + name]()
+                        torch.cuda.synchronize()
+                        r[f"ab_{name}_max_abs_diff_vs_fa4"] = (outs_ab[name].float() - out_v.float()).abs().max().item()
                 rows.append(r)
                 print(f"  varlen d={d} causal={int(causal)} s={s}: fa4 varlen {fmt(r['fa4_varlen'])}  dense "
-                      f"{fmt(r['fa4_dense'])}  flash {fmt(r['flash_dense'])} TFLOP/s", flush=True)
-                del q, k, v, out, out_v, qt, kt, vt
+                      f"{fmt(r['fa4_dense'])}  flash {fmt(r['flash_dense'])} TFLOP/s" +
+                      "".join(f"  {n} {fmt(r['ab_' + n])}" for n in variants), flush=True)
+                del q, k, v, out, out_v, qt, kt, vt, outs_ab
     return rows
 
 
@@ -395,12 +409,15 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
                                 for n in ab_names) + " |")
     if varlen:
         L += ["", "## Varlen prefill, bf16, TFLOP/s (packed tokens + cu_seqlens, B equal lengths, B*S = 16384)", "",
-              "| D | causal | S | B | fa4 varlen | fa4 dense | flash dense | varlen/dense | varlen/flash |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| D | causal | S | B | fa4 varlen | fa4 dense | flash dense | varlen/dense | varlen/flash |" +
+              "".join(f" {n} varlen | {n}/fa4 varlen |" for n in ab_names),
+              "|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(ab_names)]
         for r in varlen:
             L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {fmt(r['fa4_varlen'])} | {fmt(r['fa4_dense'])} | "
                      f"{fmt(r['flash_dense'])} | {fmt(ratio(r['fa4_varlen'], r['fa4_dense']), 2)} | "
-                     f"{fmt(ratio(r['fa4_varlen'], r['flash_dense']), 2)} |")
+                     f"{fmt(ratio(r['fa4_varlen'], r['flash_dense']), 2)} |" +
+                     "".join(f" {fmt(r.get('ab_' + n))} | {fmt(ratio(r.get('ab_' + n), r['fa4_varlen']), 3)} |"
+                             for n in ab_names))
     if decode:
         keys = [k for k in decode[0] if k.startswith("fa4_") or k.endswith("_gqa")]
         L += ["", "## Decode, bf16, GB/s of K+V read (B = 32, Hq = 32, Hkv = 8, D = 128, 1 query token)", "",
@@ -427,7 +444,7 @@ def main():
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
     ap.add_argument("--dtypes", default="bf16", help="prefill input types: bf16, fp16 or bf16,fp16")
     ap.add_argument("--ab", action="append", default=[], metavar="NAME=LIB",
-                    help="another libfa4 build timed in the same rounds on the prefill sweep (repeatable)")
+                    help="another libfa4 build timed in the same rounds on the prefill and varlen sweeps (repeatable)")
     args = ap.parse_args()
     variants = {}
     for spec in args.ab:
@@ -463,7 +480,7 @@ def main():
         prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, [64, 128, 256], [False, True], [2048], check,
                                                              variants)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384], [16, 256], check)
-        varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [2048], check)
+        varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [2048], check, variants)
     else:
         dims = [int(x) for x in args.dims.split(",")]
         seqs = [int(x) for x in args.seqs.split(",")]
@@ -473,7 +490,7 @@ def main():
         prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, dims, [False, True], seqs, check, variants,
                                                              dtypes)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
-        varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [256, 1024, 4096], check)
+        varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [256, 1024, 4096], check, variants)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode, varlen=varlen), f, indent=1)

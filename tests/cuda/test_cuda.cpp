@@ -330,6 +330,33 @@ TEST(CudaBackend, LongMaskedSequences) {
       dc.download();
       EXPECT_TRUE(compare_runs(test, ref, gpu_tol(c.dtype, ref)));
     }
+  // Masked varlen with more query tiles than the short orders take (a dynamic schedule's other
+  // target): mixed lengths (one empty), GQA, D 128 and 256.
+  for (int64_t d : {128, 256}) {
+    const uint64_t seed = derive_seed(5200 + k++);
+    std::mt19937_64 rng(seed);
+    CaseConfig c;
+    c.dtype = (k & 1) ? DType::bfloat16 : DType::float16;
+    c.batch = 7, c.hkv = 2, c.hq = 6, c.dqk = c.dv = d;
+    c.varlen_q = true;
+    c.kv = KvMode::varlen;
+    c.sq = 1500, c.sk = 1540;
+    for (int64_t b = 0; b < c.batch; ++b) {
+      c.lens_q.push_back(b == 2 ? 0 : static_cast<int64_t>(rng() % 1501));
+      c.lens_k.push_back(c.lens_q.back() + static_cast<int64_t>(rng() % 41));
+    }
+    c.causal = true;
+    SCOPED_TRACE(c.describe());
+    FA4_SEED_TRACE(seed);
+    Case ref = make_gpu_case(c, seed), test = make_gpu_case(c, seed);
+    const Status rs = ref.run(Backend::cpu);
+    ASSERT_TRUE(rs.ok()) << rs.message;
+    DeviceCase dc(test);
+    ASSERT_TRUE(dc.run().ok());
+    CUDA_OK(cudaDeviceSynchronize());
+    dc.download();
+    EXPECT_TRUE(compare_runs(test, ref, gpu_tol(c.dtype, ref)));
+  }
   CaseConfig c;
   c.dtype = DType::bfloat16;
   c.batch = 1, c.hkv = 2, c.hq = 8, c.dqk = c.dv = 128;
