@@ -1300,6 +1300,26 @@ TEST(ValidationCombine, RanksDtypesAndShapes) {
   expect_combine_invalid(cc, c, "out");
 }
 
+// No splits: an empty partials view, whatever its strides (they are never used to form an
+// address, even INT64_MAX: a CI fuzz finding, corpus new11), and every row has seen nothing:
+// O = 0, lse = -inf.
+TEST(ValidationCombine, ZeroSplitsWriteZeroAndMinusInfWhateverTheirStrides) {
+  CombineCase cc;
+  for (Backend b : {Backend::reference, Backend::cpu}) {
+    CombineParams c = cc.params(b);
+    c.out_partials.shape[0] = 0, c.lse_partials.shape[0] = 0;
+    c.out_partials.stride[2] = INT64_MAX, c.lse_partials.stride[1] = INT64_MAX;
+    auto* out = static_cast<float*>(cc.out.view().data);
+    auto* lse = static_cast<float*>(cc.lse.view().data);
+    for (int64_t e = 0; e < 2 * 4 * 2 * 8; ++e) out[e] = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t e = 0; e < 2 * 2 * 4; ++e) lse[e] = 0.0f;
+    const Status st = fa4::combine_partials(c);
+    ASSERT_TRUE(st.ok()) << st.message;
+    for (int64_t e = 0; e < 2 * 4 * 2 * 8; ++e) EXPECT_EQ(out[e], 0.0f) << backend_name(b) << " " << e;
+    for (int64_t e = 0; e < 2 * 2 * 4; ++e) EXPECT_EQ(lse[e], -std::numeric_limits<float>::infinity()) << backend_name(b);
+  }
+}
+
 TEST(ValidationCombine, BackendAndThreads) {
   CombineCase cc;
   CombineParams c = cc.params(Backend::cuda);

@@ -1041,9 +1041,11 @@ Status cpu_combine(const CombineParams& c) {
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t h = row % H, i = (row / H) % Sq, b = row / (H * Sq);
-      const float lse = merge_partial_row(S, l + b * lp.stride[1] + h * lp.stride[2] + i * lp.stride[3], lp.stride[0],
-                                          o + b * op.stride[1] + i * op.stride[2] + h * op.stride[3], op.stride[0],
-                                          op.stride[4], D, acc.data());
+      // An empty partials view (no splits, or Dv = 0 for out_partials) may carry any strides:
+      // no offset is formed from them (they may overflow). No splits: nothing seen, O = 0.
+      const float* lrow = S > 0 ? l + (b * lp.stride[1] + h * lp.stride[2] + i * lp.stride[3]) : l;
+      const float* orow = S > 0 && D > 0 ? o + (b * op.stride[1] + i * op.stride[2] + h * op.stride[3]) : o;
+      const float lse = merge_partial_row(S, lrow, lp.stride[0], orow, op.stride[0], op.stride[4], D, acc.data());
       const int64_t oo = b * c.out.stride[0] + i * c.out.stride[1] + h * c.out.stride[2];
       for (int64_t e = 0; e < D; ++e) store_f32(c.out.data, oo + e * c.out.stride[3], c.out.dtype, acc[e]);
       if (c.lse.present())

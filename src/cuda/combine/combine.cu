@@ -32,8 +32,10 @@ __global__ void __launch_bounds__(32 * kWarps) combine_kernel(const __grid_const
   if (a.row_limit != nullptr && r >= *a.row_limit) return;
   const int h = static_cast<int>(item % a.heads);
   const int64_t b = r / a.rows_per_b, i = r % a.rows_per_b;
-  const float* lp = a.lse_part + b * a.lp_b + i * a.lp_i + h * a.lp_h;
-  const float* op = a.o_part + b * a.op_b + i * a.op_i + h * a.op_h;
+  // An empty partials view (no splits, or Dv = 0 for o_part) may carry any strides: no offset
+  // is formed from them (fa4_combine_partials accepts S = 0: nothing seen, O = 0, lse = -inf).
+  const float* lp = a.splits > 0 ? a.lse_part + (b * a.lp_b + i * a.lp_i + h * a.lp_h) : a.lse_part;
+  const float* op = a.splits > 0 && a.dv > 0 ? a.o_part + (b * a.op_b + i * a.op_i + h * a.op_h) : a.o_part;
 
   float mx = -INFINITY;
   for (int s = lane; s < a.splits; s += 32) mx = fmaxf(mx, lp[s * a.lp_s]);
