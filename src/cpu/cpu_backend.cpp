@@ -304,6 +304,13 @@ struct KvRowOffsets {
   }
 };
 
+// Element stride between the consecutive packed rows (position r / g, head hk g + r % g) of one
+// (batch, kv head), given the tensor's position and head strides; 0 when it is not constant.
+int64_t packed_row_step(int64_t g, int64_t pos_step, int64_t head_step) {
+  if (g == 1) return pos_step;
+  return pos_step == g * head_step ? head_step : 0;
+}
+
 // Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
 inline void prefetch_span(const char* p, int64_t bytes) {
   bytes = std::min<int64_t>(bytes, 1024);
@@ -550,10 +557,18 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = 0.0f;
     }
   }
+  // fp32 Q rows a constant stride apart: Q^T straight from them (no fp32 row copies first).
+  const int64_t q_step = packed_row_step(g, pb.varlen_q ? pb.qs.s0 : pb.qs.s1, pb.qs.head);
   auto need_qt = [&] {
     if (qt_ready) return;
-    if (!qrow_ready) fill_qrow();
-    K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qt_scale, ws.qt, mp);
+    if (!qrow_ready && pb.dtype == DType::float32 && q_step != 0) {
+      const float* q0 = static_cast<const float*>(p.q.data) + pb.q_offset(b, u.r0 / g, hk * g + u.r0 % g);
+      K.transpose(q0, q_step, rows, dqk, nullptr, qt_scale, ws.qt, mp);
+      for (int64_t d = 0; d < dqk; ++d) std::fill(ws.qt + d * mp + rows, ws.qt + d * mp + mp, 0.0f);  // padding rows
+    } else {
+      if (!qrow_ready) fill_qrow();
+      K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qt_scale, ws.qt, mp);
+    }
     qt_ready = true;
   };
   for (int64_t r = 0; r < rows; ++r) {
@@ -849,7 +864,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     // Normalized rows, row-major: transposed by the table's kernel when O^T is transposed.
     const float* orow = ws.orow;
     int64_t or_s = dv, oe_s = 1;
-    if (rowwise || !K.transpose) {
+    // fp32 output rows a constant stride apart: O^T transposed straight into them (the rows
+    // with an extreme score are overwritten below).
+    const int64_t o_step = packed_row_step(g, pb.varlen_q ? pb.os.s0 : pb.os.s1, pb.os.head);
+    const bool direct_o = !rowwise && K.transpose && plan.nsplit == 1 && pb.out_dtype == DType::float32 &&
+                          pb.os.dim == 1 && o_step != 0;
+    if (direct_o) {
+      float* o0 = static_cast<float*>(p.out.data) + pb.out_offset(b, u.r0 / g, hk * g + u.r0 % g);
+      K.transpose(ws.ot, mp, dv, rows, fr, 1.0f, o0, o_step);
+    } else if (rowwise || !K.transpose) {
       orow = ws.ot;
       or_s = o_rs;
       oe_s = o_es;
@@ -873,7 +896,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
       } else if (plan.nsplit == 1) {
         const int64_t oo = pb.out_offset(b, i, h);
-        if (fast_store)
+        if (direct_o) {
+          // written by the transpose above
+        } else if (fast_store)
           K.store_row(o, dv, pb.out_dtype, static_cast<char*>(p.out.data) + oo * oesz);
         else
           for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, o[e * oe_s] * f);
