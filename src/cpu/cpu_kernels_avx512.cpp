@@ -658,15 +658,14 @@ int pack_v_f32(const void* const* vrows, DType t, int64_t n, int64_t ld, int64_t
   return flags_of(0, nonfinite);
 }
 
-// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d dims (kb: the block's
-// first of them; Acc: added to st, for the second and later dim chunks).
-template <int MV, bool Acc>
+// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d.
+template <int MV>
 inline void qkp_block(const float* qt, int64_t mp, int64_t d, const float* kb, float* st) {
   __m512 c[8][MV];
 #pragma GCC unroll 8
   for (int n = 0; n < 8; ++n)
 #pragma GCC unroll 3
-    for (int v = 0; v < MV; ++v) c[n][v] = Acc ? _mm512_loadu_ps(st + n * mp + 16 * v) : _mm512_setzero_ps();
+    for (int v = 0; v < MV; ++v) c[n][v] = _mm512_setzero_ps();
   for (int64_t dd = 0; dd < d; ++dd) {
     __m512 x[MV];
 #pragma GCC unroll 3
@@ -684,19 +683,9 @@ inline void qkp_block(const float* qt, int64_t mp, int64_t d, const float* kb, f
     for (int v = 0; v < MV; ++v) _mm512_storeu_ps(st + n * mp + 16 * v, c[n][v]);
 }
 
-// Dims in chunks of 128: a strip's Q^T chunk (48 x 128 x 4 = 24 KB) stays in L1 while the K
-// blocks stream past it, where all of D = 256 (48 KB, the whole L1) did not.
 template <int MV>
 void qkp_strip(const float* qt, int64_t mp, int64_t d, const float* kp, int64_t n, float* st) {
-  constexpr int64_t kChunk = 128;
-  for (int64_t d0 = 0; d0 < d; d0 += kChunk) {
-    const int64_t dc = std::min(kChunk, d - d0);
-    for (int64_t n0 = 0; n0 < n; n0 += 8) {
-      const float* kb = kp + n0 * d + d0 * 8;
-      if (d0 == 0) qkp_block<MV, false>(qt, mp, dc, kb, st + n0 * mp);
-      else qkp_block<MV, true>(qt + d0 * mp, mp, dc, kb, st + n0 * mp);
-    }
-  }
+  for (int64_t n0 = 0; n0 < n; n0 += 8) qkp_block<MV>(qt, mp, d, kp + n0 * d, st + n0 * mp);
 }
 
 // Strips of 48 queries (the last one 32 or 16): each strip's Q^T stays in L1 while the K panel
