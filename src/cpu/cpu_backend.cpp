@@ -668,15 +668,19 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       std::fill(ws.row_lo_rel, ws.row_lo_rel + mp, 0);
       std::fill(ws.row_hi_rel, ws.row_hi_rel + mp, static_cast<int32_t>(n));
     };
+    // The softmax step over rows [r0, r0 + mr) and nk keys of this tile.
+    auto aim = [&](int64_t r0, int64_t mr, int64_t nk) {
+      step.st = ws.st + r0;
+      step.nk = nk;
+      step.m = mr;
+      step.lo = kind == TileKind::partial ? ws.row_lo_rel + r0 : nullptr;
+      step.hi = kind == TileKind::partial ? ws.row_hi_rel + r0 : nullptr;
+      step.m_run = ws.m_run + r0;
+      step.l_run = ws.l_run + r0;
+      step.alpha = ws.alpha + r0;
+    };
     const int64_t m = rb - ra;
-    step.st = ws.st + ra;
-    step.nk = n;
-    step.m = m;
-    step.lo = kind == TileKind::partial ? ws.row_lo_rel + ra : nullptr;
-    step.hi = kind == TileKind::partial ? ws.row_hi_rel + ra : nullptr;
-    step.m_run = ws.m_run + ra;
-    step.l_run = ws.l_run + ra;
-    step.alpha = ws.alpha + ra;
+    aim(ra, m, n);
 
     if (rowwise) {
       for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
@@ -779,14 +783,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         const int64_t sm = std::min(F->strip_rows, rb - s0);
         const int64_t sn = kind == TileKind::partial ? std::min<int64_t>(ne, ws.row_hi_rel[s0 + sm - 1]) : ne;
         F->qk(ws.qt + s0, mp, sm, dqk, kp, sn, ws.st + s0);
-        step.st = ws.st + s0;
-        step.nk = sn;
-        step.m = sm;
-        step.lo = kind == TileKind::partial ? ws.row_lo_rel + s0 : nullptr;
-        step.hi = kind == TileKind::partial ? ws.row_hi_rel + s0 : nullptr;
-        step.m_run = ws.m_run + s0;
-        step.l_run = ws.l_run + s0;
-        step.alpha = ws.alpha + s0;
+        aim(s0, sm, sn);
         step.redo = ws.redo + s0;
         K.softmax(step);
         step.redo = nullptr;

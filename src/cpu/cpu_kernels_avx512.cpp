@@ -658,25 +658,32 @@ int pack_v_f32(const void* const* vrows, DType t, int64_t n, int64_t ld, int64_t
   return flags_of(0, nonfinite);
 }
 
-// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d.
+// The register block of both products, from 0: c[n][v] = sum_{k < kn} b[8 k + n] a[k lda + 16 v]
+// (b: a panel block, 8 elements per step; a: MV vectors of Q^T or P^T per step).
 template <int MV>
-inline void qkp_block(const float* qt, int64_t mp, int64_t d, const float* kb, float* st) {
-  __m512 c[8][MV];
+inline void outer8(__m512 (&c)[8][MV], const float* a, int64_t lda, const float* b, int64_t kn) {
 #pragma GCC unroll 8
   for (int n = 0; n < 8; ++n)
 #pragma GCC unroll 3
     for (int v = 0; v < MV; ++v) c[n][v] = _mm512_setzero_ps();
-  for (int64_t dd = 0; dd < d; ++dd) {
+  for (int64_t k = 0; k < kn; ++k) {
     __m512 x[MV];
 #pragma GCC unroll 3
-    for (int v = 0; v < MV; ++v) x[v] = _mm512_loadu_ps(qt + dd * mp + 16 * v);
+    for (int v = 0; v < MV; ++v) x[v] = _mm512_loadu_ps(a + k * lda + 16 * v);
 #pragma GCC unroll 8
     for (int n = 0; n < 8; ++n) {
-      const __m512 bc = _mm512_set1_ps(kb[dd * 8 + n]);
+      const __m512 bc = _mm512_set1_ps(b[k * 8 + n]);
 #pragma GCC unroll 3
       for (int v = 0; v < MV; ++v) c[n][v] = _mm512_fmadd_ps(bc, x[v], c[n][v]);
     }
   }
+}
+
+// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d.
+template <int MV>
+inline void qkp_block(const float* qt, int64_t mp, int64_t d, const float* kb, float* st) {
+  __m512 c[8][MV];
+  outer8<MV>(c, qt, mp, kb, d);
 #pragma GCC unroll 8
   for (int n = 0; n < 8; ++n)
 #pragma GCC unroll 3
@@ -704,21 +711,7 @@ void qk_f32p(const float* qt, int64_t mp, int64_t m, int64_t dqk, const float* k
 template <int MV>
 inline void pvp_block(const float* pt, int64_t mp, int64_t n, const float* vb, const float* alpha, float* ot) {
   __m512 c[8][MV];
-#pragma GCC unroll 8
-  for (int e = 0; e < 8; ++e)
-#pragma GCC unroll 3
-    for (int v = 0; v < MV; ++v) c[e][v] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
-    __m512 x[MV];
-#pragma GCC unroll 3
-    for (int v = 0; v < MV; ++v) x[v] = _mm512_loadu_ps(pt + j * mp + 16 * v);
-#pragma GCC unroll 8
-    for (int e = 0; e < 8; ++e) {
-      const __m512 bc = _mm512_set1_ps(vb[j * 8 + e]);
-#pragma GCC unroll 3
-      for (int v = 0; v < MV; ++v) c[e][v] = _mm512_fmadd_ps(bc, x[v], c[e][v]);
-    }
-  }
+  outer8<MV>(c, pt, mp, vb, n);
   __m512 a[MV];
 #pragma GCC unroll 3
   for (int v = 0; v < MV; ++v) a[v] = _mm512_loadu_ps(alpha + 16 * v);
