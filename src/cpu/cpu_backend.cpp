@@ -541,8 +541,10 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     }
     qflags = L->pack_q_rows(ws.qraw, pb.dtype, rows, mp, dqk, qpow2, plan.terms, ws.qv);
   } else if (fast_q) {
-    fill_qrow();
-    if (L) K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qpow2, ws.qt2, mp);
+    if (L) {
+      fill_qrow();
+      K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qpow2, ws.qt2, mp);
+    }
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;

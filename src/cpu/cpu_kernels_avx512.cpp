@@ -782,6 +782,10 @@ void transpose_avx512(const float* src, int64_t ld_src, int64_t nr, int64_t nc, 
       const int64_t nj = std::min<int64_t>(16, nc - j0);
       const __mmask16 sj = head_mask(nj);
       const __m512 cs = col_scale ? _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(sj, col_scale + j0)) : sc;
+      // The same columns of the next 16 source rows, one block row ahead: Q rows straight from
+      // storage are a page apart each (BSHD), where the hardware prefetcher does not follow.
+      for (int64_t i = 0; i < std::min<int64_t>(16, nr - i0 - 16); ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(src + (i0 + 16 + i) * ld_src + j0), _MM_HINT_T0);
       __m512i r[16];
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
