@@ -33,6 +33,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -160,6 +161,22 @@ struct Panels {
   const uint16_t* vt(int64_t tile) const { return reinterpret_cast<const uint16_t*>(at(tile) + k_bytes); }
   const float* kp(int64_t tile) const { return reinterpret_cast<const float*>(at(tile)); }
   const float* vp(int64_t tile) const { return reinterpret_cast<const float*>(at(tile) + k_bytes); }
+  // Filled lazily (the fp32 panels): the first unit to reach a tile packs it, so packing
+  // overlaps the other threads' products and no barrier separates it from them (a pass over
+  // every tile before the units was ~8% of S = 512 and one more barrier for a preempted
+  // thread to hold up on a shared machine). state[tile]: 0 empty, 1 being packed, 2 ready.
+  static constexpr int kReady = 2, kMine = 1, kBusy = 0;
+  std::unique_ptr<std::atomic<uint8_t>[]> state;  // nullptr: packed before the units (all ready)
+  // kReady: use the tile; kMine: the caller packs it now, then publish(); kBusy: another unit
+  // is packing it, the caller packs its own copy of the tile.
+  int want(int64_t tile) const {
+    if (!state) return kReady;
+    uint8_t st = state[tile].load(std::memory_order_acquire);
+    if (st == 2) return kReady;
+    if (st == 0 && state[tile].compare_exchange_strong(st, 1, std::memory_order_acq_rel)) return kMine;
+    return state[tile].load(std::memory_order_acquire) == 2 ? kReady : kBusy;
+  }
+  void publish(int64_t tile) const { state[tile].store(2, std::memory_order_release); }
   Panels() = default;
   Panels(const Panels&) = delete;
   Panels& operator=(const Panels&) = delete;
@@ -476,6 +493,23 @@ void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) 
   std::fill(ws.ot, ws.ot + ws.dv_p * 8, 0.0f);
 }
 
+// Packs panel tile `tile` (its n keys, from storage rows kr / vr) and records the packers' flags.
+void pack_panel_tile(const Plan& plan, const Panels& pn, int64_t tile, int64_t n, const void* const* kr,
+                     const void* const* vr) {
+  const Problem& pb = *plan.pb;
+  char* slot = static_cast<char*>(pn.data->p) + tile * pn.slot;
+  if (plan.lowp) {
+    const LowpKernels& L = *plan.lowp;
+    const int kf = L.pack_k(kr, pb.dtype, n, pb.dqk, plan.terms, reinterpret_cast<uint16_t*>(slot));
+    const int vf = L.pack_v(vr, pb.dtype, n, pb.dv, plan.terms, reinterpret_cast<uint16_t*>(slot + pn.k_bytes));
+    pn.flags[tile] = static_cast<uint8_t>(kf | vf);
+  } else {
+    const F32Panels& F = *plan.f32p;
+    F.pack_k(kr, pb.dtype, n, pb.dqk, reinterpret_cast<float*>(slot));
+    pn.flags[tile] = static_cast<uint8_t>(F.pack_v(vr, pb.dtype, n, pn.nk, pb.dv, reinterpret_cast<float*>(slot + pn.k_bytes)));
+  }
+}
+
 void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   Workspace& ws = *wss[0];
   const int nh = u.nh;
@@ -626,14 +660,22 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
     // never touched.
     // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
+    // tp: this tile's panel, or nullptr where the unit packs the tile itself (no panels, or a
+    // lazily filled one that another unit is packing right now).
     const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
-    if (!pan || pan->flags[pan_tile] != 0)
+    const int want = pan ? pan->want(pan_tile) : Panels::kBusy;
+    const Panels* tp = want == Panels::kBusy ? nullptr : pan;
+    if (!tp || want == Panels::kMine || tp->flags[pan_tile] != 0)
       for (int64_t t = 0; t < n; ++t) {
         int64_t ko, vo;
         kv_rows.at(j0 + t, &ko, &vo);
         ws.kraw[t] = kbase + ko * esz;
         ws.vraw[t] = vbase + vo * esz;
       }
+    if (want == Panels::kMine) {  // n is the panel tile's key count here
+      pack_panel_tile(plan, *pan, pan_tile, n, ws.kraw, ws.vraw);
+      pan->publish(pan_tile);
+    }
     // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
     // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
     // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
@@ -707,10 +749,10 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     if (L) {
       const uint16_t *kb = ws.kb, *vt = ws.vt;
       int kf = 0, vf = 0;
-      if (pan) {
-        kb = pan->kb(pan_tile);
-        vt = pan->vt(pan_tile);
-        kf = vf = pan->flags[pan_tile];
+      if (tp) {
+        kb = tp->kb(pan_tile);
+        vt = tp->vt(pan_tile);
+        kf = vf = tp->flags[pan_tile];
       } else {
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
         kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
@@ -761,11 +803,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       const float *kp = ws.kc, *vp = ws.vc;
       int64_t ld = ne;
       int vf = 0;
-      if (pan) {
-        kp = pan->kp(pan_tile);
-        vp = pan->vp(pan_tile);
+      if (tp) {
+        kp = tp->kp(pan_tile);
+        vp = tp->vp(pan_tile);
         ld = ws.nk;
-        vf = pan->flags[pan_tile];
+        vf = tp->flags[pan_tile];
       } else {
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
         F->pack_k(ws.kraw, pb.dtype, ne, dqk, ws.kc);
@@ -914,8 +956,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   for (int h = 0; h < nh; ++h) finish(*wss[h], hk + h);
 }
 
-// Packs every key tile of every (batch, kv head) into panels, in parallel over tiles. False
-// (nothing packed) when the panels do not fit in memory: the units then pack their own.
+// Lays out the panels of every key tile of every (batch, kv head) and packs them, in parallel
+// over tiles (16-bit panels), or leaves them to the units (fp32 panels: Panels::state). False
+// (no panels) when they do not fit in memory: the units then pack their own tiles.
 bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
   const Problem& pb = *plan.pb;
   const LowpKernels* L = plan.lowp;
@@ -942,6 +985,14 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
     pn->data.reset();
     return false;
   }
+  if (F) {  // filled by the units (Panels::state)
+    pn->state.reset(new (std::nothrow) std::atomic<uint8_t>[static_cast<size_t>(tiles)]());
+    if (!pn->state) {
+      pn->data.reset();
+      return false;
+    }
+    return true;
+  }
   const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
   const char* kbase = static_cast<const char*>(pb.p->k.data);
   const char* vbase = static_cast<const char*>(pb.p->v.data);
@@ -960,17 +1011,7 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
         kr[t] = kbase + ko * esz;
         vr[t] = vbase + vo * esz;
       }
-      char* slot = static_cast<char*>(pn->data->p) + tile * pn->slot;
-      if (L) {
-        const int kf = L->pack_k(kr.data(), pb.dtype, n, pb.dqk, plan.terms, reinterpret_cast<uint16_t*>(slot));
-        const int vf =
-            L->pack_v(vr.data(), pb.dtype, n, pb.dv, plan.terms, reinterpret_cast<uint16_t*>(slot + pn->k_bytes));
-        pn->flags[tile] = static_cast<uint8_t>(kf | vf);
-      } else {
-        F->pack_k(kr.data(), pb.dtype, n, pb.dqk, reinterpret_cast<float*>(slot));
-        pn->flags[tile] =
-            static_cast<uint8_t>(F->pack_v(vr.data(), pb.dtype, n, nk, pb.dv, reinterpret_cast<float*>(slot + pn->k_bytes)));
-      }
+      pack_panel_tile(plan, *pn, tile, n, kr.data(), vr.data());
     }
   }
   return true;
