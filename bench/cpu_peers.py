@@ -68,6 +68,9 @@ def parse_args():
     ap.add_argument("--gemm", type=int, default=4096)
     ap.add_argument("--acc-max-s", type=int, default=2048)
     ap.add_argument("--dtypes", default="bf16,f16,f32")
+    ap.add_argument("--seqlens", default=None, help="prefill S values to keep, e.g. 512,2048 (default: all)")
+    ap.add_argument("--head-dims", default=None, help="prefill D values to keep, e.g. 64,128 (default: all)")
+    ap.add_argument("--causal", choices=("both", "yes", "no"), default="both", help="prefill masks to run")
     ap.add_argument("--no-decode", action="store_true")
     ap.add_argument("--no-prefill", action="store_true")
     ap.add_argument("--isa", default=None, help="sets FA4_CPU_ISA before libfa4 loads")
@@ -188,6 +191,10 @@ def stream_gbs(gb=2.0, reps=5):
     return x.numel() * 4 / statistics.median(t) / 1e9
 
 
+def keep(csv):
+    return {int(x) for x in csv.split(",") if x}
+
+
 def prefill_shapes():
     dts = [d for d in args.dtypes.split(",") if d]
     for dt in dts:
@@ -197,7 +204,9 @@ def prefill_shapes():
                     continue
                 if s == 8192 and not args.full and d != 128:
                     continue
-                for causal in (False, True):
+                if (args.seqlens and s not in keep(args.seqlens)) or (args.head_dims and d not in keep(args.head_dims)):
+                    continue
+                for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
                     yield dict(dt=dt, B=1, H=16, S=s, D=d, causal=causal)
 
 

@@ -148,6 +148,74 @@ TEST(CpuIsa, SixteenBitTilesWithSplitsPagesSinksSoftcapAndLse) {
     }
 }
 
+// The fp32 panel kernels (AVX-512: fp32 inputs everywhere, fp16 / bf16 / fp8 where the table has
+// no 16-bit products for them; other ISAs run their own fp32 kernels on the same cases): K packed
+// in 8-key blocks and V in 8-dim blocks (head dims 1 .. 256 that are not multiples of 8 or 16
+// pad them), 128-key tiles (key counts 1, short, one tile and a tail, several tiles), 48-row
+// strips (packed rows 1, 9, 40 = 48 - 8, 100 = 2 x 48 + 4, 200: two query tiles, so pre-packed
+// panels), diagonal / window tiles whose strips see fewer keys than the tile.
+TEST(CpuIsa, Fp32PanelTilesEveryPaddingAndBlocking) {
+  struct Shape {
+    int64_t dqk, dv, rows, sk;
+  };
+  const Shape shapes[] = {{1, 1, 9, 5},        {7, 9, 40, 1},      {17, 33, 100, 129}, {64, 64, 200, 300},
+                          {72, 100, 9, 257},  {128, 128, 100, 128}, {128, 128, 200, 700}, {200, 136, 40, 200},
+                          {256, 256, 200, 160}, {256, 40, 1, 300},  {8, 8, 200, 1000}};
+  int n = 0;
+  for (DType dt : {DType::float32, DType::float16})
+    for (const Shape& sh : shapes)
+      for (int mask = 0; mask < 3; ++mask) {
+        CaseConfig c;
+        c.dtype = dt;
+        c.hkv = 1;
+        c.hq = sh.rows % 4 == 0 ? 4 : 1;  // 4 x (rows / 4) packed GQA rows
+        c.sq = sh.rows / c.hq;
+        c.sk = sh.sk;
+        c.dqk = sh.dqk;
+        c.dv = sh.dv;
+        c.causal = mask == 1;
+        if (mask == 2) {
+          c.window_left = 60;
+          c.window_right = 7;
+        }
+        c.dist = (n % 3 == 0) ? Dist::outliers : (n % 3 == 1 ? Dist::uniform : Dist::normal);
+        check(c, derive_seed(68000 + n++));
+      }
+}
+
+// The fp32 panel path with every feature around it: GQA, paging with page sizes below and not
+// dividing the key tile, appends, splits (the split partials and merge), sinks, softcap (its
+// factors in the path's log2 units), lse, varlen, strided (BHSD-like) layouts.
+TEST(CpuIsa, Fp32PanelTilesWithSplitsPagesSinksSoftcapAndLse) {
+  int n = 0;
+  for (int variant = 0; variant < 8; ++variant) {
+    CaseConfig c;
+    c.dtype = variant == 7 ? DType::float16 : DType::float32;
+    c.batch = 2;
+    c.hq = 8;
+    c.hkv = 2;
+    c.dqk = c.dv = variant % 2 ? 80 : 64;
+    c.sq = 61;
+    c.sk = 333;
+    c.causal = variant % 3 != 0;
+    c.sinks = variant % 2 == 0;
+    c.softcap = variant % 4 == 1 ? 20.0f : 0.0f;
+    c.num_splits = variant % 3 == 2 ? 3 : 1;
+    if (variant == 2 || variant == 5) {
+      c.kv = KvMode::paged;
+      c.page_size = variant == 2 ? 7 : 64;
+      c.snew = 3;
+    }
+    if (variant == 3) {
+      c.varlen_q = true;
+      c.kv = KvMode::varlen;
+    }
+    if (variant == 4) c.layout = Layout::bhsd;
+    if (variant == 6) c.softcap = 1e6f;  // tanh of tiny arguments, in log2 units
+    check(c, derive_seed(69000 + n++));
+  }
+}
+
 // bf16 subnormals (|x| < 2^-126) read as zero in the matrix units and vdpbf16ps; with a huge
 // scale they still carry the scores, so such tiles must take the fp32 kernels.
 TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {

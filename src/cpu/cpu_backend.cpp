@@ -33,14 +33,19 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "core/backends.h"
 #include "core/checked.h"
@@ -54,6 +59,10 @@ namespace cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr double kInfD = std::numeric_limits<double>::infinity();
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr double kLn2d = 0.6931471805599453;
 
 // Tile sizes, measured on Zen3 (D = 128, bf16, 2048 keys): every query tile re-reads its kv
 // head's K and V (strided rows, usually from L3 or DRAM), so tall tiles matter most: at 96 rows
@@ -68,18 +77,62 @@ constexpr int64_t kTileKeys = 32;
 // the same bytes with contiguous rows (Hkv = 1) at ~6.2 GB/s: a head's 256-byte rows 2 KB apart
 // defeat the L2 streamer and take a TLB entry per two rows.
 constexpr int64_t kUnitHeads = 8;
+// Largest pre-packed fp32 K / V (Panels) per call; beyond it units pack their own key tiles.
+constexpr int64_t kMaxF32PanelBytes = int64_t{1} << 30;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-float nan_max(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? std::nanf("") : (a > b ? a : b); }
+double nan_max(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? std::nan("") : (a > b ? a : b); }
 
-// 64-byte aligned fp32/int32/pointer scratch, owned per thread.
+// 64-byte aligned fp32/int32/pointer scratch, owned per thread; from 2 MB on (the pre-packed
+// panels) 2 MB aligned and, on Linux, on transparent huge pages where the system allows them
+// (the kernels stream the panels: one TLB entry per 2 MB instead of 512).
 struct AlignedBuffer {
+  static constexpr size_t kHuge = size_t{2} << 20;
   void* p = nullptr;
-  explicit AlignedBuffer(size_t bytes) : p(std::aligned_alloc(64, round_up(static_cast<int64_t>(bytes) + 64, 64))) {}
+  size_t size = 0;
+  explicit AlignedBuffer(size_t bytes) {
+    const size_t align = bytes >= kHuge ? kHuge : 64;
+    size = static_cast<size_t>(round_up(static_cast<int64_t>(bytes) + 64, static_cast<int64_t>(align)));
+    p = std::aligned_alloc(align, size);
+#ifdef __linux__
+    if (p && align == kHuge) madvise(p, size, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+  }
   ~AlignedBuffer() { std::free(p); }
+  bool ok() const { return p != nullptr; }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+};
+
+// The pre-packed panels' buffer outlives a call: a fresh multi-MB allocation is mapped anew each
+// time, and its first-touch page faults (the kernel zeroing pages) were ~4% of an fp32 prefill
+// at S = 2048 (perf, 1 thread), more at S = 512. One cached buffer per process, taken by one call
+// at a time (a concurrent call allocates its own), kept while it is at most kKeepPanelBytes.
+constexpr size_t kKeepPanelBytes = size_t{128} << 20;
+struct PanelBufferCache {
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unique_ptr<AlignedBuffer>& slot() {
+    static std::unique_ptr<AlignedBuffer> b;
+    return b;
+  }
+  static std::unique_ptr<AlignedBuffer> take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> g(mu());
+      std::unique_ptr<AlignedBuffer>& c = slot();
+      if (c && c->size >= bytes) return std::move(c);
+    }
+    return std::make_unique<AlignedBuffer>(bytes);
+  }
+  static void give(std::unique_ptr<AlignedBuffer> b) {
+    if (!b || !b->ok() || b->size > kKeepPanelBytes) return;
+    std::lock_guard<std::mutex> g(mu());
+    std::unique_ptr<AlignedBuffer>& c = slot();
+    if (!c || c->size < b->size) c = std::move(b);
+  }
 };
 
 struct Unit {
@@ -93,17 +146,41 @@ struct Unit {
   int32_t nh = 1;
 };
 
-// K / V packed once per (batch, kv head, key tile) for the 16-bit kernels, when several query
-// tiles read them (packing in every work unit cost ~25% of a bf16 prefill on AMX at S = 2048):
-// tile t of (b, hk) holds keys [t nk, t nk + n), n = min(nk, seqlen_k - t nk), as kb then vt
-// (cpu_kernels.h layouts) in a fixed-size slot; flags = the packers' kTiny / kNonFinite bits.
+// K / V packed once per (batch, kv head, key tile) for the 16-bit kernels and the fp32 panel
+// kernels, when several query tiles read them (packing in every work unit cost ~25% of a bf16
+// prefill on AMX at S = 2048): tile t of (b, hk) holds keys [t nk, t nk + n), n = min(nk,
+// seqlen_k - t nk), as kb then vt (or kp then vp, cpu_kernels.h layouts) in a fixed-size slot;
+// flags = the packers' kTiny / kNonFinite bits.
 struct Panels {
-  int64_t nk = 0, slot = 0, kb_elems = 0;  // slot: uint16 elements per tile
+  int64_t nk = 0, slot = 0, k_bytes = 0;  // slot: bytes per tile (a multiple of 64)
   std::vector<int64_t> first;  // [b * hkv + hk]: index of its tile 0
-  std::unique_ptr<uint16_t[]> data;
+  std::unique_ptr<AlignedBuffer> data;
   std::unique_ptr<uint8_t[]> flags;
-  const uint16_t* kb(int64_t tile) const { return data.get() + tile * slot; }
-  const uint16_t* vt(int64_t tile) const { return data.get() + tile * slot + kb_elems; }
+  const char* at(int64_t tile) const { return static_cast<const char*>(data->p) + tile * slot; }
+  const uint16_t* kb(int64_t tile) const { return reinterpret_cast<const uint16_t*>(at(tile)); }
+  const uint16_t* vt(int64_t tile) const { return reinterpret_cast<const uint16_t*>(at(tile) + k_bytes); }
+  const float* kp(int64_t tile) const { return reinterpret_cast<const float*>(at(tile)); }
+  const float* vp(int64_t tile) const { return reinterpret_cast<const float*>(at(tile) + k_bytes); }
+  // Filled lazily (the fp32 panels): the first unit to reach a tile packs it, so packing
+  // overlaps the other threads' products and no barrier separates it from them (a pass over
+  // every tile before the units was ~8% of S = 512 and one more barrier for a preempted
+  // thread to hold up on a shared machine). state[tile]: 0 empty, 1 being packed, 2 ready.
+  static constexpr int kReady = 2, kMine = 1, kBusy = 0;
+  std::unique_ptr<std::atomic<uint8_t>[]> state;  // nullptr: packed before the units (all ready)
+  // kReady: use the tile; kMine: the caller packs it now, then publish(); kBusy: another unit
+  // is packing it, the caller packs its own copy of the tile.
+  int want(int64_t tile) const {
+    if (!state) return kReady;
+    uint8_t st = state[tile].load(std::memory_order_acquire);
+    if (st == 2) return kReady;
+    if (st == 0 && state[tile].compare_exchange_strong(st, 1, std::memory_order_acq_rel)) return kMine;
+    return state[tile].load(std::memory_order_acquire) == 2 ? kReady : kBusy;
+  }
+  void publish(int64_t tile) const { state[tile].store(2, std::memory_order_release); }
+  Panels() = default;
+  Panels(const Panels&) = delete;
+  Panels& operator=(const Panels&) = delete;
+  ~Panels() { PanelBufferCache::give(std::move(data)); }
 };
 
 // Everything a worker needs, shared read-only.
@@ -111,6 +188,7 @@ struct Plan {
   const Problem* pb;
   const Kernels* kern;
   const LowpKernels* lowp = nullptr;  // 16-bit products for this dtype (nullptr: fp32 kernels)
+  const F32Panels* f32p = nullptr;    // fp32 panel products (only without lowp)
   int terms = 1;                      // bf16 terms per element in the packed panels (fp16: 2)
   int64_t tile_keys = kTileKeys;      // keys per tile (a multiple of 32)
   int64_t tile_rows;        // packed rows per query tile (<= kTileRows)
@@ -121,7 +199,7 @@ struct Plan {
   float* part_o = nullptr;  // [nsplit][total_rows][dv] normalized partials (nsplit > 1)
   float* part_lse = nullptr;  // [nsplit][total_rows]
   uint8_t* part_redo = nullptr;  // [nsplit][total_rows]: 1 = that split saw an extreme score (the merge recomputes the row)
-  const Panels* panels = nullptr;  // pre-packed K / V (lowp only), or nullptr: units pack their own
+  const Panels* panels = nullptr;  // pre-packed K / V (lowp or f32p), or nullptr: units pack their own
 };
 
 // The key range [lo, hi) of split s of a tile whose rows see [klo, khi): equal shares of whole
@@ -169,7 +247,7 @@ struct Workspace {
     st = static_cast<float*>(take(nk * mp, 4));
     ot = static_cast<float*>(take(dv_p * mp, 4));
     kc = static_cast<float*>(take(nk * dqk, 4));
-    vc = static_cast<float*>(take(nk * dv, 4));
+    vc = static_cast<float*>(take(nk * round_up(dv, 8), 4));  // also the fp32 V panel vp
     m_run = static_cast<float*>(take(mp, 4));
     l_run = static_cast<float*>(take(mp, 4));
     alpha = static_cast<float*>(take(mp, 4));
@@ -242,6 +320,13 @@ struct KvRowOffsets {
     }
   }
 };
+
+// Element stride between the consecutive packed rows (position r / g, head hk g + r % g) of one
+// (batch, kv head), given the tensor's position and head strides; 0 when it is not constant.
+int64_t packed_row_step(int64_t g, int64_t pos_step, int64_t head_step) {
+  if (g == 1) return pos_step;
+  return pos_step == g * head_step ? head_step : 0;
+}
 
 // Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
 inline void prefetch_span(const char* p, int64_t bytes) {
@@ -408,6 +493,23 @@ void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) 
   std::fill(ws.ot, ws.ot + ws.dv_p * 8, 0.0f);
 }
 
+// Packs panel tile `tile` (its n keys, from storage rows kr / vr) and records the packers' flags.
+void pack_panel_tile(const Plan& plan, const Panels& pn, int64_t tile, int64_t n, const void* const* kr,
+                     const void* const* vr) {
+  const Problem& pb = *plan.pb;
+  char* slot = static_cast<char*>(pn.data->p) + tile * pn.slot;
+  if (plan.lowp) {
+    const LowpKernels& L = *plan.lowp;
+    const int kf = L.pack_k(kr, pb.dtype, n, pb.dqk, plan.terms, reinterpret_cast<uint16_t*>(slot));
+    const int vf = L.pack_v(vr, pb.dtype, n, pb.dv, plan.terms, reinterpret_cast<uint16_t*>(slot + pn.k_bytes));
+    pn.flags[tile] = static_cast<uint8_t>(kf | vf);
+  } else {
+    const F32Panels& F = *plan.f32p;
+    F.pack_k(kr, pb.dtype, n, pb.dqk, reinterpret_cast<float*>(slot));
+    pn.flags[tile] = static_cast<uint8_t>(F.pack_v(vr, pb.dtype, n, pn.nk, pb.dv, reinterpret_cast<float*>(slot + pn.k_bytes)));
+  }
+}
+
 void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   Workspace& ws = *wss[0];
   const int nh = u.nh;
@@ -433,6 +535,13 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // the fp32 product. A tile whose K / V holds bf16 subnormals (flushed by the matrix units) runs
   // on the fp32 kernels instead, from qt (Q x qscale, as in the fp32 path).
   const LowpKernels* L = rowwise ? nullptr : plan.lowp;
+  // The fp32 panel products (plans without 16-bit products): K / V packed per key tile.
+  const F32Panels* F = rowwise ? nullptr : plan.f32p;
+  // Those run in log2 units: Q^T carries scale x log2(e), so the scores, the running max and
+  // the softcap are s log2(e) and the softmax takes 2^(s - m) with no rounding of (s - m) log2 e
+  // (half the fp32 output error); finish converts back in double.
+  const bool log2u = F != nullptr;
+  const float qt_scale = log2u ? qscale * kLog2e : qscale;
   float qpow2 = 1.0f, qpost = 1.0f;
   if (L && std::isnormal(qscale)) {
     qpow2 = std::ldexp(1.0f, std::ilogb(qscale));
@@ -466,13 +575,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     }
     qflags = L->pack_q_rows(ws.qraw, pb.dtype, rows, mp, dqk, qpow2, plan.terms, ws.qv);
   } else if (fast_q) {
-    fill_qrow();
-    if (L) K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qpow2, ws.qt2, mp);
+    if (L) {
+      fill_qrow();
+      K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qpow2, ws.qt2, mp);
+    }
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
       K.convert(static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz, pb.dtype, pb.qs.dim, dqk, ws.row);
-      for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = ws.row[d] * qscale;
+      for (int64_t d = 0; d < dqk; ++d) ws.qt[r * q_rs + d * q_ds] = ws.row[d] * qt_scale;
       if (L)
         for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = ws.row[d] * qpow2;
     }
@@ -482,10 +593,18 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         for (int64_t d = 0; d < dqk; ++d) ws.qt2[r + d * mp] = 0.0f;
     }
   }
+  // fp32 Q rows a constant stride apart: Q^T straight from them (no fp32 row copies first).
+  const int64_t q_step = packed_row_step(g, pb.varlen_q ? pb.qs.s0 : pb.qs.s1, pb.qs.head);
   auto need_qt = [&] {
     if (qt_ready) return;
-    if (!qrow_ready) fill_qrow();
-    K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qscale, ws.qt, mp);
+    if (!qrow_ready && pb.dtype == DType::float32 && q_step != 0) {
+      const float* q0 = static_cast<const float*>(p.q.data) + pb.q_offset(b, u.r0 / g, hk * g + u.r0 % g);
+      K.transpose(q0, q_step, rows, dqk, nullptr, qt_scale, ws.qt, mp);
+      for (int64_t d = 0; d < dqk; ++d) std::fill(ws.qt + d * mp + rows, ws.qt + d * mp + mp, 0.0f);  // padding rows
+    } else {
+      if (!qrow_ready) fill_qrow();
+      K.transpose(ws.qrow, dqk, mp, dqk, nullptr, qt_scale, ws.qt, mp);
+    }
     qt_ready = true;
   };
   for (int64_t r = 0; r < rows; ++r) {
@@ -529,25 +648,34 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // 1 / softcap overflows for softcap < 2.9e-39: FLT_MAX then stands in for it, so a zero score
   // stays 0 (0 * inf would be NaN) and any other saturates tanh to +-1, as s / softcap does.
   const float cap_in = cap ? std::min(1.0f / pb.softcap, std::numeric_limits<float>::max()) : 0.0f;
-  SoftmaxStep step{ws.st, 0, mp, mp, nullptr, nullptr, cap_in, pb.softcap,
-                   ws.m_run, ws.l_run, ws.alpha};
+  SoftmaxStep step{ws.st, 0, mp, mp, nullptr, nullptr, log2u ? cap_in * kLn2 : cap_in,
+                   log2u ? pb.softcap * kLog2e : pb.softcap, ws.m_run, ws.l_run, ws.alpha};
+  step.log2_units = log2u;
   if (L && L->begin) L->begin();
   // Pre-packed panels cover whole aligned tiles up to seqlen_k: a tile that ends past hi (only
   // when hi = khi, so the keys beyond are masked for every row here) is used whole, as partial.
-  const Panels* pan = L ? plan.panels : nullptr;
+  const Panels* pan = L || F ? plan.panels : nullptr;
   // One key tile of one head (several heads: row-major units over kv heads, see Unit::nh).
   auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, int64_t j0, int64_t n, TileKind kind) {
     // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
     // never touched.
     // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
+    // tp: this tile's panel, or nullptr where the unit packs the tile itself (no panels, or a
+    // lazily filled one that another unit is packing right now).
     const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
-    if (!pan || pan->flags[pan_tile] != 0)
+    const int want = pan ? pan->want(pan_tile) : Panels::kBusy;
+    const Panels* tp = want == Panels::kBusy ? nullptr : pan;
+    if (!tp || want == Panels::kMine || tp->flags[pan_tile] != 0)
       for (int64_t t = 0; t < n; ++t) {
         int64_t ko, vo;
         kv_rows.at(j0 + t, &ko, &vo);
         ws.kraw[t] = kbase + ko * esz;
         ws.vraw[t] = vbase + vo * esz;
       }
+    if (want == Panels::kMine) {  // n is the panel tile's key count here
+      pack_panel_tile(plan, *pan, pan_tile, n, ws.kraw, ws.vraw);
+      pan->publish(pan_tile);
+    }
     // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
     // are strided (one kv head of many, or scattered pages). Measured on Zen3: without this,
     // prefill stalled on L3/DRAM for ~20% of the run and decode ran 1.6x slower. The transposed
@@ -584,15 +712,19 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       std::fill(ws.row_lo_rel, ws.row_lo_rel + mp, 0);
       std::fill(ws.row_hi_rel, ws.row_hi_rel + mp, static_cast<int32_t>(n));
     };
+    // The softmax step over rows [r0, r0 + mr) and nk keys of this tile.
+    auto aim = [&](int64_t r0, int64_t mr, int64_t nk) {
+      step.st = ws.st + r0;
+      step.nk = nk;
+      step.m = mr;
+      step.lo = kind == TileKind::partial ? ws.row_lo_rel + r0 : nullptr;
+      step.hi = kind == TileKind::partial ? ws.row_hi_rel + r0 : nullptr;
+      step.m_run = ws.m_run + r0;
+      step.l_run = ws.l_run + r0;
+      step.alpha = ws.alpha + r0;
+    };
     const int64_t m = rb - ra;
-    step.st = ws.st + ra;
-    step.nk = n;
-    step.m = m;
-    step.lo = kind == TileKind::partial ? ws.row_lo_rel + ra : nullptr;
-    step.hi = kind == TileKind::partial ? ws.row_hi_rel + ra : nullptr;
-    step.m_run = ws.m_run + ra;
-    step.l_run = ws.l_run + ra;
-    step.alpha = ws.alpha + ra;
+    aim(ra, m, n);
 
     if (rowwise) {
       for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
@@ -617,10 +749,10 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     if (L) {
       const uint16_t *kb = ws.kb, *vt = ws.vt;
       int kf = 0, vf = 0;
-      if (pan) {
-        kb = pan->kb(pan_tile);
-        vt = pan->vt(pan_tile);
-        kf = vf = pan->flags[pan_tile];
+      if (tp) {
+        kb = tp->kb(pan_tile);
+        vt = tp->vt(pan_tile);
+        kf = vf = tp->flags[pan_tile];
       } else {
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
         kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
@@ -665,6 +797,50 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       }
       // bf16 subnormals in this tile's K / V: the fp32 kernels below.
     }
+    if (F) {
+      // Keys past the last one any row of [ra, rb) can see are left out (as for L above).
+      const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, ws.row_hi_rel[rb - 1]) : n;
+      const float *kp = ws.kc, *vp = ws.vc;
+      int64_t ld = ne;
+      int vf = 0;
+      if (tp) {
+        kp = tp->kp(pan_tile);
+        vp = tp->vp(pan_tile);
+        ld = ws.nk;
+        vf = tp->flags[pan_tile];
+      } else {
+        for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
+        F->pack_k(ws.kraw, pb.dtype, ne, dqk, ws.kc);
+        vf = F->pack_v(ws.vraw, pb.dtype, ne, ld, dv, ws.vc);
+      }
+      const bool exact_pv = vf & LowpKernels::kNonFinite;
+      if (exact_pv) {
+        for (int64_t t = 0; t < ne; ++t) {
+          K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+          ws.vrows[t] = ws.vc + t * dv;
+        }
+        if (kind != TileKind::partial) full_bounds();
+      }
+      // Strip by strip: the product, the softmax (which flags extreme rows; its scale is 1, Q^T
+      // carries the scale) and P V, over the keys the strip's rows see (hi is non-decreasing).
+      for (int64_t s0 = ra; s0 < rb; s0 += F->strip_rows) {
+        const int64_t sm = std::min(F->strip_rows, rb - s0);
+        const int64_t sn = kind == TileKind::partial ? std::min<int64_t>(ne, ws.row_hi_rel[s0 + sm - 1]) : ne;
+        F->qk(ws.qt + s0, mp, sm, dqk, kp, sn, ws.st + s0);
+        aim(s0, sm, sn);
+        step.redo = ws.redo + s0;
+        K.softmax(step);
+        step.redo = nullptr;
+        if (ws.o_nonfinite) rescale_underflowed(ws.ot + s0, 1, mp, dv, sm, ws.alpha + s0);
+        if (exact_pv)
+          pv_visible_only(ws.st + s0, mp, sm, ws.vrows, dv, ws.alpha + s0, ws.row_lo_rel + s0, ws.row_hi_rel + s0,
+                          ws.ot + s0);
+        else
+          F->pv(ws.st + s0, mp, sm, sn, vp, ld, dv, ws.alpha + s0, ws.ot + s0);
+      }
+      if (exact_pv) ws.o_nonfinite = true;
+      return;
+    }
     need_qt();
     // Converted to contiguous fp32 rows even when K/V are fp32 already: measured on Zen3, the
     // kernels ran ~10% slower broadcasting from rows 8 KB apart (one head of 16) than the copy
@@ -706,16 +882,17 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     float* const fr = ws.alpha;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t h = hk * g + (u.r0 + r) % g;
-      const float m = ws.m_run[r];
-      float l = ws.l_run[r], m_f = m, c = 1.0f;  // O_final = ot * c / l
+      // In double: natural units (m_run may be in log2 units), the sink's weight not rounded.
+      const double m = log2u ? ws.m_run[r] * kLn2d : ws.m_run[r];
+      double l = ws.l_run[r], m_f = m, c = 1.0;  // O_final = ot * c / l
       if (sink) {
-        const float s = pb.sink(h);
+        const double s = pb.sink(h);
         m_f = nan_max(m, s);
-        c = m == kNegInf ? 0.0f : std::exp(m - m_f);
-        l = l * c + (m_f == kNegInf ? 0.0f : std::exp(s - m_f));
+        c = m == -kInfD ? 0.0 : std::exp(m - m_f);
+        l = l * c + (m_f == -kInfD ? 0.0 : std::exp(s - m_f));
       }
-      const bool empty = m_f == kNegInf && !std::isnan(l);
-      fr[r] = empty ? 0.0f : c / l * dvs;
+      const bool empty = m_f == -kInfD && !std::isnan(l);
+      fr[r] = empty ? 0.0f : static_cast<float>(c / l * dvs);
       // The factor is > 0 in exact arithmetic unless dvs = 0, but underflows to 0 where the sink
       // is > ~104 above the row's scores (c): an infinite O then stays inf (exact_scale).
       if (fr[r] == 0.0f && !empty && dvs != 0.0f) {
@@ -723,12 +900,20 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         fr[r] = 1.0f;
       }
       // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
-      ws.l_run[r] = empty ? kNegInf : static_cast<float>(static_cast<double>(m_f) + std::log(static_cast<double>(l)));
+      ws.l_run[r] = empty ? kNegInf : static_cast<float>(m_f + std::log(l));
     }
     // Normalized rows, row-major: transposed by the table's kernel when O^T is transposed.
     const float* orow = ws.orow;
     int64_t or_s = dv, oe_s = 1;
-    if (rowwise || !K.transpose) {
+    // fp32 output rows a constant stride apart: O^T transposed straight into them (the rows
+    // with an extreme score are overwritten below).
+    const int64_t o_step = packed_row_step(g, pb.varlen_q ? pb.os.s0 : pb.os.s1, pb.os.head);
+    const bool direct_o = !rowwise && K.transpose && plan.nsplit == 1 && pb.out_dtype == DType::float32 &&
+                          pb.os.dim == 1 && o_step != 0;
+    if (direct_o) {
+      float* o0 = static_cast<float*>(p.out.data) + pb.out_offset(b, u.r0 / g, hk * g + u.r0 % g);
+      K.transpose(ws.ot, mp, dv, rows, fr, 1.0f, o0, o_step);
+    } else if (rowwise || !K.transpose) {
       orow = ws.ot;
       or_s = o_rs;
       oe_s = o_es;
@@ -752,7 +937,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
       } else if (plan.nsplit == 1) {
         const int64_t oo = pb.out_offset(b, i, h);
-        if (fast_store)
+        if (direct_o) {
+          // written by the transpose above
+        } else if (fast_store)
           K.store_row(o, dv, pb.out_dtype, static_cast<char*>(p.out.data) + oo * oesz);
         else
           for (int64_t e = 0; e < dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, o[e * oe_s] * f);
@@ -769,28 +956,42 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   for (int h = 0; h < nh; ++h) finish(*wss[h], hk + h);
 }
 
-// Packs every key tile of every (batch, kv head) into panels, in parallel over tiles. False
-// (nothing packed) when the panels do not fit in memory: the units then pack their own.
+// Lays out the panels of every key tile of every (batch, kv head) and packs them, in parallel
+// over tiles (16-bit panels), or leaves them to the units (fp32 panels: Panels::state). False
+// (no panels) when they do not fit in memory: the units then pack their own tiles.
 bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
   const Problem& pb = *plan.pb;
-  const LowpKernels& L = *plan.lowp;
+  const LowpKernels* L = plan.lowp;
+  const F32Panels* F = plan.f32p;
   const int64_t nk = plan.tile_keys, T = plan.terms;
   pn->nk = nk;
-  pn->kb_elems = T * nk * round_up(pb.dqk, 32);
-  pn->slot = round_up(pn->kb_elems + T * round_up(pb.dv, 16) * nk, 32);  // 64-byte aligned slots
+  pn->k_bytes = L ? 2 * T * nk * round_up(pb.dqk, 32) : 4 * F32Panels::kp_elems(nk, pb.dqk);
+  const int64_t v_bytes = L ? 2 * T * round_up(pb.dv, 16) * nk : 4 * F32Panels::vp_elems(nk, pb.dv);
+  pn->slot = round_up(pn->k_bytes + v_bytes, 64);  // 64-byte aligned slots
   pn->first.resize(static_cast<size_t>(pairs));
   int64_t tiles = 0;
   for (int64_t bh = 0; bh < pairs; ++bh) {
     pn->first[bh] = tiles;
     tiles += (pb.seqlen_k[bh / pb.hkv] + nk - 1) / nk;
   }
-  int64_t elems = 0;
-  if (tiles == 0 || !checked_mul(tiles, pn->slot, &elems)) return false;
-  pn->data.reset(new (std::nothrow) uint16_t[static_cast<size_t>(elems)]);
+  int64_t bytes = 0;
+  if (tiles == 0 || !checked_mul(tiles, pn->slot, &bytes)) return false;
+  // The fp32 panels are fp32 copies of K and V (twice a 16-bit input's bytes): beyond this the
+  // units pack their own tiles instead (a re-read of K / V per query tile, no allocation).
+  if (F && bytes > kMaxF32PanelBytes) return false;
+  pn->data = PanelBufferCache::take(static_cast<size_t>(bytes));
   pn->flags.reset(new (std::nothrow) uint8_t[static_cast<size_t>(tiles)]);
-  if (!pn->data || !pn->flags) {
+  if (!pn->data->ok() || !pn->flags) {
     pn->data.reset();
     return false;
+  }
+  if (F) {  // filled by the units (Panels::state)
+    pn->state.reset(new (std::nothrow) std::atomic<uint8_t>[static_cast<size_t>(tiles)]());
+    if (!pn->state) {
+      pn->data.reset();
+      return false;
+    }
+    return true;
   }
   const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
   const char* kbase = static_cast<const char*>(pb.p->k.data);
@@ -810,10 +1011,7 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
         kr[t] = kbase + ko * esz;
         vr[t] = vbase + vo * esz;
       }
-      uint16_t* slot = pn->data.get() + tile * pn->slot;
-      const int kf = L.pack_k(kr.data(), pb.dtype, n, pb.dqk, plan.terms, slot);
-      const int vf = L.pack_v(vr.data(), pb.dtype, n, pb.dv, plan.terms, slot + pn->kb_elems);
-      pn->flags[tile] = static_cast<uint8_t>(kf | vf);
+      pack_panel_tile(plan, *pn, tile, n, kr.data(), vr.data());
     }
   }
   return true;
@@ -850,9 +1048,11 @@ int64_t unit_heads_for(const Problem& pb, const Kernels& k) {
   return all_rows_tiles(pb, k) ? std::min(kUnitHeads, pb.hkv) : 1;
 }
 
-int64_t tile_rows_for(const Problem& pb, const Kernels& k, const LowpKernels* lowp) {
+int64_t tile_rows_for(const Problem& pb, const Kernels& k, const LowpKernels* lowp, const F32Panels* f32p) {
   if (all_rows_tiles(pb, k)) return 8;
-  const int64_t tr = lowp && lowp->tile_rows > 0 ? lowp->tile_rows : kTileRows;
+  const int64_t tr = lowp && lowp->tile_rows > 0   ? lowp->tile_rows
+                     : f32p && f32p->tile_rows > 0 ? f32p->tile_rows
+                                                   : kTileRows;
   return std::min(tr, round_up(pb.group * pb.max_sq, k.row_align));
 }
 
@@ -866,7 +1066,17 @@ const LowpKernels* lowp_for(const Problem& pb, const Kernels& k, int* terms) {
   return nullptr;
 }
 
-int64_t tile_keys_for(const LowpKernels* l) { return l ? l->key_tile : kTileKeys; }
+// The fp32 panel products serve every floating dtype the 16-bit ones do not, under the same
+// layout conditions (unit dim stride K / V rows, not the row-major plans).
+const F32Panels* f32p_for(const Problem& pb, const Kernels& k, const LowpKernels* lowp) {
+  if (lowp || !k.f32p || pb.ks.dim != 1 || pb.vs.dim != 1 || all_rows_tiles(pb, k)) return nullptr;
+  if (pb.softcap > std::numeric_limits<float>::max() / 2) return nullptr;  // softcap x log2(e) must be finite
+  const DType t = pb.dtype;
+  return t == DType::float32 || t == DType::float16 || t == DType::bfloat16 || t == DType::float8_e4m3 ? k.f32p
+                                                                                                        : nullptr;
+}
+
+int64_t tile_keys_for(const LowpKernels* l, const F32Panels* f) { return l ? l->key_tile : f ? f->key_tile : kTileKeys; }
 
 // 0 = the OpenMP default (all cores, or OMP_NUM_THREADS). More threads than processors only
 // oversubscribe the cores, and a huge request made libgomp abort the process ("Thread creation
@@ -901,8 +1111,9 @@ Status forward(const Problem& pb) {
   plan.kern = &best_kernels();
   const int64_t g = pb.group;
   plan.lowp = lowp_for(pb, *plan.kern, &plan.terms);
-  plan.tile_keys = tile_keys_for(plan.lowp);
-  plan.tile_rows = tile_rows_for(pb, *plan.kern, plan.lowp);
+  plan.f32p = f32p_for(pb, *plan.kern, plan.lowp);
+  plan.tile_keys = tile_keys_for(plan.lowp, plan.f32p);
+  plan.tile_rows = tile_rows_for(pb, *plan.kern, plan.lowp, plan.f32p);
   plan.rows_kernels = rows_kernels_ok(pb, *plan.kern);
   const int64_t unit_heads = unit_heads_for(pb, *plan.kern);
   plan.nsplit = num_splits(pb, nt, plan.tile_rows, plan.tile_keys, unit_heads);
@@ -968,7 +1179,8 @@ Status forward(const Problem& pb) {
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
   Panels panels;
-  if (plan.lowp && g * pb.max_sq > plan.tile_rows && build_panels(plan, pairs, nt, &panels)) plan.panels = &panels;
+  if ((plan.lowp || plan.f32p) && g * pb.max_sq > plan.tile_rows && build_panels(plan, pairs, nt, &panels))
+    plan.panels = &panels;
   bool oom = false;
 #pragma omp parallel num_threads(workers)
   {
@@ -1060,9 +1272,10 @@ void cpu_describe(const Problem& pb, PlanInfo* info) {
   const Kernels& k = best_kernels();
   int terms = 1;
   const LowpKernels* lowp = lowp_for(pb, k, &terms);
+  const F32Panels* f32p = f32p_for(pb, k, lowp);
   info->kernel = k.name;
-  info->tile_m = tile_rows_for(pb, k, lowp);
-  info->tile_n = tile_keys_for(lowp);
+  info->tile_m = tile_rows_for(pb, k, lowp, f32p);
+  info->tile_n = tile_keys_for(lowp, f32p);
   info->pack_gqa = pb.group > 1;  // the cpu tiles always pack the group's heads
   info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m, info->tile_n, unit_heads_for(pb, k));
 }

@@ -58,6 +58,9 @@ struct SoftmaxStep {
   // for +-inf (p * inf = NaN where the exact product is inf), a test that costs as much as the
   // tile's P V where it runs on every tile.
   uint8_t* zero_p = nullptr;
+  // softmax_avx512 only: the scores (and m_run, and the softcap factors) are in log2 units, s
+  // log2(e) (Q^T prescaled by it): p = 2^(s - m) without a log2(e) multiply after the max.
+  bool log2_units = false;
 };
 
 // 16-bit products on packed panels, fp32 accumulation: bf16 inputs (and fp8 e4m3, exact in
@@ -110,6 +113,35 @@ struct LowpKernels {
   int64_t tile_rows = 0;
 };
 
+// fp32 products on packed fp32 panels (AVX-512; fp32 inputs, and 16-bit / fp8 inputs where the
+// table has no 16-bit products for them). The K and V of a key tile are converted to fp32 once
+// (per (batch, kv head, key tile) when several query tiles read them, like the 16-bit panels)
+// into the layouts the micro-kernels stream: blocks of 8 keys (K) or 8 value dims (V), so the 8
+// broadcasts of an inner step come from one 32-byte run of a contiguous panel:
+//   kp [n8 / 8][dqk][8]   K, n8 = round_up(n, 8) keys (keys n .. n8 zero)
+//   vp [dv8 / 8][ld][8]   V, dv8 = round_up(dv, 8) dims (dims dv .. dv8 zero), ld >= n keys per block
+// The products are those of Kernels::qk / pv (Q^T and S^T / P^T / O^T as there, m a multiple of
+// 16): S^T rows n .. round_up(n, 8) may be written, O^T rows dv .. dv8 get alpha * 0 + 0.
+struct F32Panels {
+  int64_t key_tile;   // keys per tile the driver should use (a multiple of 32)
+  int64_t tile_rows;  // packed rows per query tile (0: the driver's default)
+  // Rows (a multiple of 16) the driver runs through qk, softmax and pv before the next ones: S^T
+  // of a strip stays in L1 from its product to its P V, and each strip computes only the keys
+  // its own rows can see (causal diagonal tiles).
+  int64_t strip_rows;
+  static int64_t kp_elems(int64_t n, int64_t dqk) { return (n + 7) / 8 * 8 * dqk; }
+  static int64_t vp_elems(int64_t ld, int64_t dv) { return (dv + 7) / 8 * 8 * ld; }
+  // kp / vp from n storage rows (unit dim stride) of dtype t. pack_v returns
+  // LowpKernels::kNonFinite when some V element is +-inf or NaN (the driver's exact P V), else 0.
+  void (*pack_k)(const void* const* krows, DType t, int64_t n, int64_t dqk, float* kp);
+  int (*pack_v)(const void* const* vrows, DType t, int64_t n, int64_t ld, int64_t dv, float* vp);
+  //   st[n'][i] = sum_d kp[n'][d] qt[d][i]   for n' < n, i < m
+  void (*qk)(const float* qt, int64_t mp, int64_t m, int64_t dqk, const float* kp, int64_t n, float* st);
+  //   ot[e][i] = alpha[i] ot[e][i] + sum_{j < n} vp[e][j] pt[j][i]   for e < dv8, i < m
+  void (*pv)(const float* pt, int64_t mp, int64_t m, int64_t n, const float* vp, int64_t ld, int64_t dv,
+             const float* alpha, float* ot);
+};
+
 struct Kernels {
   const char* name;
   int64_t row_align;  // mp (rows of a transposed tile) is a multiple of this: 8 or 16 (one vector)
@@ -145,6 +177,9 @@ struct Kernels {
                     float* dst, int64_t ld_dst) = nullptr;
   //   dst[e] = x[e] in dtype t (float32, float16, bfloat16: the rounding of store_f32), e < n.
   void (*store_row)(const float* x, int64_t n, DType t, void* dst) = nullptr;
+  // The fp32 panel products (nullptr: qk / pv above on converted rows); they serve every dtype
+  // that the 16-bit tables above do not.
+  const F32Panels* f32p = nullptr;
 };
 
 const Kernels& generic_kernels();

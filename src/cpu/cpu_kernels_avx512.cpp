@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 // Deliberately no core/*.h helpers here (see cpu_kernels_avx2.cpp): an inline function compiled
 // in this file could be the copy the linker keeps for the whole library.
@@ -153,22 +154,21 @@ void pv_avx512(const float* pt, int64_t mp, int64_t m, int64_t nk, const float* 
 // Softmax step (contract in cpu_kernels.h), 16 query rows per vector; m may end in a half vector
 // (the row-major decode tiles have mp = 8), handled with a lane mask.
 
-// 2^x as in the AVX2 table (Cephes exp2f polynomial on f = x - round(x), ~1.5 ulp): exactly 0
-// below -126, NaN stays NaN (max / min return their second operand, x, on NaN; scalef keeps it).
+// 2^x in 8 vector ops: f = x - floor(x) in [0, 1] by one vreduceps, a degree-6 fit of 2^f on
+// [0, 1] with p(0) = 1 (7.3e-8 relative over [-126, 0] measured, below the ~1.5 ulp of the
+// Cephes polynomial on x - round(x) this replaced, which took 13 ops with its clamps and mask),
+// and vscalefps, which multiplies by 2^floor(x) itself and saturates: 0 for x = -inf or far
+// below -149 (subnormal results in between, as IEEE exp2 gives), inf above 128, NaN stays NaN.
 inline __m512 exp2_512(__m512 x) {
-  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-126.0f), x));
-  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(xc, n);
-  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(2.1613016724586487e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.24678376596421e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675449691712856e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5485282093286514e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402293086051941e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931470632553101e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  const __m512 r = _mm512_scalef_ps(p, n);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // true for NaN
-  return _mm512_maskz_mov_ps(keep, r);
+  return _mm512_scalef_ps(p, x);
 }
 
 // tanh(x) = sign(x) (1 - t) / (1 + t), t = e^{-2|x|}, for |x| >= 0.625 (no overflow for any x);
@@ -263,7 +263,7 @@ void softmax_rows8(const SoftmaxStep& s) {
 
 void softmax_avx512(const SoftmaxStep& s) {
   if (s.mp == 8 && s.m == 8 && s.nk % 2 == 0 && s.softcap_in == 0.0f && !s.lo && !s.pp && !s.redo &&
-      s.scale == 1.0f)
+      s.scale == 1.0f && !s.log2_units)
     return softmax_rows8(s);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 pos_inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
@@ -363,19 +363,42 @@ void softmax_avx512(const SoftmaxStep& s) {
         for (int tm = 0; tm < s.terms; ++tm)
           _mm512_mask_storeu_epi32(s.pp + tm * plane + (j * s.m + m0) * 2, lanes, _mm512_setzero_si512());
     }
-    for (; n + 2 <= s.nk; n += 2) {
-      const __m512 p0 = exp2_512(arg(n)), p1 = exp2_512(arg(n + 1));
-      _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
-      _mm512_mask_storeu_ps(col + (n + 1) * s.mp, lanes, p1);
-      sum0 = _mm512_add_ps(sum0, p0);
-      sum1 = _mm512_add_ps(sum1, p1);
-      pmin = _mm512_min_ps(p1, _mm512_min_ps(p0, pmin));
-    }
-    if (n < s.nk) {
-      const __m512 p0 = exp2_512(arg(n));
-      _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
-      sum0 = _mm512_add_ps(sum0, p0);
-      pmin = _mm512_min_ps(p0, pmin);
+    // P^T back into st (fp32 products): the scale multiply only where the products are raw,
+    // the min of P only where the driver asks (SoftmaxStep::zero_p); both are loop-invariant.
+    // Scores in log2 units (SoftmaxStep::log2_units) need no log2(e) factor: s - m is the
+    // exponent, exact where it matters (Sterbenz), where (s - m) log2 e rounds it once more
+    // (~6e-8 relative: 6e-7 absolute at s - m = -10, half the fp32 output error).
+    const bool scaled = s.scale != 1.0f && !(cap || s.lo);  // pass 1 stored scaled scores otherwise
+    auto fp32_pass = [&](auto log2u, auto track_min) {
+      auto arg2 = [&](int64_t k) {
+        __m512 x = _mm512_maskz_loadu_ps(lanes, col + k * s.mp);
+        if (scaled) x = _mm512_mul_round_ps(x, pscale, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if constexpr (decltype(log2u)::value) return _mm512_sub_ps(x, m_use);
+        else return _mm512_mul_ps(_mm512_sub_ps(x, m_use), log2e);
+      };
+      for (; n + 2 <= s.nk; n += 2) {
+        const __m512 p0 = exp2_512(arg2(n)), p1 = exp2_512(arg2(n + 1));
+        _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
+        _mm512_mask_storeu_ps(col + (n + 1) * s.mp, lanes, p1);
+        sum0 = _mm512_add_ps(sum0, p0);
+        sum1 = _mm512_add_ps(sum1, p1);
+        if constexpr (decltype(track_min)::value) pmin = _mm512_min_ps(p1, _mm512_min_ps(p0, pmin));
+      }
+      if (n < s.nk) {
+        const __m512 p0 = exp2_512(arg2(n));
+        _mm512_mask_storeu_ps(col + n * s.mp, lanes, p0);
+        sum0 = _mm512_add_ps(sum0, p0);
+        if constexpr (decltype(track_min)::value) pmin = _mm512_min_ps(p0, pmin);
+      }
+    };
+    using yes = std::true_type;
+    using no = std::false_type;
+    if (s.log2_units) {
+      if (s.zero_p) fp32_pass(yes{}, yes{});
+      else fp32_pass(yes{}, no{});
+    } else {
+      if (s.zero_p) fp32_pass(no{}, yes{});
+      else fp32_pass(no{}, no{});
     }
     if (s.zero_p && _mm512_mask_cmp_ps_mask(lanes, pmin, _mm512_setzero_ps(), _CMP_EQ_OQ)) *s.zero_p = 1;
     const __m512 sum = _mm512_add_ps(sum0, sum1);
@@ -384,7 +407,8 @@ void softmax_avx512(const SoftmaxStep& s) {
       for (int i = 0; i < 16; ++i)
         if (ext >> i & 1) s.redo[m0 + i] = 1;
     }
-    const __m512 a = exp2_512(_mm512_mul_ps(_mm512_sub_ps(m_old, m_use), log2e));
+    const __m512 dm = _mm512_sub_ps(m_old, m_use);
+    const __m512 a = exp2_512(s.log2_units ? dm : _mm512_mul_ps(dm, log2e));
     _mm512_mask_storeu_ps(s.alpha + m0, lanes, a);
     const __m512 l = _mm512_maskz_loadu_ps(lanes, s.l_run + m0);
     _mm512_mask_storeu_ps(s.l_run + m0, lanes, _mm512_fmadd_ps(l, a, sum));
@@ -575,6 +599,144 @@ int pack_v_avx512(const void* const* vrows, DType t, int64_t n, int64_t dv, int 
   return flags_of(tiny, nonfinite);
 }
 
+// ---------------------------------------------------------------------------------------------
+// fp32 panel products (F32Panels, cpu_kernels.h): the micro-kernels above with K / V broadcast
+// from contiguous 8-element runs of packed panels and long key tiles. Measured in isolation (one
+// core, D = 128, 192 query rows, in cache; the machine's FMA peak ~150-165 GFLOP/s): qk 155-165,
+// pv 127 / 144 / 155 GFLOP/s at 32 / 64 / 128 keys per tile (the O^T block's load, rescale and
+// store are paid once per tile), where the row-pointer kernels ran qk ~107, pv ~95-103 on
+// rows copied per query tile.
+
+// The cache lines of one storage row of d elements, toward L1 (the packers read rows that may be
+// a page apart each: one kv head of many, or pages; the hardware prefetcher does not follow).
+inline void prefetch_row(const void* row, DType t, int64_t d) {
+  const int64_t bytes = d * (t == DType::float32 ? 4 : t == DType::float8_e4m3 ? 1 : 2);
+  const char* p = static_cast<const char*>(row);
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
+}
+
+// K panel: 16 keys x 16 dims per step through transpose16; block b gets the low 8 lanes of each
+// transposed dim, block b + 1 the high 8.
+void pack_k_f32(const void* const* krows, DType t, int64_t n, int64_t dqk, float* kp) {
+  const int64_t nb = (n + 7) / 8;
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    for (int64_t j = j0 + 16; j < std::min(n, j0 + 32); ++j) prefetch_row(krows[j], t, dqk);
+    const int64_t b = j0 / 8;
+    float* lo = kp + b * dqk * 8;
+    float* hi = b + 1 < nb ? lo + dqk * 8 : nullptr;
+    for (int64_t c0 = 0; c0 < dqk; c0 += 16) {
+      const __mmask16 k = head_mask(dqk - c0);
+      const int64_t nd = std::min<int64_t>(16, dqk - c0);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = j0 + i < n ? _mm512_castps_si512(load_f32x16(krows[j0 + i], t, c0, k)) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int64_t d = 0; d < nd; ++d) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + (c0 + d) * 8), _mm512_castsi512_si256(r[d]));
+        if (hi) _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + (c0 + d) * 8), _mm512_extracti64x4_epi64(r[d], 1));
+      }
+    }
+  }
+}
+
+// V panel: each row's 16-dim pieces split into two 8-dim blocks.
+int pack_v_f32(const void* const* vrows, DType t, int64_t n, int64_t ld, int64_t dv, float* vp) {
+  const int64_t nb = (dv + 7) / 8;
+  __mmask16 nonfinite = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (j + 8 < n) prefetch_row(vrows[j + 8], t, dv);
+    for (int64_t c0 = 0; c0 < dv; c0 += 16) {
+      const __m512 x = load_f32x16(vrows[j], t, c0, head_mask(dv - c0));
+      nonfinite |= _mm512_fpclass_ps_mask(x, 0x99);  // NaN, +-inf
+      const int64_t b = c0 / 8;
+      _mm256_storeu_ps(vp + (b * ld + j) * 8, _mm512_castps512_ps256(x));
+      if (b + 1 < nb) _mm256_storeu_ps(vp + ((b + 1) * ld + j) * 8, _mm512_extractf32x8_ps(x, 1));
+    }
+  }
+  return flags_of(0, nonfinite);
+}
+
+// The register block of both products, from 0: c[n][v] = sum_{k < kn} b[8 k + n] a[k lda + 16 v]
+// (b: a panel block, 8 elements per step; a: MV vectors of Q^T or P^T per step).
+template <int MV>
+inline void outer8(__m512 (&c)[8][MV], const float* a, int64_t lda, const float* b, int64_t kn) {
+#pragma GCC unroll 8
+  for (int n = 0; n < 8; ++n)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) c[n][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kn; ++k) {
+    __m512 x[MV];
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) x[v] = _mm512_loadu_ps(a + k * lda + 16 * v);
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n) {
+      const __m512 bc = _mm512_set1_ps(b[k * 8 + n]);
+#pragma GCC unroll 3
+      for (int v = 0; v < MV; ++v) c[n][v] = _mm512_fmadd_ps(bc, x[v], c[n][v]);
+    }
+  }
+}
+
+// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d.
+template <int MV>
+inline void qkp_block(const float* qt, int64_t mp, int64_t d, const float* kb, float* st) {
+  __m512 c[8][MV];
+  outer8<MV>(c, qt, mp, kb, d);
+#pragma GCC unroll 8
+  for (int n = 0; n < 8; ++n)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v) _mm512_storeu_ps(st + n * mp + 16 * v, c[n][v]);
+}
+
+template <int MV>
+void qkp_strip(const float* qt, int64_t mp, int64_t d, const float* kp, int64_t n, float* st) {
+  for (int64_t n0 = 0; n0 < n; n0 += 8) qkp_block<MV>(qt, mp, d, kp + n0 * d, st + n0 * mp);
+}
+
+// Strips of 48 queries (the last one 32 or 16): each strip's Q^T stays in L1 while the K panel
+// streams past it.
+void qk_f32p(const float* qt, int64_t mp, int64_t m, int64_t dqk, const float* kp, int64_t n, float* st) {
+  int64_t m0 = 0;
+  for (; m0 + 48 <= m; m0 += 48) qkp_strip<3>(qt + m0, mp, dqk, kp, n, st + m0);
+  if (m - m0 == 32) qkp_strip<2>(qt + m0, mp, dqk, kp, n, st + m0);
+  if (m - m0 == 16) qkp_strip<1>(qt + m0, mp, dqk, kp, n, st + m0);
+}
+
+// O^T block: dims [0, 8) of one V block x queries [0, 16 MV), rescaled by alpha, over n keys.
+// The tile's sum starts from 0 and meets alpha O once at the end (one FMA): a two-level sum,
+// whose rounding grows with sqrt(keys per tile), not sqrt(keys) -- rel-L2 against fp64 at
+// S = 2048 was 9e-7 with O carried through every key (torch's 512-key GEMM blocks: 4-5e-7).
+template <int MV>
+inline void pvp_block(const float* pt, int64_t mp, int64_t n, const float* vb, const float* alpha, float* ot) {
+  __m512 c[8][MV];
+  outer8<MV>(c, pt, mp, vb, n);
+  __m512 a[MV];
+#pragma GCC unroll 3
+  for (int v = 0; v < MV; ++v) a[v] = _mm512_loadu_ps(alpha + 16 * v);
+#pragma GCC unroll 8
+  for (int e = 0; e < 8; ++e)
+#pragma GCC unroll 3
+    for (int v = 0; v < MV; ++v)
+      _mm512_storeu_ps(ot + e * mp + 16 * v, _mm512_fmadd_ps(a[v], _mm512_loadu_ps(ot + e * mp + 16 * v), c[e][v]));
+}
+
+template <int MV>
+void pvp_strip(const float* pt, int64_t mp, int64_t n, const float* vp, int64_t ld, int64_t dv, const float* alpha,
+               float* ot) {
+  for (int64_t e0 = 0; e0 < dv; e0 += 8) pvp_block<MV>(pt, mp, n, vp + e0 * ld, alpha, ot + e0 * mp);
+}
+
+// Strips of 48 queries: each strip's P^T stays in L1 while the V panel streams past it.
+void pv_f32p(const float* pt, int64_t mp, int64_t m, int64_t n, const float* vp, int64_t ld, int64_t dv,
+             const float* alpha, float* ot) {
+  int64_t m0 = 0;
+  for (; m0 + 48 <= m; m0 += 48) pvp_strip<3>(pt + m0, mp, n, vp, ld, dv, alpha + m0, ot + m0);
+  if (m - m0 == 32) pvp_strip<2>(pt + m0, mp, n, vp, ld, dv, alpha + m0, ot + m0);
+  if (m - m0 == 16) pvp_strip<1>(pt + m0, mp, n, vp, ld, dv, alpha + m0, ot + m0);
+}
+
 }  // namespace
 
 // P^T pairs for the second product (shared with the AMX table through avx512_lowp's pv): pp
@@ -620,6 +782,10 @@ void transpose_avx512(const float* src, int64_t ld_src, int64_t nr, int64_t nc, 
       const int64_t nj = std::min<int64_t>(16, nc - j0);
       const __mmask16 sj = head_mask(nj);
       const __m512 cs = col_scale ? _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(sj, col_scale + j0)) : sc;
+      // The same columns of the next 16 source rows, one block row ahead: Q rows straight from
+      // storage are a page apart each (BSHD), where the hardware prefetcher does not follow.
+      for (int64_t i = 0; i < std::min<int64_t>(16, nr - i0 - 16); ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(src + (i0 + 16 + i) * ld_src + j0), _MM_HINT_T0);
       __m512i r[16];
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
@@ -814,10 +980,12 @@ const Kernels& avx512_kernels(bool bf16) {
   // The row-major decode kernels (<= 8 query rows): cpu_rows_avx512.cpp for bf16, which falls
   // back to the AVX2 ones (AVX-512 implies AVX2 + FMA + F16C, cpu_isa.cpp checks) for the rest;
   // the conversions are the AVX2 table's.
+  static const F32Panels f32p{128, 0, 48, pack_k_f32, pack_v_f32, qk_f32p, pv_f32p};
   static const Kernels with_bf16 = [] {
     const Kernels& a = avx2_kernels();
-    return Kernels{"avx512",     16,           qk_avx512, pv_avx512, softmax_avx512,  qk_rows_avx512,
-                   pv_rows_avx512,    a.convert,    &avx512_lowp(), nullptr, transpose_avx512, store_row_avx512};
+    return Kernels{"avx512",       16,        qk_avx512,        pv_avx512,        softmax_avx512,
+                   qk_rows_avx512, pv_rows_avx512, a.convert,   &avx512_lowp(),   nullptr,
+                   transpose_avx512, store_row_avx512, &f32p};
   }();
   static const Kernels without_bf16 = [] {
     Kernels k = with_bf16;
