@@ -222,12 +222,15 @@ void expect_preferred_kernel(const fa4::AttentionParams& p, DType dt) {
   }
 }
 
-void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true) {
+// oracle: the backend the device result is compared with -- the fp64 reference, or the cpu
+// backend (itself checked against the reference by the CPU suites) where the reference would
+// take minutes on the device host.
+void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true, Backend oracle = Backend::reference) {
   SCOPED_TRACE(cfg.describe());
   FA4_SEED_TRACE(seed);
   Case ref = make_gpu_case(cfg, seed);
   Case test = make_gpu_case(cfg, seed);
-  const Status rs = ref.run(Backend::reference);
+  const Status rs = ref.run(oracle);
   ASSERT_TRUE(rs.ok()) << rs.message;
 
   DeviceCase dc(test);
@@ -317,18 +320,7 @@ TEST(CudaBackend, LongMaskedSequences) {
       c.sq = c.sk = d == 256 ? 4200 : 3300;
       c.causal = mask == 0;
       if (mask == 1) c.window_left = 700, c.window_right = 0;
-      // The cpu backend as the oracle (itself checked against the fp64 reference by the CPU
-      // suites): the reference takes minutes at this size.
-      SCOPED_TRACE(c.describe());
-      FA4_SEED_TRACE(seed);
-      Case ref = make_gpu_case(c, seed), test = make_gpu_case(c, seed);
-      const Status rs = ref.run(Backend::cpu);
-      ASSERT_TRUE(rs.ok()) << rs.message;
-      DeviceCase dc(test);
-      ASSERT_TRUE(dc.run().ok());
-      CUDA_OK(cudaDeviceSynchronize());
-      dc.download();
-      EXPECT_TRUE(compare_runs(test, ref, gpu_tol(c.dtype, ref)));
+      check_case(c, seed, false, Backend::cpu);  // the reference takes minutes at this size
     }
   // Masked varlen with more query tiles than the short orders take (a dynamic schedule's other
   // target): mixed lengths (one empty), GQA, D 128 and 256.
@@ -346,16 +338,7 @@ TEST(CudaBackend, LongMaskedSequences) {
       c.lens_k.push_back(c.lens_q.back() + static_cast<int64_t>(rng() % 41));
     }
     c.causal = true;
-    SCOPED_TRACE(c.describe());
-    FA4_SEED_TRACE(seed);
-    Case ref = make_gpu_case(c, seed), test = make_gpu_case(c, seed);
-    const Status rs = ref.run(Backend::cpu);
-    ASSERT_TRUE(rs.ok()) << rs.message;
-    DeviceCase dc(test);
-    ASSERT_TRUE(dc.run().ok());
-    CUDA_OK(cudaDeviceSynchronize());
-    dc.download();
-    EXPECT_TRUE(compare_runs(test, ref, gpu_tol(c.dtype, ref)));
+    check_case(c, seed, false, Backend::cpu);
   }
   CaseConfig c;
   c.dtype = DType::bfloat16;
