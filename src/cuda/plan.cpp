@@ -46,11 +46,14 @@ bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_h
   return true;
 }
 
+// A causal, windowed or chunked mask: query tiles see different key counts.
+bool masked_problem(const Problem& pb) { return pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0; }
+
 // The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):
 // two consumers at D = 64 for masked query sequences of <= 1024 rows, 80-key tiles at D = 256
 // from 4096 keys, the standard tile everywhere else.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
-  const bool masked = pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0;
+  const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
   if (d.dqk == 64 && masked && pb.max_sq <= 1024) t = sm90::Tile::short_masked;
   if (d.dqk == 256 && pb.max_sk >= 4096) t = sm90::Tile::long_keys;
@@ -333,7 +336,7 @@ constexpr int64_t kMaxPersistentMaskedTiles = 16;
 void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   pl.sched.gx = pl.grid.x, pl.sched.gy = pl.grid.y, pl.sched.gz = pl.grid.z;
   pl.sched.section = 1;
-  const bool masked = pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0;
+  const bool masked = masked_problem(pb);
   // Global heaviest-first (all (head, batch) pairs one section, CTAs snaking) balances long
   // masked sequences best; up to kMaxPersistentMaskedTiles query tiles per sequence the L2-sized
   // sections win instead: K / V of every pair in flight at once spill the L2 (H200, 545e84f,
