@@ -30,6 +30,13 @@
 #ifndef FA4_SM90_HALF_VOTE
 #define FA4_SM90_HALF_VOTE 1
 #endif
+//   FA4_SM90_GROW_FLAGS    1: the O rescale branches on the softmax's warp-uniform grow flags
+//                          instead of voting again on alpha != 1 (one or three votes fewer per
+//                          key tile; same output bits); 0: the votes (default until an H200 A/B
+//                          decides: written in a session without device time, compiled only)
+#ifndef FA4_SM90_GROW_FLAGS
+#define FA4_SM90_GROW_FLAGS 0
+#endif
 #ifndef FA4_SM90_EXP2_EMU
 #define FA4_SM90_EXP2_EMU -1
 #endif

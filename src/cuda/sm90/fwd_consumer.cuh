@@ -156,8 +156,16 @@ struct Consumer {
       for (int e = 0; e < 4; ++e) ptx::fence_operand(pf[kk][e]);
   }
 
-  // ---- softmax of the S tile of keys [n0, n0 + kBlockN); alpha = O rescale of each row ----
-  __device__ __forceinline__ void softmax(int n0, float (&alpha)[2]) {
+  // The O rescale one softmax leaves for the mainloop: alpha per row half, and the warp-uniform
+  // decisions (the softmax's votes) that some row of the half grew its max.
+  struct Rescale {
+    float alpha[2];
+    bool grow[2];
+    __device__ __forceinline__ void none() { alpha[0] = alpha[1] = 1.f, grow[0] = grow[1] = false; }
+  };
+
+  // ---- softmax of the S tile of keys [n0, n0 + kBlockN); r = O rescale of each row ----
+  __device__ __forceinline__ void softmax(int n0, Rescale& r) {
     if (softcap) {
 #pragma unroll
       for (int i = 0; i < kSRegs; ++i) {
@@ -213,7 +221,8 @@ struct Consumer {
       if (grow[h]) m_run[h] = fmaxf(m_run[h], mx[h]);
       neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;  // nothing visible yet: keep args finite
     }
-    alpha[0] = alpha[1] = 1.f;
+    r.alpha[0] = r.alpha[1] = 1.f;
+    r.grow[0] = grow[0], r.grow[1] = grow[1];
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // two partial sums per row half
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
@@ -225,7 +234,7 @@ struct Consumer {
     // a branch so ptxas could not hoist the caller's P V wait above the ex2s; ptxas predicates
     // that small branch, and at 2ff92ce the wait sat above the row max again at every Dv: the
     // mainloop's kPvWaitBehindV is what keeps it below at Dv = 256, see there.)
-    rescale_factors(grow, m_old, neg_m, alpha);
+    rescale_factors(grow, m_old, neg_m, r.alpha);
     l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
   }
   // O / l rescale factors of a grown max (m_old: the max before; neg_m: -new max in log2 units).
@@ -244,23 +253,36 @@ struct Consumer {
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o[i] *= alpha[(i >> 1) & 1];
   }
+  // O *= a for row half h only.
+  __device__ __forceinline__ void scale_o_half(int h, float a) {
+#pragma unroll
+    for (int i = 2 * h; i < kORegs; i += 4) o[i] *= a, o[i + 1] *= a;
+  }
   // O *= alpha, skipped where the warp's factors are all 1; FA4_SM90_HALF_VOTE decides per row
   // half (8 rows: half the multiplies where only one half's max grew).
   __device__ __forceinline__ void scale_o_voted(const float (&alpha)[2]) {
     if (FA4_SM90_HALF_VOTE) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (__any_sync(0xffffffffu, alpha[h] != 1.f)) {
-#pragma unroll
-          for (int i = 2 * h; i < kORegs; i += 4) o[i] *= alpha[h], o[i + 1] *= alpha[h];
-        }
-      }
+      for (int h = 0; h < 2; ++h)
+        if (__any_sync(0xffffffffu, alpha[h] != 1.f)) scale_o_half(h, alpha[h]);
     } else {
       scale_o(alpha);
     }
   }
-  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) scale_o_voted(alpha);
+  __device__ __forceinline__ void rescale_o(const Rescale& r) {
+    if (FA4_SM90_GROW_FLAGS) {
+      // The softmax's grow flags are warp-uniform already: no vote here. A grown half whose
+      // alpha is exactly 1 multiplies by 1, the same bits as the voted path's skip.
+      if (FA4_SM90_HALF_VOTE) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (r.grow[h]) scale_o_half(h, r.alpha[h]);
+      } else if (r.grow[0] || r.grow[1]) {
+        scale_o(r.alpha);
+      }
+      return;
+    }
+    if (__any_sync(0xffffffffu, r.alpha[0] != 1.f || r.alpha[1] != 1.f)) scale_o_voted(r.alpha);
   }
   __device__ __forceinline__ void pack_p() {
 #pragma unroll
@@ -314,9 +336,9 @@ struct Consumer {
     ptx::fence_operands(s);
     sh.k_ring.release(st, tid == 0);
     if (T::kSeparateO && n == 1) release_q();
-    float alpha[2];
-    softmax(w.tile_at(0) * kBlockN, alpha);
-    alpha[0] = alpha[1] = 1.f;  // O is still 0: nothing to rescale
+    Rescale rs;
+    softmax(w.tile_at(0) * kBlockN, rs);
+    rs.none();  // O is still 0: nothing to rescale
     if constexpr (kPvWaitBehindV) sh.v_ring.wait(st);  // as in the loop
     pack_p();
 
@@ -341,9 +363,9 @@ struct Consumer {
         ptx::fence_operands(s);
         sh.k_ring.release(st, tid == 0);
         if (T::kSeparateO && it == n - 1) release_q();
-        softmax(w.tile_at(it) * kBlockN, alpha);
-        rescale_o(alpha);
-        alpha[0] = alpha[1] = 1.f;  // applied: the rescale before the last P V must not repeat it
+        softmax(w.tile_at(it) * kBlockN, rs);
+        rescale_o(rs);
+        rs.none();  // applied: the rescale before the last P V must not repeat it
         pack_p();
         stv = st;
         continue;
@@ -356,7 +378,7 @@ struct Consumer {
       // last P V group was waited for), and the turn window is where the consumer would otherwise
       // only wait (FA3 places it there too). Not at Dv = 256: 128 multiplies there hold the turn
       // long enough to delay the other consumer's GEMMs (measured -5 to -10 %, sm90-notes.md).
-      if constexpr (kRescaleInTurn) rescale_o(alpha);
+      if constexpr (kRescaleInTurn) rescale_o(rs);
       if constexpr (!kPvWaitBehindV) sh.v_ring.wait(stv);  // else waited after the softmax
       issue_pv(stv);
       turn_pass();
@@ -364,7 +386,7 @@ struct Consumer {
       ptx::fence_operands(s);
       sh.k_ring.release(st, tid == 0);
       if (T::kSeparateO && it == n - 1) release_q();
-      softmax(w.tile_at(it) * kBlockN, alpha);
+      softmax(w.tile_at(it) * kBlockN, rs);
       // The wait for the P V group in flight has no register dependence on S, so ptxas hoists
       // it (a WARPGROUP.DEPBAR) to the top of its basic block: in the softmax's block, above the
       // row max and the ex2s, and the consumer idles until P V completes (D = 256: 13 % of all
@@ -378,8 +400,8 @@ struct Consumer {
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(o);
       if constexpr (!kRescaleInTurn) {
-        rescale_o(alpha);
-        alpha[0] = alpha[1] = 1.f;
+        rescale_o(rs);
+        rs.none();
       }
       hold_p();
       sh.v_ring.release(stv, tid == 0);
@@ -387,7 +409,7 @@ struct Consumer {
       stv = st;
     }
     sh.v_ring.wait(stv);
-    rescale_o(alpha);
+    rescale_o(rs);
     turn_wait();
     issue_pv(stv);
     turn_pass();
