@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fa4's 16-bit tile products against oneDNN's ukernel brgemm, one thread (bench/cpu_brgemm_ab.cpp
-# says what is timed). Not part of the CMake build or CI.
+# says what is timed), then brgemm run on fa4's own panels (bench/cpu_brgemm_panels.cpp). Not part of the CMake build or CI.
 #
 #   bash bench/cpu_brgemm_ab.sh [rounds] [ms per batch]
 #
@@ -40,6 +40,9 @@ LIBDIR=$ROOT/lib
 [[ -d $LIBDIR ]] || LIBDIR=$ROOT/lib64
 g++ -std=c++17 -O2 -march=native -Isrc -Iinclude -Ibuild-cpu/include -I"$ROOT/include" bench/cpu_brgemm_ab.cpp \
   -o build-cpu/cpu_brgemm_ab build-cpu/libfa4.a "$LIBDIR/libdnnl.a" -fopenmp -lpthread -ldl
+g++ -std=c++17 -O2 -march=native -Isrc -Iinclude -Ibuild-cpu/include -I"$ROOT/include" bench/cpu_brgemm_panels.cpp \
+  -o build-cpu/cpu_brgemm_panels build-cpu/libfa4.a "$LIBDIR/libdnnl.a" -fopenmp -lpthread -ldl
 uptime
 OMP_NUM_THREADS=1 taskset -c 0 build-cpu/cpu_brgemm_ab "${1:-9}" "${2:-20}"
+OMP_NUM_THREADS=1 taskset -c 0 build-cpu/cpu_brgemm_panels
 uptime
