@@ -53,6 +53,15 @@
 #ifndef FA4_SM90_TMA_STORE
 #define FA4_SM90_TMA_STORE 1
 #endif
+//   FA4_SM90_O_IN_V        1: where O has no staging tile of its own (D = 256, (192, 128)) it is
+//                          staged over the V ring (FA3's layout) instead of the consumer's Q
+//                          tile: the next tile's Q then loads under the last P V and the
+//                          epilogue, O leaves by TMA, and the next tile's first V waits for the
+//                          staged O to be read (o_empty); 0: staged in Q (the next Q waits for
+//                          the epilogue's stores)
+#ifndef FA4_SM90_O_IN_V
+#define FA4_SM90_O_IN_V 0
+#endif
 //   FA4_SM90_BALANCED_SECTIONS  1: short masked dense sequences take the static order (section,
 //                          snake) of smallest predicted makespan (cuda/plan.cpp
 //                          balance_static_order); 0: the L2-sized sections, round robin
@@ -175,6 +184,15 @@ constexpr int smem_bytes_without_o(int dqk, int dv, Tile t = Tile::standard) {
 // (D = 256) O is staged in the consumer's Q tile and the next Q waits for the epilogue.
 constexpr bool separate_o(int dqk, int dv, Tile t = Tile::standard) {
   return smem_bytes_without_o(dqk, dv, t) + tile_cfg(dqk, dv, t).block_m() * dv * 2 <= kSmemLimit;
+}
+// Where the epilogue stages O: its own tile; over the V ring (FA4_SM90_O_IN_V, where the ring
+// holds the block_m x dv tile: stages * block_n >= block_m); or the consumer's Q tile.
+enum class OStaging { own, v_ring, q };
+constexpr OStaging o_staging(int dqk, int dv, Tile t = Tile::standard) {
+  if (separate_o(dqk, dv, t)) return OStaging::own;
+  const TileCfg c = tile_cfg(dqk, dv, t);
+  if (FA4_SM90_O_IN_V && c.stages * c.block_n >= c.block_m()) return OStaging::v_ring;
+  return OStaging::q;
 }
 constexpr int smem_bytes(int dqk, int dv, Tile t = Tile::standard) {
   return smem_bytes_without_o(dqk, dv, t) + (separate_o(dqk, dv, t) ? tile_cfg(dqk, dv, t).block_m() * dv * 2 : 0);

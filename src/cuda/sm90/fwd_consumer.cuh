@@ -322,7 +322,7 @@ struct Consumer {
   __device__ __forceinline__ void mainloop(Ring& st) {
     const int n = w.n_tiles();
     if (n <= 0) {
-      if (T::kSeparateO) release_q();
+      if (T::kQFreeEarly) release_q();
       return;
     }
     const bool v_tail = w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
@@ -335,7 +335,7 @@ struct Consumer {
     ptx::wgmma_wait_group<0>();
     ptx::fence_operands(s);
     sh.k_ring.release(st, tid == 0);
-    if (T::kSeparateO && n == 1) release_q();
+    if (T::kQFreeEarly && n == 1) release_q();
     Rescale rs;
     softmax(w.tile_at(0) * kBlockN, rs);
     rs.none();  // O is still 0: nothing to rescale
@@ -362,7 +362,7 @@ struct Consumer {
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(s);
         sh.k_ring.release(st, tid == 0);
-        if (T::kSeparateO && it == n - 1) release_q();
+        if (T::kQFreeEarly && it == n - 1) release_q();
         softmax(w.tile_at(it) * kBlockN, rs);
         rescale_o(rs);
         rs.none();  // applied: the rescale before the last P V must not repeat it
@@ -385,7 +385,7 @@ struct Consumer {
       ptx::wgmma_wait_group<1>();
       ptx::fence_operands(s);
       sh.k_ring.release(st, tid == 0);
-      if (T::kSeparateO && it == n - 1) release_q();
+      if (T::kQFreeEarly && it == n - 1) release_q();
       softmax(w.tile_at(it) * kBlockN, rs);
       // The wait for the P V group in flight has no register dependence on S, so ptxas hoists
       // it (a WARPGROUP.DEPBAR) to the top of its basic block: in the softmax's block, above the

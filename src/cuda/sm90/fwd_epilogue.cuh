@@ -45,6 +45,9 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   // A TMA store of the previous tile may still be reading the staging tile (thread 0 issued it).
   if (T::kTmaStore && tid == 0 && P.tma_store) ptx::bulk_wait_group_read<0>();
   if (T::kSeparateO) ptx::named_barrier_sync(bar, 128);
+  // Staged over the V ring: every consumer's last P V has read it (each waited for its own).
+  // The ring holds no later V: the producer waits for o_empty first.
+  if (T::kOInV) ptx::named_barrier_sync(bar_id(Bar::consumers), 128 * T::kConsumers);
   constexpr int kChunkBytes = kRowsPerConsumer * 128;
 #pragma unroll
   for (int i = 0; i < Consumer<T>::kORegs; i += 2) {
@@ -65,8 +68,14 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
 #pragma unroll
       for (int ch = 0; ch < kDv / 64; ++ch) ptx::tma_store_4d(&P.tm_o, stage + ch * kChunkBytes, ch * 64, w.head, o_row, o_b);
       ptx::bulk_commit_group();
+      // Over the V ring, the next tile's first V waits for this: the store's reads now (as FA3
+      // does; this warp's next GEMM waits as long), not deferred into the next tile.
+      if (T::kOInV) {
+        ptx::bulk_wait_group_read<0>();
+        ptx::mbarrier_arrive(&cs.sh.o_empty);
+      }
     }
-    return;  // (kTmaStore: O has its own staging tile; Q was released after the last S)
+    return;  // (kTmaStore: Q was released after the last S)
   }
 
   constexpr int kPieces = kDv / 8;  // 16-byte pieces of a row
@@ -90,9 +99,13 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
       for (int x = 0; x < valid; ++x) dst[x] = src[x];
     }
   }
-  // O staged in Q: its generic-proxy reads are done before the next tile's TMA (async proxy)
-  // overwrites it.
-  if (!T::kSeparateO) {
+  // O staged in Q / over the V ring: its generic-proxy reads are done before the next tile's TMA
+  // (async proxy) overwrites it.
+  if (T::kOInV) {
+    ptx::fence_proxy_async_shared_cta();
+    ptx::named_barrier_sync(bar, 128);
+    if (tid == 0) ptx::mbarrier_arrive(&cs.sh.o_empty);
+  } else if (!T::kSeparateO) {
     ptx::fence_proxy_async_shared_cta();
     cs.release_q();
   }

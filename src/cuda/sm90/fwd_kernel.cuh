@@ -36,12 +36,16 @@ struct FwdTraits {
   static constexpr int kBlockN = kCfg.block_n, kStages = kCfg.stages;
   static constexpr int kConsumers = kCfg.consumers, kBlockM = kCfg.block_m(), kThreads = kCfg.threads();
   static constexpr int kExp2EmuEvery = exp2_emu_every(kDqk);
-  static constexpr bool kSeparateO = separate_o(kDqk, kDv, kTile);
-  // O leaves through a TMA store only from its own staging tile: staged in Q (D = 256), the
-  // issuing thread's wait for the store's shared-memory reads delays Q's release, and the A/B
-  // lost 0.3-7 % there (+0.3-7 % at D 128, +0.5-2.5 % at D 64; docs/perf/h200-2026-12-02b-session.md).
-  static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
-  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO>;
+  static constexpr OStaging kOStaging = o_staging(kDqk, kDv, kTile);
+  static constexpr bool kSeparateO = kOStaging == OStaging::own;
+  static constexpr bool kOInV = kOStaging == OStaging::v_ring;
+  // Q is released after the tile's last S = Q K^T (not after the epilogue) unless O is staged in it.
+  static constexpr bool kQFreeEarly = kOStaging != OStaging::q;
+  // O leaves through a TMA store only where it is not staged in Q: there the issuing thread's
+  // wait for the store's shared-memory reads delays Q's release, and the A/B lost 0.3-7 % (D 256;
+  // +0.3-7 % at D 128, +0.5-2.5 % at D 64; docs/perf/h200-2026-12-02b-session.md).
+  static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kQFreeEarly;
+  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO, kOInV>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");
   static_assert(kDv <= kDqk, "the O staging tile reuses the consumer's Q tile");
@@ -61,6 +65,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 4 * T::kConsumers);  // one arrival per consumer warp
     ptx::mbarrier_init(&sh.work_full, 1);
+    ptx::mbarrier_init(&sh.o_empty, T::kConsumers);  // (kOInV) one arrival per consumer warpgroup
     ptx::fence_mbarrier_init();
     trace::cta_start(P.trace);
   }

@@ -87,9 +87,15 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     // the first V before; the consumers' wait for Q, ~5 % of their time at D 128 S 1k causal, did
     // not change with this order: Q is issued ~2 us before they are ready and is 2.1-2.5 us in
     // flight, bench/sm90_trace.py, docs/perf/sm90-notes.md.)
+    // (kOInV) The previous tile's O is staged over the V ring until its epilogue has read it:
+    // every tile waits for that phase (in order: a skipped phase would alias the parity).
+    auto wait_o = [&]() {
+      if (T::kOInV && tiles_done > 0) ptx::mbarrier_wait_parity(&sh.o_empty, (tiles_done - 1) & 1u);
+    };
     if (n > 0) load_k(0);
-    if (T::kSeparateO) {
+    if (T::kQFreeEarly) {
       load_q();
+      wait_o();
       if (n > 0) load_v(0);
     } else {
       if (n > 0) load_v(0);

@@ -8,9 +8,13 @@
 //   k[s][chunk]   K ring slot s (kBlockN keys)
 //   v[s][chunk]   V ring slot s
 //   o[c][chunk]   consumer c's O staging tile (fwd_config.h separate_o); without it the epilogue
-//                 stages O in q[c] (its wgmma reads of Q are complete by then; Dv <= Dqk)
+//                 stages O over the V ring (kOInV: consumer c's [Dv / 64][64 rows x 64] tile at
+//                 byte c * 64 * Dv * 2 of v, once every consumer's last P V has read it) or in
+//                 q[c] (its wgmma reads of Q are complete by then; Dv <= Dqk)
 // Barriers: the K / V rings, q_full (producer -> consumers: the tile's Q landed, one phase per
-// tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer warp).
+// tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer warp);
+// o_empty (kOInV: consumers -> producer, one arrival per consumer warpgroup and tile: the O staged
+// over the V ring has been read, the next tile's V may land).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +26,7 @@
 
 namespace fa4::cuda::sm90 {
 
-template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers, bool kSeparateO>
+template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers, bool kSeparateO, bool kOInV>
 struct alignas(1024) SharedStorage {
   static constexpr int kQChunk = kRowsPerConsumer * 64;  // elements of one 64-column chunk
   static constexpr int kKVChunk = kBlockN * 64;
@@ -34,6 +38,7 @@ struct alignas(1024) SharedStorage {
     alignas(1024) Elem o[kConsumers][kDv / 64][kQChunk];
   };
   struct NoOStage {};
+  static_assert(!kOInV || kStages * kBlockN >= kConsumers * kRowsPerConsumer, "the V ring holds every consumer's O tile");
   std::conditional_t<kSeparateO, OStage, NoOStage> os;
   MbarRing<kStages> k_ring;
   MbarRing<kStages> v_ring;
@@ -44,9 +49,11 @@ struct alignas(1024) SharedStorage {
   // bench/sm90_trace.py); work_full: one producer arrival per tile, the last one with valid = 0.
   PublishedWork work[2];
   uint64_t work_full;
+  uint64_t o_empty;
 
   __device__ __forceinline__ uint8_t* o_stage(int c) {
     if constexpr (kSeparateO) return reinterpret_cast<uint8_t*>(os.o[c][0]);
+    else if constexpr (kOInV) return reinterpret_cast<uint8_t*>(v[0][0]) + c * kRowsPerConsumer * kDv * sizeof(Elem);
     else return reinterpret_cast<uint8_t*>(q[c][0]);
   }
 };
