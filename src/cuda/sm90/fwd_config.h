@@ -37,6 +37,13 @@
 #ifndef FA4_SM90_GROW_FLAGS
 #define FA4_SM90_GROW_FLAGS 0
 #endif
+//   FA4_SM90_FLAT_SOFTMAX  1: the consumer's key-tile body is one basic block (fwd_consumer.cuh
+//                          softmax_flat: mask / score transform chosen outside it, O rescaled
+//                          every tile without votes, as FA3 does) in the two-consumer instances
+//                          with Dv <= 128 (2: every instance); 0: per-tile branches and votes
+#ifndef FA4_SM90_FLAT_SOFTMAX
+#define FA4_SM90_FLAT_SOFTMAX 0
+#endif
 #ifndef FA4_SM90_EXP2_EMU
 #define FA4_SM90_EXP2_EMU -1
 #endif
