@@ -37,13 +37,6 @@
 #ifndef FA4_SM90_GROW_FLAGS
 #define FA4_SM90_GROW_FLAGS 0
 #endif
-//   FA4_SM90_FLAT_SOFTMAX  1: the consumer's key-tile body is one basic block (fwd_consumer.cuh
-//                          softmax_flat: mask / score transform chosen outside it, O rescaled
-//                          every tile without votes, as FA3 does) in the two-consumer instances
-//                          with Dv <= 128 (2: every instance); 0: per-tile branches and votes
-#ifndef FA4_SM90_FLAT_SOFTMAX
-#define FA4_SM90_FLAT_SOFTMAX 0
-#endif
 #ifndef FA4_SM90_EXP2_EMU
 #define FA4_SM90_EXP2_EMU -1
 #endif
@@ -60,14 +53,17 @@
 #ifndef FA4_SM90_TMA_STORE
 #define FA4_SM90_TMA_STORE 1
 #endif
-//   FA4_SM90_O_IN_V        1: where O has no staging tile of its own (D = 256, (192, 128)) it is
-//                          staged over the V ring (FA3's layout) instead of the consumer's Q
-//                          tile: the next tile's Q then loads under the last P V and the
-//                          epilogue, O leaves by TMA, and the next tile's first V waits for the
-//                          staged O to be read (o_empty); 0: staged in Q (the next Q waits for
-//                          the epilogue's stores)
+//   FA4_SM90_O_IN_V        1: the standard D = 256 tile (no room for an O tile of its own) stages
+//                          O over the V ring (FA3's layout) instead of the consumer's Q tile: the
+//                          next tile's Q loads under the last P V and the epilogue, and the next
+//                          tile's first V waits until the staged O is stored (o_empty). Same-run
+//                          A/B on the H200 (docs/perf/h200-2026-12-03-session.md): +3.1 / +1.5 %
+//                          at S 1k / 2k non-causal, +2.8 / +1.4 % causal, +-0.5 % from 4k (where
+//                          the 80-key long_keys tile, left in Q, takes over). With a TMA store
+//                          the instance spilled in its mainloop (-3 to -20 %): 16-byte stores.
+//                          0: staged in Q everywhere.
 #ifndef FA4_SM90_O_IN_V
-#define FA4_SM90_O_IN_V 0
+#define FA4_SM90_O_IN_V 1
 #endif
 //   FA4_SM90_BALANCED_SECTIONS  1: short masked dense sequences take the static order (section,
 //                          snake) of smallest predicted makespan (cuda/plan.cpp
@@ -192,13 +188,13 @@ constexpr int smem_bytes_without_o(int dqk, int dv, Tile t = Tile::standard) {
 constexpr bool separate_o(int dqk, int dv, Tile t = Tile::standard) {
   return smem_bytes_without_o(dqk, dv, t) + tile_cfg(dqk, dv, t).block_m() * dv * 2 <= kSmemLimit;
 }
-// Where the epilogue stages O: its own tile; over the V ring (FA4_SM90_O_IN_V, where the ring
-// holds the block_m x dv tile: stages * block_n >= block_m); or the consumer's Q tile.
+// Where the epilogue stages O: its own tile; over the V ring (FA4_SM90_O_IN_V: the standard
+// D = 256 tile, whose ring holds the block_m x dv tile); or the consumer's Q tile.
 enum class OStaging { own, v_ring, q };
 constexpr OStaging o_staging(int dqk, int dv, Tile t = Tile::standard) {
   if (separate_o(dqk, dv, t)) return OStaging::own;
   const TileCfg c = tile_cfg(dqk, dv, t);
-  if (FA4_SM90_O_IN_V && c.stages * c.block_n >= c.block_m()) return OStaging::v_ring;
+  if (FA4_SM90_O_IN_V && dqk > 192 && t == Tile::standard && c.stages * c.block_n >= c.block_m()) return OStaging::v_ring;
   return OStaging::q;
 }
 constexpr int smem_bytes(int dqk, int dv, Tile t = Tile::standard) {

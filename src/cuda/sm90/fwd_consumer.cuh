@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cmath>
-#include <type_traits>
 
 #include "cuda/common/exp2.cuh"
 #include "cuda/common/mask.cuh"
@@ -44,9 +43,6 @@ struct Consumer {
   // next V at Dv = 256, where ptxas otherwise hoists it above the softmax's ex2s.
   static constexpr bool kPvWaitBehindV = kDv > 128;
   using Ring = PipelineState<kStages>;
-  // FA4_SM90_FLAT_SOFTMAX (fwd_config.h): 1 = the instances with two consumers and Dv <= 128 (at
-  // D 256 and in the three-consumer D 64 instance the duplicated bodies spill), 2 = every instance.
-  static constexpr bool kFlat = FA4_SM90_FLAT_SOFTMAX >= 2 || (FA4_SM90_FLAT_SOFTMAX == 1 && kDv <= 128 && kConsumers == 2);
 
   typename T::Smem& sh;
   const FwdArgs& p;
@@ -241,68 +237,6 @@ struct Consumer {
     rescale_factors(grow, m_old, neg_m, r.alpha);
     l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
   }
-  // ---- the flat softmax (FA4_SM90_FLAT_SOFTMAX): one basic block per key tile ----
-  // FA3's loop body (its sm90 SASS at D 128: ~590 instructions for 176 keys, no branch, no vote
-  // between the S wait and the next turn) lets ptxas interleave the row max, the ex2s, the sums
-  // and the O rescale of both row halves. Here the per-tile decisions that split the softmax
-  // into blocks leave it: kMask / kPlain are chosen per key tile / per tile by the caller, and
-  // the max moves and O is rescaled every tile without a vote (alpha = 1 exactly where the max
-  // did not move: the same bits as a skipped rescale). Exact max only (threshold 0).
-  static_assert(!FA4_SM90_FLAT_SOFTMAX || kRescaleThreshold == 0.f, "the flat softmax keeps an exact max");
-  template <bool kMask, bool kPlain>
-  __device__ __forceinline__ void softmax_flat(int n0, Rescale& r) {
-    if constexpr (!kPlain) {
-      if (softcap) {
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) {
-          const float e2 = ptx::exp2_approx(s[i] * softcap_in2);
-          s[i] = p.softcap_log2 * (1.f - __fdividef(2.f, e2 + 1.f));
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) s[i] *= p.scale_log2;
-      }
-    }
-    if constexpr (kMask) {
-#pragma unroll
-      for (int i = 0; i < kSRegs; ++i) {
-        const int h = (i >> 1) & 1;
-        const int j = n0 + 8 * (i >> 2) + 2 * t4 + (i & 1);
-        if (j < lo[h] || j >= hi[h]) s[i] = -INFINITY;
-      }
-    }
-    float mp[2][4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) mp[h][q] = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kSRegs; ++i) {
-      float& m = mp[(i >> 1) & 1][(i & 1) | ((i >> 1) & 2)];
-      m = fmaxf(m, s[i]);
-    }
-    float neg_m[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float mx = quad_max(fmaxf(fmaxf(mp[h][0], mp[h][1]), fmaxf(mp[h][2], mp[h][3])));
-      const float m_old = m_run[h];
-      m_run[h] = fmaxf(m_old, mx);
-      neg_m[h] = -(m_run[h] == -INFINITY ? 0.f : m_run[h]) * sc;
-      // Unmoved (or still empty) rows: exactly 1. Else the voted path's factor, bit for bit.
-      r.alpha[h] = m_old == m_run[h] ? 1.f : ptx::exp2_approx(m_old * sc + neg_m[h]);
-      r.grow[h] = true;
-      l_run[h] *= r.alpha[h];
-    }
-    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-#pragma unroll
-    for (int i = 0; i < kSRegs; ++i) {
-      const int h = (i >> 1) & 1;
-      s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_m[h]), i);
-      sum[h][i & 1] += s[i];
-    }
-    l_run[0] += sum[0][0] + sum[0][1], l_run[1] += sum[1][0] + sum[1][1];
-  }
-
   // O / l rescale factors of a grown max (m_old: the max before; neg_m: -new max in log2 units).
   __device__ __forceinline__ void rescale_factors(const bool (&grow)[2], const float (&m_old)[2],
                                                   const float (&neg_m)[2], float (&alpha)[2]) {
@@ -336,10 +270,6 @@ struct Consumer {
     }
   }
   __device__ __forceinline__ void rescale_o(const Rescale& r) {
-    if constexpr (kFlat) {  // every tile, no vote: FMULs the scheduler hides under the ex2s
-      scale_o(r.alpha);
-      return;
-    }
     if (FA4_SM90_GROW_FLAGS) {
       // The softmax's grow flags are warp-uniform already: no vote here. A grown half whose
       // alpha is exactly 1 multiplies by 1, the same bits as the voted path's skip.
@@ -390,12 +320,6 @@ struct Consumer {
   // The tile's key tiles; `st` is the ring position, which runs on across tiles. Q has landed
   // (q_full waited by the caller).
   __device__ __forceinline__ void mainloop(Ring& st) {
-    if constexpr (kFlat && FA4_SM90_OVERLAP) {
-      // The score transform is uniform over the tile: one loop per kind, no branch inside.
-      if (fold) mainloop_flat<true>(st);
-      else mainloop_flat<false>(st);
-      return;
-    }
     const int n = w.n_tiles();
     if (n <= 0) {
       if (T::kQFreeEarly) release_q();
@@ -495,82 +419,6 @@ struct Consumer {
     sh.v_ring.release(stv, tid == 0);
     st = stv;
     st.advance();  // the next tile's first slot
-  }
-
-  // The mainloop of FA4_SM90_FLAT_SOFTMAX (same pipeline as mainloop()'s overlap path): each key
-  // tile's body is one basic block but for the ring waits. Masked key tiles take a second copy
-  // of the body (the walk meets them first: the diagonal / ragged end, fwd_work.cuh), and Q is
-  // released after the loop, not inside it.
-  template <bool kPlain>
-  __device__ __forceinline__ void mainloop_flat(Ring& st) {
-    const int n = w.n_tiles();
-    if (n <= 0) {
-      if (T::kQFreeEarly) release_q();
-      return;
-    }
-    const bool v_tail = w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
-
-    sh.k_ring.wait(st);
-    turn_wait();
-    issue_s(st);
-    turn_pass();
-    if (v_tail) zero_v_tail(st);
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(s);
-    sh.k_ring.release(st, tid == 0);
-    if (T::kQFreeEarly && n == 1) release_q();
-    Rescale rs;
-    {
-      const int n0 = w.tile_at(0) * kBlockN;
-      if (full.needs_mask(n0, kBlockN)) softmax_flat<true, kPlain>(n0, rs);
-      else softmax_flat<false, kPlain>(n0, rs);
-    }
-    rs.none();  // O is still 0
-    if constexpr (kPvWaitBehindV) sh.v_ring.wait(st);
-    pack_p();
-
-    Ring stv = st;
-    auto step = [&](auto masked, int it) {
-      st.advance();
-      sh.k_ring.wait(st);
-      turn_wait();
-      issue_s(st);
-      if constexpr (!kPvWaitBehindV) sh.v_ring.wait(stv);
-      issue_pv(stv);
-      turn_pass();
-      ptx::wgmma_wait_group<1>();
-      ptx::fence_operands(s);
-      sh.k_ring.release(st, tid == 0);
-      softmax_flat<decltype(masked)::value, kPlain>(w.tile_at(it) * kBlockN, rs);
-      if constexpr (kPvWaitBehindV) sh.v_ring.wait(st);
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(o);
-      // O *= alpha of this tile once P V of the last one is in, beside the P packing (FA3's place
-      // at Dv <= 128), not in the turn window: every tile rescales here.
-      rescale_o(rs);
-      hold_p();
-      sh.v_ring.release(stv, tid == 0);
-      pack_p();
-      stv = st;
-    };
-#pragma unroll 1
-    for (int it = 1; it < n; ++it) {
-      // (a vote: the same for every lane, and ptxas then knows the branch is uniform and keeps
-      // the ring state in uniform registers)
-      if (__any_sync(0xffffffffu, full.needs_mask(w.tile_at(it) * kBlockN, kBlockN))) step(std::true_type{}, it);
-      else step(std::false_type{}, it);
-    }
-    if (T::kQFreeEarly && n > 1) release_q();  // the last S = Q K^T is complete
-    sh.v_ring.wait(stv);  // (the last tile's rescale was applied in its step)
-    turn_wait();
-    issue_pv(stv);
-    turn_pass();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(o);
-    hold_p();
-    sh.v_ring.release(stv, tid == 0);
-    st = stv;
-    st.advance();
   }
 };
 

@@ -68,14 +68,8 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
 #pragma unroll
       for (int ch = 0; ch < kDv / 64; ++ch) ptx::tma_store_4d(&P.tm_o, stage + ch * kChunkBytes, ch * 64, w.head, o_row, o_b);
       ptx::bulk_commit_group();
-      // Over the V ring, the next tile's first V waits for this: the store's reads now (as FA3
-      // does; this warp's next GEMM waits as long), not deferred into the next tile.
-      if (T::kOInV) {
-        ptx::bulk_wait_group_read<0>();
-        ptx::mbarrier_arrive(&cs.sh.o_empty);
-      }
     }
-    return;  // (kTmaStore: Q was released after the last S)
+    return;  // (kTmaStore: O has its own staging tile; Q was released after the last S)
   }
 
   constexpr int kPieces = kDv / 8;  // 16-byte pieces of a row

@@ -41,10 +41,12 @@ struct FwdTraits {
   static constexpr bool kOInV = kOStaging == OStaging::v_ring;
   // Q is released after the tile's last S = Q K^T (not after the epilogue) unless O is staged in it.
   static constexpr bool kQFreeEarly = kOStaging != OStaging::q;
-  // O leaves through a TMA store only where it is not staged in Q: there the issuing thread's
-  // wait for the store's shared-memory reads delays Q's release, and the A/B lost 0.3-7 % (D 256;
-  // +0.3-7 % at D 128, +0.5-2.5 % at D 64; docs/perf/h200-2026-12-02b-session.md).
-  static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kQFreeEarly;
+  // O leaves through a TMA store only from its own staging tile: staged in Q (D = 256), the
+  // issuing thread's wait for the store's shared-memory reads delays Q's release, and the A/B
+  // lost 0.3-7 % there (+0.3-7 % at D 128, +0.5-2.5 % at D 64; docs/perf/h200-2026-12-02b-session.md);
+  // staged over the V ring, the TMA path made the D 256 consumer spill in its mainloop
+  // (-3 to -20 %, docs/perf/h200-2026-12-03-session.md).
+  static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO, kOInV>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");

@@ -60,7 +60,7 @@ bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Param
     return false;
   // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
   // (Only the instances that store through TMA: fwd_kernel.cuh kTmaStore.)
-  P->tma_store = FA4_SM90_TMA_STORE && o_staging(dims.dqk, dims.dv, tile) != OStaging::q &&
+  P->tma_store = FA4_SM90_TMA_STORE && o_staging(dims.dqk, dims.dv, tile) == OStaging::own &&
                  encode(&P->tm_o, a.out, bf16, a.dv, a.hq, vq ? a.total_q : a.sq_dense, vq ? 1 : a.batch, a.o_sh,
                         vq ? a.o_s0 : a.o_s1, a.o_s0, kRowsPerConsumer, "out", nullptr);
   return true;
