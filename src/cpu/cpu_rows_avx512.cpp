@@ -84,6 +84,19 @@ struct F32Rows {
   }
 };
 
+// Steady software prefetch (rows_prefetch_avx512): the rows the next qk_rows / pv_rows call on
+// this thread pulls toward L1 while it computes, a row per key processed.
+struct RowPrefetch {
+  const void* const* k = nullptr;
+  const void* const* v = nullptr;
+  int64_t n = 0, k_bytes = 0, v_bytes = 0;
+};
+thread_local RowPrefetch tl_pf;
+inline void prefetch_row(const void* p, int64_t bytes) {
+  const char* c = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63});
+  for (const char* e = static_cast<const char*>(p) + bytes; c < e; c += 64) _mm_prefetch(c, _MM_HINT_T0);
+}
+
 // Lane l of the result is the sum of the 16 lanes of a[l].
 inline __m512 hsum16(const __m512* a) {
   __m512 u[4];
@@ -151,8 +164,15 @@ void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, 
         }
     qp = qeo;
   }
+  const void* const* pf = tl_pf.k;
+  const int64_t npf = pf ? tl_pf.n : 0, pf_bytes = tl_pf.k_bytes;
+  tl_pf.k = nullptr;
   int64_t j = 0;
-  for (; j + KB <= nk; j += KB) qk_keys<L, R, RP>(qp, d, krows + j, KB, st + j * 8);
+  for (; j + KB <= nk; j += KB) {
+    for (int64_t t = j; t < j + KB && t < npf; ++t) prefetch_row(pf[t], pf_bytes);
+    qk_keys<L, R, RP>(qp, d, krows + j, KB, st + j * 8);
+  }
+  for (int64_t t = j; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
   if (j < nk) qk_keys<L, R, RP>(qp, d, krows + j, static_cast<int>(nk - j), st + j * 8);
 }
 
@@ -187,11 +207,13 @@ inline void store_o(float* o, __m512 e, __m512 od) {
 // C chunks of 32 dims starting at c0, R rows: 2 * C * R <= 16 accumulators.
 template <class L, int R, int C>
 inline void pv_chunks(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, int64_t c0,
-                      const float* alpha, float* o) {
+                      const float* alpha, float* o, const void* const* pf = nullptr, int64_t npf = 0,
+                      int64_t pf_bytes = 0) {
   __m512 e[C][R], od[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) load_o<L>(o + r * dv + c0 + 32 * c, alpha[r], &e[c][r], &od[c][r]);
   for (int64_t j = 0; j < nk; ++j) {
+    if (j < npf) prefetch_row(pf[j], pf_bytes);
     for (int c = 0; c < C; ++c) {
       __m512 ve, vo;
       L::load(vrows[j], c0 + 32 * c, &ve, &vo);
@@ -209,9 +231,14 @@ inline void pv_chunks(const float* pt, int64_t nk, const void* const* vrows, int
 template <class L, int R>
 void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
   constexpr int C = R <= 2 ? 4 : R <= 4 ? 2 : 1;
+  const void* const* pf = tl_pf.v;
+  int64_t npf = pf ? tl_pf.n : 0;
+  const int64_t pf_bytes = tl_pf.v_bytes;
+  tl_pf.v = nullptr;
   int64_t c0 = 0;
-  for (; c0 + 32 * C <= dv; c0 += 32 * C) pv_chunks<L, R, C>(pt, nk, vrows, dv, c0, alpha, o);
-  for (; c0 < dv; c0 += 32) pv_chunks<L, R, 1>(pt, nk, vrows, dv, c0, alpha, o);
+  for (; c0 + 32 * C <= dv; c0 += 32 * C, npf = 0) pv_chunks<L, R, C>(pt, nk, vrows, dv, c0, alpha, o, pf, npf, pf_bytes);
+  for (; c0 < dv; c0 += 32, npf = 0) pv_chunks<L, R, 1>(pt, nk, vrows, dv, c0, alpha, o, pf, npf, pf_bytes);
+  for (int64_t t = nk; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
 }
 
 template <template <class, int> class F, class L, class... A>
@@ -256,14 +283,31 @@ bool dispatch(DType t, int64_t rows, A... a) {
 
 void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
                     float* st) {
-  if (d % 32 != 0 || d > kMaxDim || nk <= 0 || !dispatch<Qk>(t, rows, q, d, krows, nk, st))
+  if (d % 32 != 0 || d > kMaxDim || nk <= 0 || !dispatch<Qk>(t, rows, q, d, krows, nk, st)) {
+    // The AVX2 kernels take no prefetch list: its rows in one burst here (K and V).
+    const RowPrefetch pf = tl_pf;
+    tl_pf = RowPrefetch{};
+    for (int64_t j = 0; j < pf.n; ++j) {
+      if (pf.k) prefetch_row(pf.k[j], pf.k_bytes);
+      if (pf.v) prefetch_row(pf.v[j], pf.v_bytes);
+    }
     avx2_kernels().qk_rows(q, rows, d, krows, t, nk, st);
+  }
+}
+
+void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, int64_t n, int64_t k_bytes,
+                          int64_t v_bytes) {
+  tl_pf = RowPrefetch{krows, vrows, n, k_bytes, v_bytes};
 }
 
 void pv_rows_avx512(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
                     const float* alpha, float* o) {
-  if (dv % 32 != 0 || nk <= 0 || !dispatch<Pv>(t, rows, pt, nk, vrows, dv, alpha, o))
+  if (dv % 32 != 0 || nk <= 0 || !dispatch<Pv>(t, rows, pt, nk, vrows, dv, alpha, o)) {
+    if (tl_pf.v)
+      for (int64_t j = 0; j < tl_pf.n; ++j) prefetch_row(tl_pf.v[j], tl_pf.v_bytes);
+    tl_pf.v = nullptr;
     avx2_kernels().pv_rows(pt, rows, nk, vrows, t, dv, alpha, o);
+  }
 }
 
 }  // namespace fa4::core::cpu
