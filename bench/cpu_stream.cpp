@@ -44,24 +44,40 @@ static double sum_range(const float* p, int64_t n) {
 //            its V rows;
 //   order 1: per tile, per head, K row and V row of each key in turn (one walk);
 //   order 2: per tile, per block of 4 keys, every head's K rows (8 KB contiguous), then V;
-//   order 3: per tile, the tile's K (64 KB contiguous) then its V.
+//   order 3: per tile, the tile's K (64 KB contiguous) then its V;
+//   order N >= 4: per tile, K then V, each in blocks of N keys x every head (N must divide 32).
 inline void row4(const float* r, __m512* a0, __m512* a1) {
   *a0 = _mm512_add_ps(*a0, _mm512_add_ps(_mm512_load_ps(r), _mm512_load_ps(r + 16)));
   *a1 = _mm512_add_ps(*a1, _mm512_add_ps(_mm512_load_ps(r + 32), _mm512_load_ps(r + 48)));
 }
-static double decode_walk(const float* k, const float* v, int64_t keys, int order) {
+// pf > 0 (orders 0 / 1): each row read also prefetches (prefetcht0) the same row pf
+// (head, tile) steps later, as fa4's row kernels do since 9baea55.
+inline void pf_row(const float* r) {
+  for (int i = 0; i < 4; ++i) _mm_prefetch(reinterpret_cast<const char*>(r) + 64 * i, _MM_HINT_T0);
+}
+static double decode_walk(const float* k, const float* v, int64_t keys, int order, int pf) {
   constexpr int64_t kRow = 64, kHeads = 8, kTile = 32;  // floats per 256-byte row
   __m512 a0 = _mm512_setzero_ps(), a1 = a0;
   for (int64_t j0 = 0; j0 + kTile <= keys; j0 += kTile) {
     if (order == 0 || order == 1) {
       for (int64_t h = 0; h < kHeads; ++h) {
+        const int64_t at = h + pf, ph = at % kHeads, pj0 = j0 + at / kHeads * kTile;
+        const bool dopf = pf > 0 && pj0 + kTile <= keys;
         for (int64_t j = j0; j < j0 + kTile; ++j) {
+          if (dopf) pf_row(k + ((pj0 + j - j0) * kHeads + ph) * kRow);
+          if (dopf) pf_row(v + ((pj0 + j - j0) * kHeads + ph) * kRow);
           row4(k + (j * kHeads + h) * kRow, &a0, &a1);
           if (order == 1) row4(v + (j * kHeads + h) * kRow, &a0, &a1);
         }
         if (order == 0)
           for (int64_t j = j0; j < j0 + kTile; ++j) row4(v + (j * kHeads + h) * kRow, &a0, &a1);
       }
+    } else if (order >= 4) {  // per tile: K then V, each in blocks of `order` keys x every head
+      const int64_t blk = order;
+      for (const float* base : {k, v})
+        for (int64_t b0 = j0; b0 < j0 + kTile; b0 += blk)
+          for (int64_t h = 0; h < kHeads; ++h)
+            for (int64_t j = b0; j < b0 + blk; ++j) row4(base + (j * kHeads + h) * kRow, &a0, &a1);
     } else {
       const int64_t blk = order == 2 ? 4 : kTile;
       for (int64_t b0 = j0; b0 < j0 + kTile; b0 += blk) {
@@ -77,15 +93,16 @@ static double decode_walk(const float* k, const float* v, int64_t keys, int orde
 
 int main(int argc, char** argv) {
   int threads = 1, reps = 10;
-  int decode = -1;
+  int decode = -1, pf = 0;
   int64_t mb = 2048;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--mb") && i + 1 < argc) mb = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) decode = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--pf") && i + 1 < argc) pf = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--mb MB] [--reps N] [--decode ORDER]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--mb MB] [--reps N] [--decode ORDER [--pf STEPS]]\n", argv[0]);
       return 2;
     }
   }
@@ -116,7 +133,7 @@ int main(int argc, char** argv) {
       part(omp_get_thread_num(), &lo, &hi);
       if (decode >= 0) {  // this thread's part: its first half K, second half V (whole 2 KB keys)
         const int64_t keys = (hi - lo) / 2 / 512;
-        s += decode_walk(buf + lo, buf + lo + keys * 512, keys, decode);
+        s += decode_walk(buf + lo, buf + lo + keys * 512, keys, decode, pf);
       } else {
         s += sum_range(buf + lo, hi - lo);
       }
@@ -126,7 +143,7 @@ int main(int argc, char** argv) {
     if (r > 0) gbs.push_back(static_cast<double>(n) * 4 / sec / 1e9);  // first rep: warm-up
   }
   std::sort(gbs.begin(), gbs.end());
-  if (decode >= 0) std::printf("order %d ", decode);
+  if (decode >= 0) std::printf("order %d pf %d ", decode, pf);
   std::printf("%s: threads %d, %lld MB, reps %d: GB/s min %.2f median %.2f max %.2f (checksum %g)\n",
               decode >= 0 ? "decode-order read" : "stream read", threads,
               static_cast<long long>(mb), reps, gbs.front(), gbs[gbs.size() / 2], gbs.back(), sink);
