@@ -30,6 +30,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <cstdint>
+#include <algorithm>
+#include <utility>
 
 #include "cpu/cpu_kernels.h"
 
@@ -213,7 +215,7 @@ inline void pv_chunks(const float* pt, int64_t nk, const void* const* vrows, int
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) load_o<L>(o + r * dv + c0 + 32 * c, alpha[r], &e[c][r], &od[c][r]);
   for (int64_t j = 0; j < nk; ++j) {
-    if (j < npf) prefetch_row(pf[j], pf_bytes);
+    if ((j & 1) == 0 && j / 2 < npf) prefetch_row(pf[j / 2], pf_bytes);
     for (int c = 0; c < C; ++c) {
       __m512 ve, vo;
       L::load(vrows[j], c0 + 32 * c, &ve, &vo);
@@ -235,10 +237,27 @@ void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv
   int64_t npf = pf ? tl_pf.n : 0;
   const int64_t pf_bytes = tl_pf.v_bytes;
   tl_pf.v = nullptr;
-  int64_t c0 = 0;
-  for (; c0 + 32 * C <= dv; c0 += 32 * C, npf = 0) pv_chunks<L, R, C>(pt, nk, vrows, dv, c0, alpha, o, pf, npf, pf_bytes);
-  for (; c0 < dv; c0 += 32, npf = 0) pv_chunks<L, R, 1>(pt, nk, vrows, dv, c0, alpha, o, pf, npf, pf_bytes);
-  for (int64_t t = nk; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
+  // The prefetch list spread over the passes over dv: half of the keys' rows in each of the
+  // first two (one row per two keys), so that the misses in flight stay steady.
+  const int64_t passes = dv / (32 * C) + dv % (32 * C) / 32;
+  int64_t c0 = 0, done = 0;
+  auto share = [&](int64_t pass) {  // [done, end) of pf for this pass
+    const int64_t end = passes <= 1 || pass >= 1 ? npf : std::min(npf, (npf + 1) / 2);
+    const int64_t from = done;
+    done = end;
+    return std::pair<const void* const*, int64_t>{pf ? pf + from : nullptr, end - from};
+  };
+  int64_t pass = 0;
+  for (; c0 + 32 * C <= dv; c0 += 32 * C, ++pass) {
+    const auto [p, n] = pass <= 1 ? share(pass) : std::pair<const void* const*, int64_t>{nullptr, 0};
+    pv_chunks<L, R, C>(pt, nk, vrows, dv, c0, alpha, o, p, std::min(n, (nk + 1) / 2), pf_bytes);
+    for (int64_t t = (nk + 1) / 2; t < n; ++t) prefetch_row(p[t], pf_bytes);
+  }
+  for (; c0 < dv; c0 += 32, ++pass) {
+    const auto [p, n] = pass <= 1 ? share(pass) : std::pair<const void* const*, int64_t>{nullptr, 0};
+    pv_chunks<L, R, 1>(pt, nk, vrows, dv, c0, alpha, o, p, std::min(n, (nk + 1) / 2), pf_bytes);
+    for (int64_t t = (nk + 1) / 2; t < n; ++t) prefetch_row(p[t], pf_bytes);
+  }
 }
 
 template <template <class, int> class F, class L, class... A>
