@@ -121,13 +121,18 @@ inline __m512 hsum16(const __m512* a) {
 // rows R..8 of st get 0. qp: R rows of d, in the loader's order per 32 dims ([16 even][16 odd]
 // for bf16, natural otherwise).
 template <class L, int R, int RP>
-inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk, float* st) {
+inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk, float* st,
+                    const void* const* pf = nullptr, int npf = 0, int64_t pf_bytes = 0) {
   constexpr int KB = 16 / RP;
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
   const void* k[KB];
   for (int kb = 0; kb < KB; ++kb) k[kb] = krows[kb < nk ? kb : nk - 1];
+  // pf: npf rows to prefetch, spread over the steps of c (one per step while they last; the rest
+  // after the last step).
+  int ipf = 0;
   for (int64_t c = 0; c < d; c += 32) {
+    if (ipf < npf) prefetch_row(pf[ipf++], pf_bytes);
     for (int kb = 0; kb < KB; ++kb) {
       __m512 ke, ko;
       L::load(k[kb], c, &ke, &ko);
@@ -138,6 +143,7 @@ inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk
       }
     }
   }
+  for (; ipf < npf; ++ipf) prefetch_row(pf[ipf], pf_bytes);
   const __m512 s = hsum16(acc);  // lane kb * RP + r; rows R..RP are zero sums
   if (RP == 8) {
     if (nk == 2)
@@ -170,10 +176,9 @@ void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, 
   const int64_t npf = pf ? tl_pf.n : 0, pf_bytes = tl_pf.k_bytes;
   tl_pf.k = nullptr;
   int64_t j = 0;
-  for (; j + KB <= nk; j += KB) {
-    for (int64_t t = j; t < j + KB && t < npf; ++t) prefetch_row(pf[t], pf_bytes);
-    qk_keys<L, R, RP>(qp, d, krows + j, KB, st + j * 8);
-  }
+  for (; j + KB <= nk; j += KB)
+    qk_keys<L, R, RP>(qp, d, krows + j, KB, st + j * 8, pf + j, static_cast<int>(std::clamp<int64_t>(npf - j, 0, KB)),
+                      pf_bytes);
   for (int64_t t = j; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
   if (j < nk) qk_keys<L, R, RP>(qp, d, krows + j, static_cast<int>(nk - j), st + j * 8);
 }
