@@ -666,7 +666,10 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // (rows_prefetch_avx512) instead of a burst of the next tile's rows before q.k. Measured (B = 4,
   // Hq = 32, Hkv = 8, D = 128, kv 16k bf16, 1 thread, Zen 5): 23 -> 13.5 ms; 1 step ahead
   // 13.4-14.0, 4 steps 13.5-14.4, 8 (the same head's next tile, the burst's distance) 15-17.6;
-  // prefetcht1 / t2 no better than t0.
+  // prefetcht1 / t2 no better than t0 (nor a second, t1 / t2 list further ahead). With the
+  // later spreading inside the kernels (docs/perf/cpu.md, 2026-12-03): 12.2-12.8 ms, and 1-3
+  // steps equal. The next tile's rows in address order (key-major over the heads) instead: 1
+  // thread ~5% faster, 2 threads ~10% slower (B = 4 kv 16k), not taken.
 #if defined(__x86_64__) || defined(_M_X64)
   const bool steady_pf = rowwise && K.qk_rows == qk_rows_avx512;
 #else

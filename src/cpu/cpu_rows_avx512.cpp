@@ -19,6 +19,12 @@
 //   - fp16 (vcvtph2ps of 16 halves), fp32 and fp8 rows come out in natural order, two vectors
 //     per 32 elements: q and O need no permutation there (Loader::kEvenOdd). fp8 converts as the
 //     AVX2 kernels do (magnitude bits shifted into fp32's fields, one multiply rebiases).
+//   - steady software prefetch (rows_prefetch_avx512): the driver hands each call the rows of
+//     the (head, tile) 2 steps later; qk issues one K row per 32-dim step of each 4-key block,
+//     pv one V row per two keys over its first two passes. Measured on Zen 5 (1 thread, B = 4,
+//     Hkv = 8, kv 16k): a burst of the next tile's rows before q.k ran ~12 GB/s (no software
+//     prefetch at all: the same), the steady one ~21; perf then shows the prefetches and the V
+//     loads waiting on memory (a core's outstanding misses, not the arithmetic, are the limit).
 // Products and sums in fp32 as the AVX2 kernels (only the summation order differs).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
