@@ -77,6 +77,9 @@ constexpr int64_t kTileKeys = 32;
 // the same bytes with contiguous rows (Hkv = 1) at ~6.2 GB/s: a head's 256-byte rows 2 KB apart
 // defeat the L2 streamer and take a TLB entry per two rows.
 constexpr int64_t kUnitHeads = 8;
+// (head, key tile) steps of a row-major unit's lockstep walk between a row's software prefetch and
+// its use (see steady_pf in run_unit).
+constexpr int64_t kRowsPrefetchSteps = 2;
 // Largest pre-packed fp32 K / V (Panels) per call; beyond it units pack their own key tiles.
 constexpr int64_t kMaxF32PanelBytes = int64_t{1} << 30;
 
@@ -233,6 +236,7 @@ struct Workspace {
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
   const void** qraw = nullptr;                     // [mp] storage addresses of the Q rows
+  const void **pfk = nullptr, **pfv = nullptr;     // K / V rows the row-major kernels prefetch
 
   // Carves the buffer (p == nullptr: only counts the bytes).
   size_t carve(char* p, int terms) {
@@ -263,6 +267,8 @@ struct Workspace {
     kraw = static_cast<const void**>(take(nk, 8));
     vraw = static_cast<const void**>(take(nk, 8));
     qraw = static_cast<const void**>(take(mp, 8));
+    pfk = static_cast<const void**>(take(nk, 8));
+    pfv = static_cast<const void**>(take(nk, 8));
     redo = static_cast<uint8_t*>(take(mp, 1));
     if (terms > 0) {
       qt2 = static_cast<float*>(take(dqk * mp, 4));
@@ -655,6 +661,21 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // Pre-packed panels cover whole aligned tiles up to seqlen_k: a tile that ends past hi (only
   // when hi = khi, so the keys beyond are masked for every row here) is used whole, as partial.
   const Panels* pan = L || F ? plan.panels : nullptr;
+  // Row-major tiles on the AVX-512 kernels: the kernels of each (head, tile) prefetch, a row per
+  // key processed, the rows of the (head, tile) kRowsPrefetchSteps later in the lockstep order
+  // (rows_prefetch_avx512) instead of a burst of the next tile's rows before q.k. Measured (B = 4,
+  // Hq = 32, Hkv = 8, D = 128, kv 16k bf16, 1 thread, Zen 5): 23 -> 13.5 ms; 1 step ahead
+  // 13.4-14.0, 4 steps 13.5-14.4, 8 (the same head's next tile, the burst's distance) 15-17.6;
+  // prefetcht1 / t2 no better than t0 (nor a second, t1 / t2 list further ahead). With the
+  // later spreading inside the kernels (docs/perf/cpu.md, 2026-12-03): 12.2-12.8 ms, and 1-3
+  // steps equal. The next tile's rows in address order (key-major over the heads) instead: 1
+  // thread ~5% faster, 2 threads ~10% slower (B = 4 kv 16k), not taken.
+#if defined(__x86_64__) || defined(_M_X64)
+  const bool steady_pf = rowwise && K.qk_rows == qk_rows_avx512;
+#else
+  const bool steady_pf = false;
+#endif
+  constexpr int64_t pf_dist = kRowsPrefetchSteps;
   // One key tile of one head (several heads: row-major units over kv heads, see Unit::nh).
   auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, int64_t j0, int64_t n, TileKind kind) {
     // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
@@ -727,7 +748,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     aim(ra, m, n);
 
     if (rowwise) {
-      for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
+      if (!steady_pf)
+        for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
       K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
       flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
                         ws.redo);
@@ -870,8 +892,28 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     const int64_t n = pan ? std::min(ws.nk, sm.sk - j0) : std::min(ws.nk, hi - j0);
     const TileKind kind = sm.classify(i0, i1, j0, j0 + n);
     if (kind == TileKind::empty) continue;
-    for (int h = 0; h < nh; ++h) tile(*wss[h], kv_rows[h], j0, n, kind);
+    for (int h = 0; h < nh; ++h) {
+#if defined(__x86_64__) || defined(_M_X64)
+      if (steady_pf) {
+        const int64_t at = h + pf_dist, jj = j0 + at / nh * ws.nk;
+        const int hh = static_cast<int>(at % nh);
+        const int64_t np = jj < hi ? std::min(ws.nk, hi - jj) : 0;
+        Workspace& w = *wss[h];
+        for (int64_t t = 0; t < np; ++t) {
+          int64_t ko, vo;
+          kv_rows[hh].at(jj + t, &ko, &vo);
+          w.pfk[t] = kbase + ko * esz;
+          w.pfv[t] = vbase + vo * esz;
+        }
+        rows_prefetch_avx512(w.pfk, w.pfv, np, k_span, v_span);
+      }
+#endif
+      tile(*wss[h], kv_rows[h], j0, n, kind);
+    }
   }
+#if defined(__x86_64__) || defined(_M_X64)
+  if (steady_pf) rows_prefetch_avx512(nullptr, nullptr, 0, 0, 0);
+#endif
   if (L && L->end) L->end();
 
   // ---- finalize: sink (split 0 only), normalization, empty rows, lse ----

@@ -201,6 +201,13 @@ void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* 
                     float* st);
 void pv_rows_avx512(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
                     const float* alpha, float* o);
+// Steady software prefetch for the row-major decode: the next qk_rows_avx512 call on this thread
+// prefetches krows[0 .. n) (k_bytes each), a row per key it processes, and the next
+// pv_rows_avx512 call vrows[0 .. n) the same way (each call then forgets its list). The arrays
+// must live until those calls return. Decode reads each K / V byte once: without this the
+// kernels' loads waited on memory (qk_rows / pv_rows stalled on their K / V loads).
+void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, int64_t n, int64_t k_bytes,
+                          int64_t v_bytes);
 #endif
 
 // e4m3 byte -> fp32 for all 256 codes (NaN codes included).

@@ -19,6 +19,12 @@
 //   - fp16 (vcvtph2ps of 16 halves), fp32 and fp8 rows come out in natural order, two vectors
 //     per 32 elements: q and O need no permutation there (Loader::kEvenOdd). fp8 converts as the
 //     AVX2 kernels do (magnitude bits shifted into fp32's fields, one multiply rebiases).
+//   - steady software prefetch (rows_prefetch_avx512): the driver hands each call the rows of
+//     the (head, tile) 2 steps later; qk issues one K row per 32-dim step of each 4-key block,
+//     pv one V row per two keys over its first two passes. Measured on Zen 5 (1 thread, B = 4,
+//     Hkv = 8, kv 16k): a burst of the next tile's rows before q.k ran ~12 GB/s (no software
+//     prefetch at all: the same), the steady one ~21; perf then shows the prefetches and the V
+//     loads waiting on memory (a core's outstanding misses, not the arithmetic, are the limit).
 // Products and sums in fp32 as the AVX2 kernels (only the summation order differs).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -30,6 +36,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <cstdint>
+#include <algorithm>
+#include <utility>
 
 #include "cpu/cpu_kernels.h"
 
@@ -84,6 +92,19 @@ struct F32Rows {
   }
 };
 
+// Steady software prefetch (rows_prefetch_avx512): the rows the next qk_rows / pv_rows call on
+// this thread pulls toward L1 while it computes, a row per key processed.
+struct RowPrefetch {
+  const void* const* k = nullptr;
+  const void* const* v = nullptr;
+  int64_t n = 0, k_bytes = 0, v_bytes = 0;
+};
+thread_local RowPrefetch tl_pf;
+inline void prefetch_row(const void* p, int64_t bytes) {
+  const char* c = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63});
+  for (const char* e = static_cast<const char*>(p) + bytes; c < e; c += 64) _mm_prefetch(c, _MM_HINT_T0);
+}
+
 // Lane l of the result is the sum of the 16 lanes of a[l].
 inline __m512 hsum16(const __m512* a) {
   __m512 u[4];
@@ -106,13 +127,18 @@ inline __m512 hsum16(const __m512* a) {
 // rows R..8 of st get 0. qp: R rows of d, in the loader's order per 32 dims ([16 even][16 odd]
 // for bf16, natural otherwise).
 template <class L, int R, int RP>
-inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk, float* st) {
+inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk, float* st,
+                    const void* const* pf = nullptr, int npf = 0, int64_t pf_bytes = 0) {
   constexpr int KB = 16 / RP;
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
   const void* k[KB];
   for (int kb = 0; kb < KB; ++kb) k[kb] = krows[kb < nk ? kb : nk - 1];
+  // pf: npf rows to prefetch, spread over the steps of c (one per step while they last; the rest
+  // after the last step).
+  int ipf = 0;
   for (int64_t c = 0; c < d; c += 32) {
+    if (ipf < npf) prefetch_row(pf[ipf++], pf_bytes);
     for (int kb = 0; kb < KB; ++kb) {
       __m512 ke, ko;
       L::load(k[kb], c, &ke, &ko);
@@ -123,6 +149,7 @@ inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk
       }
     }
   }
+  for (; ipf < npf; ++ipf) prefetch_row(pf[ipf], pf_bytes);
   const __m512 s = hsum16(acc);  // lane kb * RP + r; rows R..RP are zero sums
   if (RP == 8) {
     if (nk == 2)
@@ -151,8 +178,14 @@ void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, 
         }
     qp = qeo;
   }
+  const void* const* pf = tl_pf.k;
+  const int64_t npf = pf ? tl_pf.n : 0, pf_bytes = tl_pf.k_bytes;
+  tl_pf.k = nullptr;
   int64_t j = 0;
-  for (; j + KB <= nk; j += KB) qk_keys<L, R, RP>(qp, d, krows + j, KB, st + j * 8);
+  for (; j + KB <= nk; j += KB)
+    qk_keys<L, R, RP>(qp, d, krows + j, KB, st + j * 8, pf + j, static_cast<int>(std::clamp<int64_t>(npf - j, 0, KB)),
+                      pf_bytes);
+  for (int64_t t = j; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
   if (j < nk) qk_keys<L, R, RP>(qp, d, krows + j, static_cast<int>(nk - j), st + j * 8);
 }
 
@@ -187,11 +220,13 @@ inline void store_o(float* o, __m512 e, __m512 od) {
 // C chunks of 32 dims starting at c0, R rows: 2 * C * R <= 16 accumulators.
 template <class L, int R, int C>
 inline void pv_chunks(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, int64_t c0,
-                      const float* alpha, float* o) {
+                      const float* alpha, float* o, const void* const* pf = nullptr, int64_t npf = 0,
+                      int64_t pf_bytes = 0) {
   __m512 e[C][R], od[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) load_o<L>(o + r * dv + c0 + 32 * c, alpha[r], &e[c][r], &od[c][r]);
   for (int64_t j = 0; j < nk; ++j) {
+    if ((j & 1) == 0 && j / 2 < npf) prefetch_row(pf[j / 2], pf_bytes);
     for (int c = 0; c < C; ++c) {
       __m512 ve, vo;
       L::load(vrows[j], c0 + 32 * c, &ve, &vo);
@@ -209,9 +244,31 @@ inline void pv_chunks(const float* pt, int64_t nk, const void* const* vrows, int
 template <class L, int R>
 void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
   constexpr int C = R <= 2 ? 4 : R <= 4 ? 2 : 1;
-  int64_t c0 = 0;
-  for (; c0 + 32 * C <= dv; c0 += 32 * C) pv_chunks<L, R, C>(pt, nk, vrows, dv, c0, alpha, o);
-  for (; c0 < dv; c0 += 32) pv_chunks<L, R, 1>(pt, nk, vrows, dv, c0, alpha, o);
+  const void* const* pf = tl_pf.v;
+  int64_t npf = pf ? tl_pf.n : 0;
+  const int64_t pf_bytes = tl_pf.v_bytes;
+  tl_pf.v = nullptr;
+  // The prefetch list spread over the passes over dv: half of the keys' rows in each of the
+  // first two (one row per two keys), so that the misses in flight stay steady.
+  const int64_t passes = dv / (32 * C) + dv % (32 * C) / 32;
+  int64_t c0 = 0, done = 0;
+  auto share = [&](int64_t pass) {  // [done, end) of pf for this pass
+    const int64_t end = passes <= 1 || pass >= 1 ? npf : std::min(npf, (npf + 1) / 2);
+    const int64_t from = done;
+    done = end;
+    return std::pair<const void* const*, int64_t>{pf ? pf + from : nullptr, end - from};
+  };
+  int64_t pass = 0;
+  for (; c0 + 32 * C <= dv; c0 += 32 * C, ++pass) {
+    const auto [p, n] = pass <= 1 ? share(pass) : std::pair<const void* const*, int64_t>{nullptr, 0};
+    pv_chunks<L, R, C>(pt, nk, vrows, dv, c0, alpha, o, p, std::min(n, (nk + 1) / 2), pf_bytes);
+    for (int64_t t = (nk + 1) / 2; t < n; ++t) prefetch_row(p[t], pf_bytes);
+  }
+  for (; c0 < dv; c0 += 32, ++pass) {
+    const auto [p, n] = pass <= 1 ? share(pass) : std::pair<const void* const*, int64_t>{nullptr, 0};
+    pv_chunks<L, R, 1>(pt, nk, vrows, dv, c0, alpha, o, p, std::min(n, (nk + 1) / 2), pf_bytes);
+    for (int64_t t = (nk + 1) / 2; t < n; ++t) prefetch_row(p[t], pf_bytes);
+  }
 }
 
 template <template <class, int> class F, class L, class... A>
@@ -256,14 +313,31 @@ bool dispatch(DType t, int64_t rows, A... a) {
 
 void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
                     float* st) {
-  if (d % 32 != 0 || d > kMaxDim || nk <= 0 || !dispatch<Qk>(t, rows, q, d, krows, nk, st))
+  if (d % 32 != 0 || d > kMaxDim || nk <= 0 || !dispatch<Qk>(t, rows, q, d, krows, nk, st)) {
+    // The AVX2 kernels take no prefetch list: its rows in one burst here (K and V).
+    const RowPrefetch pf = tl_pf;
+    tl_pf = RowPrefetch{};
+    for (int64_t j = 0; j < pf.n; ++j) {
+      if (pf.k) prefetch_row(pf.k[j], pf.k_bytes);
+      if (pf.v) prefetch_row(pf.v[j], pf.v_bytes);
+    }
     avx2_kernels().qk_rows(q, rows, d, krows, t, nk, st);
+  }
+}
+
+void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, int64_t n, int64_t k_bytes,
+                          int64_t v_bytes) {
+  tl_pf = RowPrefetch{krows, vrows, n, k_bytes, v_bytes};
 }
 
 void pv_rows_avx512(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
                     const float* alpha, float* o) {
-  if (dv % 32 != 0 || nk <= 0 || !dispatch<Pv>(t, rows, pt, nk, vrows, dv, alpha, o))
+  if (dv % 32 != 0 || nk <= 0 || !dispatch<Pv>(t, rows, pt, nk, vrows, dv, alpha, o)) {
+    if (tl_pf.v)
+      for (int64_t j = 0; j < tl_pf.n; ++j) prefetch_row(tl_pf.v[j], tl_pf.v_bytes);
+    tl_pf.v = nullptr;
     avx2_kernels().pv_rows(pt, rows, nk, vrows, t, dv, alpha, o);
+  }
 }
 
 }  // namespace fa4::core::cpu
