@@ -4,6 +4,7 @@
 // summing its own contiguous part (first-touched by that thread). Prints GB/s (1e9 bytes / s),
 // min / median / max over the reps.
 //
+//   built as build*/bench/fa4_cpu_stream (bench/CMakeLists.txt), or by hand:
 //   g++ -O2 -march=native -fopenmp bench/cpu_stream.cpp -o build-cpu/cpu_stream
 //   build-cpu/cpu_stream [--threads N] [--mb MB] [--reps N]
 #include <omp.h>
