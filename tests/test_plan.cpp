@@ -364,11 +364,22 @@ TEST(CudaPlan, Sm90PersistentSchedule) {
   // Dense causal (FA4_SM90_MASKED_LPT): heaviest tiles first, CTAs snaking, over all 32 (head,
   // batch) pairs or an L2-sized section (<= 12 pairs of 2 MB K / V in 25 MB) dividing the CTAs
   // where the model balances it (Sm90LongCausalTakesAnL2SectionWhereItBalances).
+  // With the dynamic walk (D 128 has it, FA4_SM90_DYNAMIC): two phases, the heavy 16 of the 32
+  // query tiles in those L2-sized sections (12 pairs), the light 16 globally, claimed from a counter.
+  const bool dyn = fa4::cuda::sm90::dynamic_walk(128);
   const Plan causal = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
-  EXPECT_TRUE(causal.sched.section == 32 || (causal.sched.section <= 12 && 132 % causal.sched.section == 0))
-      << causal.sched.section;
-  EXPECT_EQ(causal.sched.snake, 1);
+  if (dyn) {
+    EXPECT_EQ(causal.sched.dynamic, 1);
+    EXPECT_EQ(causal.sched.heavy_x, 16);
+    EXPECT_EQ(causal.sched.section, 12);
+    EXPECT_EQ(causal.sched.snake, 0);
+  } else {
+    EXPECT_TRUE(causal.sched.section == 32 || (causal.sched.section <= 12 && 132 % causal.sched.section == 0))
+        << causal.sched.section;
+    EXPECT_EQ(causal.sched.snake, 1);
+  }
   EXPECT_EQ(causal.ctas, 132);
+  EXPECT_EQ(pl.sched.dynamic, 0) << "no mask: every tile costs the same, the static walk";
   EXPECT_EQ(pl.sched.snake, 0);
   // Short causal sequences (8 query tiles each <= kMaxPersistentMaskedTiles): at most L2-sized
   // sections (K / V of one pair = 1024 keys x 256 x 2 B = 512 KB -> 50 pairs in 25 MB),
@@ -376,16 +387,21 @@ TEST(CudaPlan, Sm90PersistentSchedule) {
   const Plan short_causal = Planned({.batch = 16, .hq = 16, .hkv = 16, .sq = 1024, .sk = 1024, .causal = true}).on(dl);
   EXPECT_LE(short_causal.sched.section, 50);
   EXPECT_EQ(short_causal.ctas, 132);
+  EXPECT_EQ(short_causal.sched.dynamic, 0);
+  EXPECT_EQ(short_causal.sched.heavy_x, 0);
   // Varlen causal: K / V of one (kv head, sequence) = 4096 keys x 256 x 2 B = 2 MB -> 12 pairs in
   // 25 MB, x4 with GQA 4 (clamped to the 16 heads); its virtual grid (all sequences' tiles, > 16)
-  // runs one CTA per tile.
+  // runs persistent on the dynamic walk (one phase: the host does not know the tiles' costs),
+  // else one CTA per tile.
   const Plan vl = Planned({.batch = 2, .hq = 16, .hkv = 4, .sq = 4096, .sk = 4096, .varlen = true, .total_q = 8192,
                            .causal = true})
                       .on(dl);
   EXPECT_EQ(vl.kernel, Kernel::sm90);
   EXPECT_EQ(vl.sched.section, 16);
   EXPECT_EQ(vl.sched.snake, 0);
-  EXPECT_EQ(vl.ctas, vl.sched.total());
+  EXPECT_EQ(vl.sched.heavy_x, 0);
+  EXPECT_EQ(vl.sched.dynamic, dyn ? 1 : 0);
+  EXPECT_EQ(vl.ctas, dyn ? 132 : vl.sched.total());
   // fewer tiles than SMs: one CTA per tile
   const Plan small = Planned({.batch = 1, .hq = 132, .hkv = 132, .sq = 128, .sk = 4096}).on(dl);
   EXPECT_EQ(small.kernel, Kernel::sm90);
@@ -506,23 +522,110 @@ TEST(CudaPlan, Sm90BalancedStaticOrder) {
   }
 }
 
-// Long causal sequences (> 16 query tiles): the global snake, unless an L2-sized section (a
-// divisor of the CTA count) balances within 2 % of an even split in the model -- S 4k at D 128
-// does (section <= 15 pairs of 2 MB K / V in 30 MB), S 16k at D 128 does not (3 pairs per section).
+// Long causal sequences (> 16 query tiles) on the static walk (D 64: no dynamic walk): the global
+// snake, unless an L2-sized section (a divisor of the CTA count) balances within 2 % of an even
+// split in the model -- S 4k over 128 pairs does (<= 30 pairs of 1 MB K / V in 30 MB), S 16k
+// over 16 does not (7 pairs per section).
 TEST(CudaPlan, Sm90LongCausalTakesAnL2SectionWhereItBalances) {
   DeviceLimits dl = h200_auto();
   dl.l2_bytes = 60 << 20;
-  const Plan s4k = Planned({.batch = 4, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
+  const Plan s4k =
+      Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 4096, .sk = 4096, .causal = true}).on(dl);
   ASSERT_EQ(s4k.kernel, Kernel::sm90);
-  EXPECT_LE(s4k.sched.section, 15);
+  EXPECT_EQ(s4k.sched.dynamic, 0);
+  EXPECT_LE(s4k.sched.section, 30);
   EXPECT_EQ(132 % s4k.sched.section, 0);
-  std::vector<int64_t> cost(32);
+  const int64_t gx = s4k.sched.gx;
+  std::vector<int64_t> cost(static_cast<size_t>(gx));
   int64_t work = 0;
-  for (int64_t x = 0; x < 32; ++x) cost[static_cast<size_t>(x)] = (32 - x) + 2, work += cost[static_cast<size_t>(x)] * 64;
+  for (int64_t x = 0; x < gx; ++x) {  // x = 0: the last (heaviest) query tile
+    const int64_t rows_end = std::min((gx - x) * s4k.m, int64_t{4096});
+    cost[static_cast<size_t>(x)] = (rows_end + s4k.n - 1) / s4k.n + 2;
+    work += cost[static_cast<size_t>(x)] * 128;
+  }
   EXPECT_LE(static_cast<double>(fa4::cuda::static_makespan(s4k.sched, s4k.ctas, cost)), 1.02 * static_cast<double>(work) / 132.0);
-  const Plan s16k = Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384, .causal = true}).on(dl);
+  const Plan s16k =
+      Planned({.batch = 1, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 16384, .sk = 16384, .causal = true}).on(dl);
   EXPECT_EQ(s16k.sched.section, 16);
   EXPECT_EQ(s16k.sched.snake, 1);
+}
+
+// Two phases: every tile exactly once; first the heavy x < heavy_x in sections of `section`
+// pairs (x slowest inside), then the rest as one section of every pair; the 32- and 64-bit maps
+// agree.
+TEST(TileSchedule, TwoPhasesCoverEveryTileOnce) {
+  std::mt19937_64 rng(11);
+  for (int k = 0; k < 300; ++k) {
+    fa4::cuda::TileSchedule s;
+    s.gx = 2 + static_cast<int64_t>(rng() % 40), s.gy = 1 + static_cast<int64_t>(rng() % 20),
+    s.gz = 1 + static_cast<int64_t>(rng() % 5);
+    s.section = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(s.gy * s.gz));
+    s.heavy_x = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.gx));  // 0: one phase
+    std::vector<int> seen(static_cast<size_t>(s.total()), 0);
+    const int64_t heavy = s.heavy_x * s.gy * s.gz;
+    int64_t prev_sec = -1;
+    int prev_x = -1;
+    for (int64_t t = 0; t < s.total(); ++t) {
+      int x, y, z;
+      s.coords_phased(t, &x, &y, &z);
+      ASSERT_TRUE(x >= 0 && x < s.gx && y >= 0 && y < s.gy && z >= 0 && z < s.gz) << k << " " << t;
+      ++seen[static_cast<size_t>((z * s.gy + y) * s.gx + x)];
+      if (s.heavy_x == 0) {
+        int x1, y1, z1;
+        s.coords(t, &x1, &y1, &z1);
+        ASSERT_TRUE(x == x1 && y == y1 && z == z1) << "one phase is the plain order";
+        continue;
+      }
+      if (t < heavy) {
+        ASSERT_LT(x, s.heavy_x) << k << " " << t;
+        const int64_t sec = (z * s.gy + y) / s.section;
+        EXPECT_GE(sec, prev_sec);
+        if (sec == prev_sec) {
+          EXPECT_GE(x, prev_x);
+        }
+        prev_sec = sec, prev_x = x;
+      } else {
+        ASSERT_GE(x, s.heavy_x) << k << " " << t;
+        if (t > heavy) {
+          EXPECT_GE(x, prev_x) << "the light phase: one section, x slowest";
+        }
+        prev_x = x;
+      }
+    }
+    for (int v : seen) ASSERT_EQ(v, 1) << k;
+  }
+}
+
+// Long masked problems walk dynamically on the instances that can (D > 64): D 128 / 256 dense
+// causal in two phases (half of each sequence's query tiles heavy), varlen causal in one; D 64,
+// short causal and unmasked problems keep the static walk.
+TEST(CudaPlan, Sm90LongMaskedWalkDynamically) {
+  if (!fa4::cuda::sm90::dynamic_walk(128)) GTEST_SKIP() << "built with FA4_SM90_DYNAMIC=0";
+  DeviceLimits dl = h200_auto();
+  dl.l2_bytes = 60 << 20;
+  for (int64_t d : {128, 256}) {
+    const Plan pl = Planned({.batch = 4, .hq = 16, .hkv = 16, .dqk = d, .dv = d, .sq = 8192, .sk = 8192, .causal = true}).on(dl);
+    ASSERT_EQ(pl.kernel, Kernel::sm90);
+    EXPECT_EQ(pl.sched.dynamic, 1) << d;
+    EXPECT_EQ(pl.sched.heavy_x, pl.sched.gx / 2) << d;
+    // K / V of one pair: 8192 keys x 2d x 2 B; half the L2 holds 30 MB of them
+    EXPECT_EQ(pl.sched.section, (30 << 20) / (8192 * 4 * d)) << d;
+    EXPECT_EQ(pl.ctas, 132);
+    const Plan win = Planned({.batch = 4, .hq = 16, .hkv = 16, .dqk = d, .dv = d, .sq = 8192, .sk = 8192,
+                              .window_right = 0}).on(dl);
+    EXPECT_EQ(win.sched.dynamic, 1) << "a sliding window is a mask too";
+  }
+  EXPECT_EQ(Planned({.batch = 4, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 8192, .sk = 8192, .causal = true})
+                .on(dl).sched.dynamic, 0);
+  EXPECT_EQ(Planned({.batch = 4, .hq = 16, .hkv = 16, .sq = 8192, .sk = 8192}).on(dl).sched.dynamic, 0);
+  EXPECT_EQ(Planned({.batch = 16, .hq = 16, .hkv = 16, .sq = 1024, .sk = 1024, .causal = true}).on(dl).sched.dynamic, 0);
+  const Plan vl = Planned({.batch = 16, .hq = 16, .hkv = 16, .sq = 1024, .sk = 1024, .varlen = true, .total_q = 16384,
+                           .causal = true}).on(dl);
+  ASSERT_EQ(vl.kernel, Kernel::sm90);
+  EXPECT_EQ(vl.sched.dynamic, 1);
+  EXPECT_EQ(vl.sched.heavy_x, 0);
+  EXPECT_EQ(vl.ctas, 132);
+  EXPECT_LT(vl.sched.total() + 132, int64_t{1} << 31);
 }
 
 // Persistent CTAs: over all rounds every tile goes to exactly one CTA, straight or snaking.

@@ -24,6 +24,7 @@
 #include "cuda/common/kv_append.h"
 #include "cuda/plan.h"
 #include "cuda/scratch_cache.h"
+#include "cuda/tile_counters.h"
 #include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
 #include "cuda/sm90/fwd_launch.h"
@@ -271,6 +272,36 @@ Status scratch_for(const AttentionParams& p, size_t bytes, const char* what, Scr
   return Status::Ok();
 }
 
+// The sm90 dynamic walk's counter pair of the call's stream (cuda/tile_counters.h): zero before the
+// launch, zero after it. Inside a stream capture a graph-owned pair zeroed by a captured memset (a
+// graph can be replayed on any stream, alongside eager calls on the capturing one). nullptr: walk
+// statically (the pool's bound, or no memory; the order is the same, the balance static).
+void* counter_alloc_zeroed(int dev, const void* stream, size_t bytes) {
+  void* ptr = device_alloc(dev, bytes);
+  if (ptr != nullptr && cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(const_cast<void*>(stream))) != cudaSuccess) {
+    cudaGetLastError();
+    device_free(dev, ptr);
+    ptr = nullptr;
+  }
+  return ptr;
+}
+uint32_t* tile_counter_for(const AttentionParams& p, Scratch* held) {
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) cudaGetLastError();
+  if (cs == cudaStreamCaptureStatusActive) {
+    void* ptr = nullptr;
+    if (!scratch_for(p, cuda::TileCounterPool::kBytes, "tile counters", held, &ptr)) return nullptr;
+    if (cudaMemsetAsync(ptr, 0, cuda::TileCounterPool::kBytes, stream) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return static_cast<uint32_t*>(ptr);
+  }
+  static cuda::TileCounterPool* const pool = new cuda::TileCounterPool(counter_alloc_zeroed);  // never destroyed
+  return pool->get(p.q.device_index, p.stream);
+}
+
 // The scratch of a staged call comes from the same three sources as the split-KV workspace, in
 // the same order: the caller's buffer, the allocator hook (released when the scope ends, after
 // every launch that uses it is enqueued), fa4's own scratch per (device, stream).
@@ -463,6 +494,11 @@ Status cuda_forward(const Problem& pb) {
       if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, &P, &why))
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
       P.sched = pl.sched;
+      Scratch counters;  // (in a stream capture) held until the launch is enqueued
+      if (P.sched.dynamic != 0) {
+        P.tile_counter = tile_counter_for(p, &counters);
+        if (P.tile_counter == nullptr) P.sched.dynamic = 0;
+      }
       e = cuda::sm90::launch_fwd(P, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16,
                                  dim3(static_cast<unsigned>(pl.ctas)),
                                  stream);

@@ -332,6 +332,10 @@ void balance_static_order(const Problem& pb, Plan& pl, int64_t lpt_l2_section = 
 //   - Masked varlen: tiles are not sorted by cost across sequences, so more than
 //     kMaxPersistentMaskedTiles of them launch one CTA per tile (the hardware balances), in
 //     L2-sized sections of the (head, batch) pairs whose K / V fit half the L2.
+//   - FA4_SM90_DYNAMIC, instances with the dynamic walk (D > 64): both kinds of long masked
+//     problems above run persistent instead, each CTA claiming its next tile from a counter (the
+//     balance of one CTA per tile without its per-tile launch and prologue); long dense ones in
+//     two phases (heavy halves in L2-sized sections, then the light halves globally).
 constexpr int64_t kMaxPersistentMaskedTiles = 16;
 void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   pl.sched.gx = pl.grid.x, pl.sched.gy = pl.grid.y, pl.sched.gz = pl.grid.z;
@@ -354,11 +358,24 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
     pl.sched.section = l2_section;
   }
   const int64_t total = pl.sched.total();
+  // The dynamic walk (sm90 fwd_producer.cuh): the masked problems a static order cannot balance
+  // -- long dense sequences, and varlen ones past kMaxPersistentMaskedTiles tiles (their tile
+  // costs are not known on the host) -- on the instances that have it. Its counters are 32-bit.
+  const bool dynamic = FA4_SM90_PERSISTENT && sm90::dynamic_walk(static_cast<int>(pl.dqk)) && masked && dl.sms > 0 &&
+                       pl.grid.x > kMaxPersistentMaskedTiles && total + dl.sms < (int64_t{1} << 31);
+  if (dynamic) {
+    // Long dense: the heavy half of every sequence's query tiles in L2-sized sections, then the
+    // light half of every pair (common/tile_schedule.h). Varlen: L2-sized sections of heads (each
+    // sequence's tiles heaviest first, query_tile), the counter balancing what the order cannot.
+    pl.sched.section = l2_section, pl.sched.snake = 0;
+    pl.sched.heavy_x = pb.varlen_q ? 0 : pl.grid.x / 2;
+    pl.sched.dynamic = 1;
+  }
   const bool persistent =
-      FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || lpt || pl.grid.x <= kMaxPersistentMaskedTiles);
+      FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || lpt || dynamic || pl.grid.x <= kMaxPersistentMaskedTiles);
   pl.ctas = persistent ? std::min<int64_t>(total, dl.sms) : total;
   if (FA4_SM90_BALANCED_SECTIONS && masked && !lpt && persistent && !pb.varlen_q) balance_static_order(pb, pl);
-  if (FA4_SM90_LPT_SECTIONS && lpt && persistent) balance_static_order(pb, pl, l2_section);
+  if (FA4_SM90_LPT_SECTIONS && lpt && !dynamic && persistent) balance_static_order(pb, pl, l2_section);
 }
 
 // sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs,

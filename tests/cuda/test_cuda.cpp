@@ -301,10 +301,10 @@ TEST(CudaBackend, PrefillShapes) {
 
 // Long masked sequences: more query tiles per sequence than the short static orders take (> 16),
 // so the sm90 kernel walks them in its long-sequence schedule (cuda/plan.cpp schedule_sm90: the
-// dynamic counter, or the static global order), with more tiles than CTAs so tiles are handed
-// out past the first wave. Then the same call kTileCounterSlots + 1 more times: a dynamic launch
-// takes the next counter pair of its device's pool and must leave it at zero for the launch
-// that takes it next (fwd_launch.h tile_counter), so the last run equals the first bitwise.
+// dynamic walk at D > 64, the static global order at D 64), with more tiles than CTAs so tiles
+// are handed out past the first wave. Then the same call 4097 more times on one stream: each
+// dynamic launch reuses the stream's counter pair and must leave it at zero for the next
+// (cuda/tile_counters.h), so the last run equals the first bitwise.
 TEST(CudaBackend, LongMaskedSequences) {
   const int64_t dims[] = {64, 128, 256};
   int k = 0;
@@ -654,7 +654,7 @@ void expect_graph_replay_matches_direct(const CaseConfig& c, uint64_t seed) {
   CUDA_OK(cudaStreamEndCapture(s, &g));
   ASSERT_TRUE(st.ok()) << st.message;
   CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-  CUDA_OK(cudaGraphLaunch(ge, s));
+  for (int rep = 0; rep < 3; ++rep) CUDA_OK(cudaGraphLaunch(ge, s));  // each replay from a clean start
   CUDA_OK(cudaStreamSynchronize(s));
   dg.download();
   EXPECT_TRUE(bitwise_equal(graph, direct));
@@ -663,13 +663,20 @@ void expect_graph_replay_matches_direct(const CaseConfig& c, uint64_t seed) {
   cudaStreamDestroy(s);
 }
 
-// One call captured into a CUDA graph and replayed: same bits as a direct call.
+// One call captured into a CUDA graph and replayed: same bits as a direct call. A split-KV
+// decode (its scratch is graph-owned) and a long causal prefill (on sm90 the dynamic walk: its
+// tile counters are graph-owned and zeroed by a captured memset, cuda/tile_counters.h).
 TEST(CudaBackend, GraphCapture) {
   CaseConfig c;
   c.dtype = DType::bfloat16;
   c.batch = 2, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 1, c.sk = 3000;
   c.kv = KvMode::paged, c.page_size = 16, c.num_splits = 4, c.lse = true;
   expect_graph_replay_matches_direct(c, derive_seed(9000));
+  CaseConfig l;
+  l.dtype = DType::float16;
+  l.batch = 1, l.hkv = 2, l.hq = 8, l.dqk = 128, l.dv = 128, l.sq = l.sk = 2200;  // 18 x 8 tiles
+  l.causal = true, l.lse = true;
+  expect_graph_replay_matches_direct(l, derive_seed(9001));
 }
 
 // Split-KV calls on two streams at once, nothing synchronizing them: each stream has its own
@@ -690,6 +697,35 @@ TEST(CudaBackend, ConcurrentStreamsOwnScratch) {
   cudaStream_t s[2];
   for (auto& x : s) CUDA_OK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
   for (int rep = 0; rep < 20; ++rep) {
+    ASSERT_TRUE(d0.run(s[0]).ok());
+    ASSERT_TRUE(d1.run(s[1]).ok());
+  }
+  for (auto& x : s) CUDA_OK(cudaStreamSynchronize(x));
+  d0.download();
+  d1.download();
+  EXPECT_TRUE(bitwise_equal(got[0], want[0]));
+  EXPECT_TRUE(bitwise_equal(got[1], want[1]));
+  for (auto& x : s) cudaStreamDestroy(x);
+}
+
+// Long causal calls on two streams at once (on sm90 the dynamic walk): each stream claims tiles
+// from its own counter pair; a shared pair would hand one launch's tiles to the other's CTAs.
+TEST(CudaBackend, ConcurrentStreamsOwnTileCounters) {
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 1, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = c.sk = 2200;
+  c.causal = true;
+  Case want[2] = {make_gpu_case(c, derive_seed(9110)), make_gpu_case(c, derive_seed(9111))};
+  for (Case& w : want) {
+    DeviceCase d(w);
+    ASSERT_TRUE(d.run().ok());
+    d.download();
+  }
+  Case got[2] = {make_gpu_case(c, derive_seed(9110)), make_gpu_case(c, derive_seed(9111))};
+  DeviceCase d0(got[0]), d1(got[1]);
+  cudaStream_t s[2];
+  for (auto& x : s) CUDA_OK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+  for (int rep = 0; rep < 50; ++rep) {
     ASSERT_TRUE(d0.run(s[0]).ok());
     ASSERT_TRUE(d1.run(s[1]).ok());
   }

@@ -14,6 +14,14 @@
 //     tiles heaviest first (cta_tile reverses x under a causal / windowed mask), so across the
 //     section the longest tiles start first and the short ones fill the tail -- longest
 //     processing time first, which is what balances the static round-robin.
+// Two phases (heavy_x > 0, long causal on the sm90 kernel's dynamic walk): the heavy part of
+// every sequence -- x < heavy_x, its heaviest query tiles -- first, in sections as above; then the
+// light rest (x >= heavy_x) of every pair as one section. The heavy tiles, which reread most of
+// their pair's K / V, run a few pairs at a time (the L2 keeps them); the light ones, cheap and
+// short, fill the tail from anywhere (H200, 2026-12-02: causal D 128 8k / 16k +4.3 / +2.6 %,
+// D 256 4k / 8k +3.1 / +2.3 % over the global snake, docs/perf/sm90-notes.md).
+// dynamic != 0: the CTAs do not deal the tiles round-robin; each takes the next unclaimed one
+// from a device counter (sm90 fwd_producer.cuh) -- tile_for still gives every CTA's first.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +34,8 @@ struct TileSchedule {
   int64_t gx = 0, gy = 0, gz = 0;  // the virtual grid (each >= 1 when there is work)
   int64_t section = 1;             // (y, z) pairs per section, >= 1
   int32_t snake = 0;               // odd rounds walk the CTAs backwards
+  int64_t heavy_x = 0;             // x < heavy_x form the first phase (0: one phase)
+  int32_t dynamic = 0;             // tiles claimed from a counter (the sm90 kernel's dynamic walk)
 
   FA4_HD int64_t total() const { return gx * gy * gz; }
   FA4_HD int64_t rounds(int64_t ctas) const { return (total() + ctas - 1) / ctas; }
@@ -47,12 +57,31 @@ struct TileSchedule {
       coords_as<int64_t>(t, x, y, z);
     }
   }
-  // The same map in the arithmetic of I (tests compare the two).
+  // With two phases (heavy_x > 0): the heavy tiles x < heavy_x in sections, then the rest as one
+  // section with x offset by heavy_x. Only instances that walk dynamically compile this (the
+  // branch costs the three-consumer D 64 producer its few spare registers).
+  FA4_HD void coords_phased(int64_t t, int* x, int* y, int* z) const {
+    const int64_t heavy = heavy_x * gy * gz;
+    if (heavy_x <= 0 || t < heavy) {
+      if (total() <= 0x7fffffff) coords_as<uint32_t>(t, x, y, z, heavy_x > 0 ? heavy_x : gx, section);
+      else coords_as<int64_t>(t, x, y, z, heavy_x > 0 ? heavy_x : gx, section);
+      return;
+    }
+    if (total() <= 0x7fffffff) coords_as<uint32_t>(t - heavy, x, y, z, gx - heavy_x, gy * gz);
+    else coords_as<int64_t>(t - heavy, x, y, z, gx - heavy_x, gy * gz);
+    *x += static_cast<int>(heavy_x);
+  }
+  // The same map in the arithmetic of I (tests compare the two); over an x range of width `w`
+  // (default gx) in sections of `sec` pairs (default section).
   template <class I>
   FA4_HD void coords_as(int64_t t_, int* x, int* y, int* z) const {
-    const I t = static_cast<I>(t_), ugy = static_cast<I>(gy), usec = static_cast<I>(section);
+    coords_as<I>(t_, x, y, z, gx, section);
+  }
+  template <class I>
+  FA4_HD void coords_as(int64_t t_, int* x, int* y, int* z, int64_t w, int64_t sec_pairs) const {
+    const I t = static_cast<I>(t_), ugy = static_cast<I>(gy), usec = static_cast<I>(sec_pairs);
     const I pairs = ugy * static_cast<I>(gz);
-    const I full = usec * static_cast<I>(gx);  // tiles of one full section
+    const I full = usec * static_cast<I>(w);  // tiles of one full section
     const I sec = t / full;                     // every section before the last is full
     const I first = sec * usec;                 // first (y, z) pair of the section
     const I here = pairs - first < usec ? pairs - first : usec;  // pairs in it

@@ -81,6 +81,14 @@
 #ifndef FA4_SM90_MASKED_LPT
 #define FA4_SM90_MASKED_LPT 1
 #endif
+//   FA4_SM90_DYNAMIC       1: where the instance walks dynamically (dynamic_walk below), long
+//                          masked dense sequences and masked varlen ones run persistent with
+//                          the tiles claimed from a device counter (fwd_producer.cuh), long
+//                          dense ones in two phases (common/tile_schedule.h heavy_x); 0: the
+//                          static orders of FA4_SM90_MASKED_LPT, one CTA per varlen tile
+#ifndef FA4_SM90_DYNAMIC
+#define FA4_SM90_DYNAMIC 1
+#endif
 // Tile shapes per head-dim class, for the A/B runs that choose them (docs/perf/sm90-notes.md):
 // key tiles (wgmma N of S = Q K^T: 64, 80, 128, 176, 192 or 256) and consumer warpgroups.
 #ifndef FA4_SM90_BLOCK_N_D64
@@ -110,6 +118,12 @@
 #endif
 
 namespace fa4::cuda::sm90 {
+
+// Instances whose producer can claim tiles from a counter and walk two phases. Not D = 64: its
+// three-consumer instance leaves the producer 32 registers, and the walk's state plus the phased
+// coordinates there cost 4.5-7 % causal and non-causal alike (H200, 2026-12-02,
+// docs/perf/sm90-notes.md); without them its code is the static walk's.
+constexpr bool dynamic_walk(int dqk) { return FA4_SM90_DYNAMIC && dqk > 64; }
 
 // Every N-th exponential of a softmax tile emulated on the FMA pipes (common/exp2.cuh), 0 = none.
 constexpr int exp2_emu_every(int dqk) {

@@ -47,6 +47,7 @@ struct FwdTraits {
   // staged over the V ring, the TMA path made the D 256 consumer spill in its mainloop
   // (-3 to -20 %, docs/perf/h200-2026-12-03-session.md).
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
+  static constexpr bool kDynamicWalk = dynamic_walk(kDqk);  // the producer can claim tiles
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO, kOInV>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");

@@ -26,6 +26,10 @@ struct Sm90Params {
   int32_t tma_store;   // full 64-row tiles of O leave through TMA (else 16-byte stores)
   FwdArgs a;
   TileSchedule sched;  // the virtual grid the persistent CTAs walk
+  // sched.dynamic: {claimed, finished} -- tiles past the first round are claimed with one
+  // atomicAdd each; every CTA adds 1 to finished at the end and the last one zeroes both, so the
+  // pair is zero again for the next launch on the stream (cuda/tile_counters.h).
+  uint32_t* tile_counter = nullptr;
   // FA4_SM90_TRACE builds only (fwd_trace.cuh): the timeline records, one per CTA. Present in
   // every build so the struct's layout never depends on a switch a variant build recompiles.
   uint64_t* trace = nullptr;

@@ -30,14 +30,12 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
 
   PipelineState<T::kStages> st;  // the rings run on across tiles
   uint32_t tiles_done = 0;       // tiles whose Q was loaded: the q_full / q_empty phase
-  const int64_t rounds = P.sched.rounds(gridDim.x);
   uint64_t* const tr = leader ? P.trace : nullptr;
-  for (int64_t r = 0; r < rounds; ++r) {
+  // Loads tile t of the schedule (nothing for a tile without rows).
+  auto run_tile = [&](int64_t t) {
     trace::stamp(tr, 0, tiles_done, trace::walk_start);
-    const int64_t t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
-    if (t < 0) continue;
     TileWork w;
-    if (!w.init(P.a, P.sched, t, T::kBlockM, kBlockN)) continue;
+    if (!w.template init<T::kDynamicWalk>(P.a, P.sched, t, T::kBlockM, kBlockN)) return;
     const int n = w.n_tiles();
     trace::stamp(tr, 0, tiles_done, trace::tile_start);
     trace::key_tiles(tr, 0, tiles_done, n);
@@ -105,12 +103,43 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     for (int it = 1; it < n; ++it) load_k(it), load_v(it);
     trace::stamp(tr, 0, tiles_done, trace::loads_issued);
     ++tiles_done;
+  };
+  // The walk. Static: round r's tile of this CTA (common/tile_schedule.h). Dynamic (long masked
+  // problems, fwd_config.h dynamic_walk): the first round as the static one, then the next
+  // unclaimed tile, claimed once the current tile's loads are all issued -- ~2 ring stages before
+  // the consumers finish it, so the atomic's round trip hides under them, and late enough that
+  // CTAs which drew heavy tiles take fewer (claimed when a tile starts, the CTAs took tiles in
+  // start order, a static round robin: -5 to -14 %; docs/perf/sm90-notes.md).
+  bool dynamic = false;
+  if constexpr (T::kDynamicWalk) dynamic = P.sched.dynamic != 0;
+  // One loop for both walks (run_tile inlined once: the producer has 24 registers).
+  int64_t r = 0, t = P.sched.tile_for(0, blockIdx.x, gridDim.x);  // the first round: blockIdx.x
+  for (;;) {
+    if (t >= 0) run_tile(t);
+    if (dynamic) {
+      uint32_t c = 0;
+      if (threadIdx.x == 0) c = atomicAdd(P.tile_counter, 1u);
+      t = gridDim.x + static_cast<int64_t>(__shfl_sync(0xffffffffu, c, 0));  // warp-uniform
+      if (t >= P.sched.total()) break;
+    } else {
+      if (++r >= P.sched.rounds(gridDim.x)) break;
+      t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
+    }
   }
   // The end of the walk, published as a tile is (after the last tile's Q was released).
   if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
   if (leader) {
     sh.work[tiles_done & 1u].valid = 0;
     ptx::mbarrier_arrive(&sh.work_full);
+  }
+  // Every CTA has made its last claim (one past the end) before it counts itself finished (the
+  // fence orders the two atomics); the last to finish zeroes the pair for the next launch.
+  if (dynamic && threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(P.tile_counter + 1, 1u) == gridDim.x - 1) {
+      atomicExch(P.tile_counter, 0u);
+      atomicExch(P.tile_counter + 1, 0u);
+    }
   }
   __syncwarp();
 }

@@ -27,9 +27,12 @@ struct TileWork {
   int q_row0 = 0, q_b = 0, kv_row0 = 0, kv_b = 0;
 
   // Tile t of the schedule. False (uniform over the CTA) when it has no rows to compute.
+  // kPhased: the schedule may have two phases (instances that walk dynamically, fwd_config.h).
+  template <bool kPhased>
   __device__ __forceinline__ bool init(const FwdArgs& p, const TileSchedule& sched, int64_t t, int block_m, int block_n) {
     int bx, by, bz;
-    sched.coords(t, &bx, &by, &bz);
+    if constexpr (kPhased) sched.coords_phased(t, &bx, &by, &bz);
+    else sched.coords(t, &bx, &by, &bz);
     if (!query_tile<true>(p, block_m, bx, static_cast<int>(sched.gx), bz, &m_block, &batch, &split)) return false;
     si.init(p, batch);
     head = by;
