@@ -358,24 +358,31 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
     pl.sched.section = l2_section;
   }
   const int64_t total = pl.sched.total();
-  // The dynamic walk (sm90 fwd_producer.cuh): the masked problems a static order cannot balance
-  // -- long dense sequences, and varlen ones past kMaxPersistentMaskedTiles tiles (their tile
-  // costs are not known on the host) -- on the instances that have it. Its counters are 32-bit.
-  const bool dynamic = FA4_SM90_PERSISTENT && sm90::dynamic_walk(static_cast<int>(pl.dqk)) && masked && dl.sms > 0 &&
-                       pl.grid.x > kMaxPersistentMaskedTiles && total + dl.sms < (int64_t{1} << 31);
-  if (dynamic) {
-    // Long dense: the heavy half of every sequence's query tiles in L2-sized sections, then the
-    // light half of every pair (common/tile_schedule.h). Varlen: L2-sized sections of heads (each
-    // sequence's tiles heaviest first, query_tile), the counter balancing what the order cannot.
-    pl.sched.section = l2_section, pl.sched.snake = 0;
-    pl.sched.heavy_x = pb.varlen_q ? 0 : pl.grid.x / 2;
-    pl.sched.dynamic = 1;
-  }
   const bool persistent =
-      FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || lpt || dynamic || pl.grid.x <= kMaxPersistentMaskedTiles);
+      FA4_SM90_PERSISTENT && dl.sms > 0 && (!masked || lpt || pl.grid.x <= kMaxPersistentMaskedTiles);
   pl.ctas = persistent ? std::min<int64_t>(total, dl.sms) : total;
   if (FA4_SM90_BALANCED_SECTIONS && masked && !lpt && persistent && !pb.varlen_q) balance_static_order(pb, pl);
-  if (FA4_SM90_LPT_SECTIONS && lpt && !dynamic && persistent) balance_static_order(pb, pl, l2_section);
+  if (FA4_SM90_LPT_SECTIONS && lpt && persistent) balance_static_order(pb, pl, l2_section);
+  // The dynamic walk (sm90 fwd_producer.cuh), on the instances that have it, for the masked
+  // problems no static order balances: varlen ones past kMaxPersistentMaskedTiles tiles (their
+  // costs are not known on the host) and long dense ones left on the global snake (no L2-sized
+  // section balances them; where one does, it beat the dynamic walk by 1.7 % at D 128 causal 4k).
+  // Its counters are 32-bit.
+  const bool dynamic = FA4_SM90_PERSISTENT && sm90::dynamic_walk(static_cast<int>(pl.dqk)) && masked && dl.sms > 0 &&
+                       pl.grid.x > kMaxPersistentMaskedTiles && total + dl.sms < (int64_t{1} << 31) &&
+                       (pb.varlen_q || pl.sched.section == pairs);
+  if (dynamic) {
+    // Long dense: the heavy half (FA4_SM90_HEAVY_PCT) of every sequence's query tiles in L2-sized
+    // sections, then the light half of every pair (common/tile_schedule.h). Varlen: L2-sized sections of heads (each
+    // sequence's tiles heaviest first, query_tile), the counter balancing what the order cannot.
+    // Same-run A/B against the static walk (H200, docs/perf/h200-2026-12-03b-session.md): causal
+    // D 128 8k / 16k +4.5 / +2.4 %, D 256 4k / 8k / 16k +2.6 / +1.7 / +0.4 %; varlen causal
+    // D 128 (one CTA per tile before) S 256 / 1k / 4k +62 / +22 / +6 %.
+    pl.sched.section = l2_section, pl.sched.snake = 0;
+    pl.sched.heavy_x = pb.varlen_q ? 0 : pl.grid.x * FA4_SM90_HEAVY_PCT / 100;
+    pl.sched.dynamic = 1;
+    pl.ctas = std::min<int64_t>(total, dl.sms);
+  }
 }
 
 // sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs,

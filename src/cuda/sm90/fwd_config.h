@@ -89,6 +89,11 @@
 #ifndef FA4_SM90_DYNAMIC
 #define FA4_SM90_DYNAMIC 1
 #endif
+//   FA4_SM90_HEAVY_PCT     the dynamic walk's first phase: this percentage of every dense
+//                          sequence's query tiles, the heaviest (cuda/plan.cpp schedule_sm90)
+#ifndef FA4_SM90_HEAVY_PCT
+#define FA4_SM90_HEAVY_PCT 50
+#endif
 // Tile shapes per head-dim class, for the A/B runs that choose them (docs/perf/sm90-notes.md):
 // key tiles (wgmma N of S = Q K^T: 64, 80, 128, 176, 192 or 256) and consumer warpgroups.
 #ifndef FA4_SM90_BLOCK_N_D64
