@@ -679,24 +679,20 @@ TEST(CudaBackend, GraphCapture) {
   expect_graph_replay_matches_direct(l, derive_seed(9001));
 }
 
-// Split-KV calls on two streams at once, nothing synchronizing them: each stream has its own
-// scratch (a shared buffer raced: one stream's partials overwrote the other's before its combine).
-TEST(CudaBackend, ConcurrentStreamsOwnScratch) {
-  CaseConfig c;
-  c.dtype = DType::bfloat16;
-  c.batch = 4, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 1, c.sk = 8000;
-  c.num_splits = 8, c.lse = true;
-  Case want[2] = {make_gpu_case(c, derive_seed(9100)), make_gpu_case(c, derive_seed(9101))};
+// `c` with two seeds, run `reps` times on two streams at once with nothing synchronizing them:
+// each stream's result equals its direct call bitwise.
+void expect_two_streams_match_direct(const CaseConfig& c, uint64_t seed0, uint64_t seed1, int reps) {
+  Case want[2] = {make_gpu_case(c, seed0), make_gpu_case(c, seed1)};
   for (Case& w : want) {
     DeviceCase d(w);
     ASSERT_TRUE(d.run().ok());
     d.download();
   }
-  Case got[2] = {make_gpu_case(c, derive_seed(9100)), make_gpu_case(c, derive_seed(9101))};
+  Case got[2] = {make_gpu_case(c, seed0), make_gpu_case(c, seed1)};
   DeviceCase d0(got[0]), d1(got[1]);
   cudaStream_t s[2];
   for (auto& x : s) CUDA_OK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
-  for (int rep = 0; rep < 20; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     ASSERT_TRUE(d0.run(s[0]).ok());
     ASSERT_TRUE(d1.run(s[1]).ok());
   }
@@ -708,6 +704,16 @@ TEST(CudaBackend, ConcurrentStreamsOwnScratch) {
   for (auto& x : s) cudaStreamDestroy(x);
 }
 
+// Split-KV calls on two streams at once: each stream has its own scratch (a shared buffer raced:
+// one stream's partials overwrote the other's before its combine).
+TEST(CudaBackend, ConcurrentStreamsOwnScratch) {
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 4, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = 1, c.sk = 8000;
+  c.num_splits = 8, c.lse = true;
+  expect_two_streams_match_direct(c, derive_seed(9100), derive_seed(9101), 20);
+}
+
 // Long causal calls on two streams at once (on sm90 the dynamic walk): each stream claims tiles
 // from its own counter pair; a shared pair would hand one launch's tiles to the other's CTAs.
 TEST(CudaBackend, ConcurrentStreamsOwnTileCounters) {
@@ -715,26 +721,7 @@ TEST(CudaBackend, ConcurrentStreamsOwnTileCounters) {
   c.dtype = DType::bfloat16;
   c.batch = 1, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = c.sk = 2200;
   c.causal = true;
-  Case want[2] = {make_gpu_case(c, derive_seed(9110)), make_gpu_case(c, derive_seed(9111))};
-  for (Case& w : want) {
-    DeviceCase d(w);
-    ASSERT_TRUE(d.run().ok());
-    d.download();
-  }
-  Case got[2] = {make_gpu_case(c, derive_seed(9110)), make_gpu_case(c, derive_seed(9111))};
-  DeviceCase d0(got[0]), d1(got[1]);
-  cudaStream_t s[2];
-  for (auto& x : s) CUDA_OK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
-  for (int rep = 0; rep < 50; ++rep) {
-    ASSERT_TRUE(d0.run(s[0]).ok());
-    ASSERT_TRUE(d1.run(s[1]).ok());
-  }
-  for (auto& x : s) CUDA_OK(cudaStreamSynchronize(x));
-  d0.download();
-  d1.download();
-  EXPECT_TRUE(bitwise_equal(got[0], want[0]));
-  EXPECT_TRUE(bitwise_equal(got[1], want[1]));
-  for (auto& x : s) cudaStreamDestroy(x);
+  expect_two_streams_match_direct(c, derive_seed(9110), derive_seed(9111), 50);
 }
 
 // Unsupported inputs (float8 on the cuda backend) are rejected before anything is written.
