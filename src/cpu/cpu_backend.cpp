@@ -449,6 +449,26 @@ void pv_rows_visible_only(const float* pt, int64_t rows, const void* const* vrow
     }
 }
 
+// Marks rows r < rows of the unnormalized O tile (element (r, e) at o[r * rs + e * es]; the
+// n_all floats from o, padding rows included, are initialized) that hold a +-inf / NaN. The
+// accumulator is sum_j p_j v_j with p_j <= 1, i.e. up to l = sum_j p_j (<= the keys seen) times
+// max |v|, and only the division by l (finish) brings it back into the hull of V: with |v| near
+// FLT_MAX two keys of weight ~1 already overflow it to +-inf where the exact output is finite
+// (fuzz finding new13: bf16 V = 3e38 on 6 keys of equal weight, out = inf, reference 3.004e38).
+// Such rows (and those with a non-finite V, whose exact result the fp64 path gives as well) are
+// recomputed by reference_row. One branch-free pass over the tile per unit, outside the key loop:
+// only a hit looks at rows.
+void flag_nonfinite_o_rows(const float* o, int64_t n_all, int64_t rs, int64_t es, int64_t rows, int64_t dv,
+                           uint8_t* redo) {
+  if (!any_nonfinite_f32(o, n_all)) return;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < dv; ++e)
+      if (!std::isfinite(o[r * rs + e * es])) {
+        redo[r] = 1;
+        break;
+      }
+}
+
 // Scores at or beyond this magnitude (and NaN, +-inf) send their row to the fp64 path (see the
 // top of this file): below it, the true logit is within fp32 range and the softmax is finite.
 constexpr float kExtremeScore = 0x1p127f;
@@ -922,6 +942,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     const float dvs = pb.descale_v(b, hk);
     const bool sink = pb.has_sinks && u.split == 0;
     float* const fr = ws.alpha;
+    // O overflowed (|V| near FLT_MAX) or V was not finite: those rows go to the fp64 path.
+    flag_nonfinite_o_rows(ws.ot, rowwise ? rows * dv : dv * mp, o_rs, o_es, rows, dv, ws.redo);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t h = hk * g + (u.r0 + r) % g;
       // In double: natural units (m_run may be in log2 units), the sink's weight not rounded.
@@ -1258,6 +1280,15 @@ Status forward(const Problem& pb) {
           const int64_t grow = plan.row_base[bh] + pr, i = pr / g, h = hk * g + pr % g;
           bool redo = false;  // some split saw an extreme score: its partial is not usable
           for (int64_t sp = 0; sp < plan.nsplit; ++sp) redo = redo || plan.part_redo[sp * plan.total_rows + grow];
+          float lse = 0.0f;
+          if (!redo) {
+            // exact: a split's weight is > 0 even where it underflows (its +-inf / NaN count).
+            lse = merge_partial_row(plan.nsplit, plan.part_lse + grow, plan.total_rows, plan.part_o + grow * pb.dv,
+                                    plan.total_rows * pb.dv, 1, pb.dv, acc.data(), /*exact=*/true);
+            // Finite partials (non-finite ones were redone) merged to +-inf: partials within the
+            // weights' rounding of FLT_MAX (see cpu_merge.h); the fp64 row gives the exact value.
+            redo = any_nonfinite_f32(acc.data(), pb.dv);
+          }
           if (redo) {
             float lse_ref = 0.0f;
             reference_row(pb, b, i, h, acc.data(), &lse_ref);
@@ -1266,9 +1297,6 @@ Status forward(const Problem& pb) {
             if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
             continue;
           }
-          // exact: a split's weight is > 0 even where it underflows (its +-inf / NaN count).
-          const float lse = merge_partial_row(plan.nsplit, plan.part_lse + grow, plan.total_rows, plan.part_o + grow * pb.dv,
-                                              plan.total_rows * pb.dv, 1, pb.dv, acc.data(), /*exact=*/true);
           const int64_t oo = pb.out_offset(b, i, h);
           for (int64_t e = 0; e < pb.dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, acc[e]);
           if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
@@ -1292,6 +1320,7 @@ Status cpu_combine(const CombineParams& c) {
 #pragma omp parallel num_threads(nt)
   {
     std::vector<float> acc(static_cast<size_t>(std::max<int64_t>(D, 1)));
+    std::vector<double> acc64;
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t h = row % H, i = (row / H) % Sq, b = row / (H * Sq);
@@ -1300,6 +1329,13 @@ Status cpu_combine(const CombineParams& c) {
       const float* lrow = S > 0 ? l + (b * lp.stride[1] + h * lp.stride[2] + i * lp.stride[3]) : l;
       const float* orow = S > 0 && D > 0 ? o + (b * op.stride[1] + i * op.stride[2] + h * op.stride[3]) : o;
       const float lse = merge_partial_row(S, lrow, lp.stride[0], orow, op.stride[0], op.stride[4], D, acc.data());
+      if (any_nonfinite_f32(acc.data(), D)) {
+        // +-inf / NaN partials, or finite ones within the weights' rounding of FLT_MAX that
+        // merged to +-inf in fp32 (cpu_merge.h): the row again in fp64, as the reference merges.
+        acc64.resize(static_cast<size_t>(D));
+        merge_partial_row_t<double>(S, lrow, lp.stride[0], orow, op.stride[0], op.stride[4], D, acc64.data());
+        for (int64_t e = 0; e < D; ++e) acc[e] = static_cast<float>(acc64[e]);
+      }
       const int64_t oo = b * c.out.stride[0] + i * c.out.stride[1] + h * c.out.stride[2];
       for (int64_t e = 0; e < D; ++e) store_f32(c.out.data, oo + e * c.out.stride[3], c.out.dtype, acc[e]);
       if (c.lse.present())
