@@ -1081,6 +1081,24 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
   return true;
 }
 
+// The row-major decode plans' per-thread workspaces (kUnitHeads of ~52 KB at D = 128), kept
+// by each thread (the OpenMP workers persist) from one call to the next: allocated per call,
+// glibc gave their pages back on free (brk trim / madvise) and the next call faulted them in
+// again, ~5% of a B = 1 kv 4k decode at 2 threads (perf: do_madvise, vms_clear_ptes, page
+// faults). A thread's entries are replaced when a call needs other sizes.
+std::vector<std::unique_ptr<Workspace>>& kept_rows_workspaces() {
+  thread_local std::vector<std::unique_ptr<Workspace>> v;
+  return v;
+}
+
+// The split partials' buffer, kept by the calling thread from one call to the next while it is
+// at most kKeepPartialBytes (per-call allocation: the same page faults as the workspaces).
+constexpr size_t kKeepPartialBytes = size_t{16} << 20;
+std::unique_ptr<AlignedBuffer>& kept_partials() {
+  thread_local std::unique_ptr<AlignedBuffer> b;
+  return b;
+}
+
 // Split-KV count (core/splits.h). A work unit is (batch, kv head, tile of group x Sq packed
 // rows), one thread each: decode with one kv head is 1 unit and gets split over the cores
 // instead of leaving all but one idle. Each split keeps >= 4 key tiles (the partial row write
@@ -1091,10 +1109,18 @@ int num_splits(const Problem& pb, int workers, int64_t tile_rows, int64_t tile_k
   // and long, and on a shared machine one preempted thread holding the last of 2 units doubled
   // the wall time (B = 1, kv 4k: 0.67x the one-head-per-unit build); splits keep every unit's
   // reads contiguous and cost one partial row write and merge per split.
-  return choose_num_splits({.units = pb.batch * ((pb.hkv + unit_heads - 1) / unit_heads) * q_tiles,
-                            .slots = unit_heads > 1 ? 4 * workers : workers,
-                            .max_splits = pb.max_sk / (4 * tile_keys),
-                            .requested = pb.p->num_splits});
+  const int64_t units = pb.batch * ((pb.hkv + unit_heads - 1) / unit_heads) * q_tiles;
+  const int64_t max_splits = pb.max_sk / (4 * tile_keys);
+  int s = choose_num_splits({.units = units,
+                             .slots = unit_heads > 1 ? 4 * workers : workers,
+                             .max_splits = max_splits,
+                             .requested = pb.p->num_splits});
+  // Row-major units are long and of equal cost: a unit count that is not a multiple of the
+  // threads leaves one thread reading alone at the end, at one core's ~half of the streaming
+  // read (B = 1: 7 splits on 2 threads ran 4 units against 3). Rounded up to whole rounds.
+  if (unit_heads > 1 && pb.p->num_splits <= 0 && s > 1 && workers > 1)
+    while ((units * s) % workers != 0 && s < 128 && s < max_splits) ++s;
+  return s;
 }
 
 // Packed rows per query tile: the group x Sq rows of a (batch, kv head), up to kTileRows, whole
@@ -1224,21 +1250,33 @@ Status forward(const Problem& pb) {
   });
 
   // Split partials: every (tile, split) unit writes all of its rows, so no initialization.
-  std::unique_ptr<float[]> part_o, part_lse;
-  std::unique_ptr<uint8_t[]> part_redo;
+  // One buffer, [part_o | part_lse | part_redo], kept by the calling thread for its next call
+  // (up to kKeepPartialBytes; see kept_partials).
+  std::unique_ptr<AlignedBuffer> parts;
   if (plan.nsplit > 1) {
-    if (checked_mul(plan.nsplit, plan.total_rows, &part_lse_n) && checked_mul(part_lse_n, pb.dv, &part_o_n)) {
-      part_o.reset(new (std::nothrow) float[static_cast<size_t>(part_o_n)]);
-      part_lse.reset(new (std::nothrow) float[static_cast<size_t>(part_lse_n)]);
-      part_redo.reset(new (std::nothrow) uint8_t[static_cast<size_t>(part_lse_n)]);
+    int64_t o_bytes = 0, bytes = 0;
+    if (checked_mul(plan.nsplit, plan.total_rows, &part_lse_n) && checked_mul(part_lse_n, pb.dv, &part_o_n) &&
+        checked_mul(part_o_n + part_lse_n, 4, &o_bytes) && checked_add(o_bytes, part_lse_n, &bytes) &&
+        bytes < (int64_t{1} << 56)) {
+      std::unique_ptr<AlignedBuffer>& kept = kept_partials();
+      if (kept && kept->size >= static_cast<size_t>(bytes) + 64)
+        parts = std::move(kept);
+      else
+        parts.reset(new (std::nothrow) AlignedBuffer(static_cast<size_t>(bytes)));
     }
-    if (!part_o || !part_lse || !part_redo)
+    if (!parts || !parts->ok())
       return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for split-KV partials (num_splits " +
                                                           std::to_string(plan.nsplit) + ")");
-    plan.part_o = part_o.get();
-    plan.part_lse = part_lse.get();
-    plan.part_redo = part_redo.get();
+    plan.part_o = static_cast<float*>(parts->p);
+    plan.part_lse = plan.part_o + part_o_n;
+    plan.part_redo = reinterpret_cast<uint8_t*>(plan.part_lse + part_lse_n);
   }
+  struct KeepParts {  // on every return from here on
+    std::unique_ptr<AlignedBuffer>& b;
+    ~KeepParts() {
+      if (b && b->ok() && b->size <= kKeepPartialBytes) kept_partials() = std::move(b);
+    }
+  } keep_parts{parts};
 
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
@@ -1251,11 +1289,21 @@ Status forward(const Problem& pb) {
     std::vector<std::unique_ptr<Workspace>> ws;
     std::vector<Workspace*> wsp;
     bool ok = true;
-    for (int64_t h = 0; h < unit_heads; ++h) {
-      ws.push_back(std::make_unique<Workspace>(round_up(plan.tile_rows, plan.kern->row_align), plan.tile_keys, pb.dqk,
-                                               pb.dv, plan.lowp ? plan.terms : 0));
-      wsp.push_back(ws.back().get());
-      ok = ok && ws.back()->ok();
+    const int64_t mp = round_up(plan.tile_rows, plan.kern->row_align);
+    if (unit_heads > 1) ws.swap(kept_rows_workspaces());  // row-major decode plans: the last call's
+    for (size_t h = 0; h < static_cast<size_t>(unit_heads); ++h) {  // kept ones: row-major, terms 0
+      if (h < ws.size() && ws[h] && ws[h]->ok() && ws[h]->mp_max == mp && ws[h]->nk == plan.tile_keys &&
+          ws[h]->dqk == pb.dqk && ws[h]->dv == pb.dv && !plan.lowp) {
+        wsp.push_back(ws[h].get());
+        continue;
+      }
+      auto w = std::make_unique<Workspace>(mp, plan.tile_keys, pb.dqk, pb.dv, plan.lowp ? plan.terms : 0);
+      ok = ok && w->ok();
+      wsp.push_back(w.get());
+      if (h < ws.size())
+        ws[h] = std::move(w);
+      else
+        ws.push_back(std::move(w));
     }
     if (!ok) {
 #pragma omp atomic write
@@ -1264,6 +1312,7 @@ Status forward(const Problem& pb) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < nunits; ++u)
       if (ok) run_unit(plan, units[u], wsp.data());
+    if (unit_heads > 1 && ok) kept_rows_workspaces().swap(ws);
   }
   if (oom) return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for per-thread tiles");
 
