@@ -30,6 +30,13 @@
 // beyond fp32. Below 2^127 every fp32 score, max subtraction and sink fold is finite, and the
 // true logit (fp32 error ~ D * 2^-24 relative) cannot exceed FLT_MAX, so nothing else changes;
 // the check is one compare per score, and logits of 1.7e38 do not occur in real models.
+//
+// V near FLT_MAX. The P V accumulator sum_j p_j v_j (p_j <= 1) is divided by l = sum_j p_j only
+// in finish, so it reaches l * max |v|: with |v| near FLT_MAX it overflows to +-inf where the exact
+// output (in the hull of V) is finite (fuzz finding new13). finish tests each unit's O tile once
+// (flag_nonfinite_o_rows, outside the key loop) and sends rows whose fp32 O is not finite to the
+// same fp64 path (reference_row), directly or through the split partials' redo flag; a split
+// merge whose fp32 result is not finite (partials within rounding of FLT_MAX) does the same.
 #include <omp.h>
 
 #include <algorithm>
