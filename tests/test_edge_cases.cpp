@@ -443,6 +443,105 @@ TEST(EdgeCases, InfiniteVBehindAnUnderflowedWeightIsInfiniteOnFullTiles) {
     }
 }
 
+// Fuzz finding new13 (tests/fuzz/corpus/new13_*): V near FLT_MAX. The unnormalized accumulator
+// sum_j p_j v_j (p_j <= 1) reaches l * max|v| before the division by l = sum_j p_j, so two keys
+// of weight ~1 with v = 3e38 overflowed it to +-inf (bf16, 6 keys of equal weight: out = inf,
+// reference 3.004e38), on every path: the row-major decode kernels, the transposed and panel
+// prefill kernels, split-KV partials (normalized, but computed from an overflowed sum). The exact
+// output lies in the hull of V, so it is finite: cpu must give the reference's value within
+// DESIGN §4's tolerance relative to max |V| (as the fuzzer's oracle scales it). V patterns: all
+// -3e38; all FLT_MAX (the exact output is FLT_MAX itself; bf16: 3.3e38); random signs and magnitudes in
+// [1e38, FLT_MAX] (large partial sums that cancel); 3e38 in half of the dims, small in the others.
+TEST(EdgeCases, VNearFltMaxGivesAFiniteOutputAsTheReference) {
+  struct Scenario {
+    const char* name;
+    int64_t sq, hq, hkv, sk;
+    int32_t splits;
+    bool causal;
+  };
+  const Scenario scenarios[] = {
+      {"decode rows", 1, 8, 2, 40, 1, false},
+      {"decode rows, many keys", 1, 4, 1, 600, 1, false},
+      {"decode splits", 1, 4, 1, 600, 3, false},
+      {"decode splits, GQA", 2, 8, 2, 300, 5, false},
+      {"prefill, one tile", 16, 4, 2, 40, 1, false},
+      {"prefill causal, several query tiles", 200, 2, 1, 260, 1, true},
+      {"prefill panels", 128, 2, 1, 70, 1, false},
+      {"prefill splits", 16, 2, 1, 600, 2, false},
+      {"prefill causal splits", 40, 2, 1, 300, 3, true},
+  };
+  enum Pattern { all_neg, all_max, mixed, half_dims };
+  const char* pattern_name[] = {"all -3e38", "all FLT_MAX", "mixed signs and magnitudes", "3e38 in half the dims"};
+  int n = 0;
+  for (DType dt : {DType::float32, DType::bfloat16})
+    for (const Scenario& sc : scenarios)
+      for (Pattern pat : {all_neg, all_max, mixed, half_dims}) {
+        CaseConfig cfg;
+        cfg.dtype = dt;
+        cfg.batch = 2;
+        cfg.sq = sc.sq;
+        cfg.sk = sc.sk;
+        cfg.hq = sc.hq;
+        cfg.hkv = sc.hkv;
+        cfg.dqk = cfg.dv = 32;
+        cfg.causal = sc.causal;
+        cfg.num_splits = sc.splits;
+        const uint64_t seed = derive_seed(68000 + n++);
+        FA4_SEED_TRACE(seed);
+        SCOPED_TRACE(std::string(sc.name) + ", " + pattern_name[pat] + ", " + dtype_str(dt));
+        Case c = make_case(cfg, seed);
+        std::mt19937_64 rng(seed);
+        // bf16 rounds values above ~3.39e38 to inf: its largest magnitudes stay below.
+        const float top = dt == DType::bfloat16 ? 3.3e38f : std::numeric_limits<float>::max();
+        std::uniform_real_distribution<float> mag(1e38f, top);
+        for (int64_t b = 0; b < c.B; ++b)
+          for (int64_t j = 0; j < c.lk[b]; ++j)
+            for (int64_t hk = 0; hk < cfg.hkv; ++hk)
+              for (int64_t d = 0; d < cfg.dv; ++d) {
+                float x = 0.0f;
+                switch (pat) {
+                  case all_neg: x = -3e38f; break;
+                  case all_max: x = top; break;
+                  case mixed: x = (rng() & 1 ? 1.0f : -1.0f) * mag(rng); break;
+                  case half_dims: x = d % 2 ? 3e38f : static_cast<float>(d) - 16.0f; break;
+                }
+                int64_t o;
+                const_cast<Tensor&>(c.key_src(b, j, hk, d, true, &o)).set(o, x);
+              }
+        auto [ref, cpu] = run_both(c);
+        double vmax = 0;
+        for (int64_t b = 0; b < c.B; ++b)
+          for (int64_t j = 0; j < c.lk[b]; ++j)
+            for (int64_t hk = 0; hk < cfg.hkv; ++hk)
+              for (int64_t d = 0; d < cfg.dv; ++d) {
+                int64_t o;
+                vmax = std::max(vmax, std::fabs(static_cast<double>(c.key_src(b, j, hk, d, true, &o).get(o))));
+              }
+        const Tol tol = tol_for(dt);
+        int64_t wrong = 0, checked = 0;
+        for (int64_t b = 0; b < c.B; ++b)
+          for (int64_t i = 0; i < c.lq[b]; ++i)
+            for (int64_t h = 0; h < cfg.hq; ++h) {
+              for (int64_t d = 0; d < cfg.dv; ++d) {
+                const int64_t o = c.out_off(b, i, h, d);
+                const double r = ref.out.get(o), x = cpu.out.get(o);
+                ASSERT_TRUE(std::isfinite(r)) << "the reference is finite on finite V";
+                ++checked;
+                const bool ok = std::isfinite(x) && std::fabs(x - r) <= tol.max_abs * vmax;
+                if (!ok && wrong++ < 5)
+                  ADD_FAILURE() << "cpu: out(b=" << b << ", i=" << i << ", h=" << h << ", d=" << d << ") = " << x
+                                << ", reference " << r;
+              }
+              const int64_t lo = c.lse_off(b, h, i);  // V does not enter the lse
+              const float rl = ref.lse.get(lo), cl = cpu.lse.get(lo);
+              if (std::isfinite(rl)) EXPECT_NEAR(cl, rl, tol.lse_abs);
+              else EXPECT_EQ(cl, rl);
+            }
+        EXPECT_EQ(wrong, 0) << "[" << cfg.describe() << "]";
+        EXPECT_GT(checked, 0);
+      }
+}
+
 TEST(EdgeCases, InfinityInOneQueryRowStaysInThatRow) {
   CaseConfig cfg = small_cfg();
   const uint64_t seed = derive_seed(67000);

@@ -454,6 +454,49 @@ TEST_P(Combine, AnEmptySplitContributesNothing) {
   EXPECT_NEAR(lse[0], 1.25f, 1e-6);
 }
 
+// Partials within the weights' rounding of FLT_MAX: sum_s (w_s / sum w) O_s is at most max |O_s|
+// in exact arithmetic (here FLT_MAX, -FLT_MAX, or a cancelling mix), but the fp32 weights can
+// sum to 1 + 2^-23 and the fp32 sum then rounds to +-inf (these lse sets did on cpu: the merge of
+// fuzz finding new13's kind). The result must be the fp64 merge's: finite, within fp32 rounding.
+TEST_P(Combine, PartialsNearFltMaxMergeToAFiniteValue) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  const std::vector<std::vector<float>> lses = {
+      {0.390085727f, 1.57439828f},
+      {2.63442755f, 2.01158428f, 0.295040518f},
+      {2.67640758f, 2.42217398f, 1.13275301f, 1.19303048f},
+      {0.708266914f, 0.277015775f, 1.18974221f, 0.558780611f, 1.16373229f},
+      {0.75f, 0.75f, 0.75f, 0.75f, 0.75f, 0.75f, 0.75f},
+  };
+  for (const std::vector<float>& lp : lses) {
+    const int64_t S = static_cast<int64_t>(lp.size()), D = 4;
+    SCOPED_TRACE("splits " + std::to_string(S));
+    std::vector<float> op(static_cast<size_t>(S * D));
+    double m = lp[0], denom = 0, want[D] = {0, 0, 0, 0};
+    for (float x : lp) m = std::max<double>(m, x);
+    for (float x : lp) denom += std::exp(x - m);
+    for (int64_t s = 0; s < S; ++s) {
+      const float x[D] = {kMax, -kMax, s % 2 ? kMax : 3e38f, s % 3 ? -kMax : -3.3e38f};
+      for (int64_t d = 0; d < D; ++d) {
+        op[static_cast<size_t>(s * D + d)] = x[d];
+        want[d] += std::exp(lp[static_cast<size_t>(s)] - m) / denom * x[d];
+      }
+    }
+    std::vector<float> out(D, std::nanf("")), lse(1, std::nanf(""));
+    fa4::CombineParams c;
+    c.out_partials = TensorView::contiguous(op.data(), DType::float32, {S, 1, 1, 1, D});
+    c.lse_partials = TensorView::contiguous(const_cast<float*>(lp.data()), DType::float32, {S, 1, 1, 1});
+    c.out = TensorView::contiguous(out.data(), DType::float32, {1, 1, 1, D});
+    c.lse = TensorView::contiguous(lse.data(), DType::float32, {1, 1, 1});
+    c.backend = GetParam();
+    ASSERT_TRUE(fa4::combine_partials(c).ok());
+    for (int64_t d = 0; d < D; ++d) {
+      EXPECT_TRUE(std::isfinite(out[d])) << "d=" << d << ": " << out[d];
+      EXPECT_NEAR(out[d], want[d], 1e-6 * kMax) << "d=" << d;
+    }
+    EXPECT_NEAR(lse[0], m + std::log(denom), 1e-5);
+  }
+}
+
 // Attention over keys [0, a) and [a, Sk) separately (strided views into the same k/v), combined,
 // equals attention over all keys.
 TEST_P(Combine, MergingKeyRangePartialsEqualsFullAttention) {

@@ -30,6 +30,13 @@
 // beyond fp32. Below 2^127 every fp32 score, max subtraction and sink fold is finite, and the
 // true logit (fp32 error ~ D * 2^-24 relative) cannot exceed FLT_MAX, so nothing else changes;
 // the check is one compare per score, and logits of 1.7e38 do not occur in real models.
+//
+// V near FLT_MAX. The P V accumulator sum_j p_j v_j (p_j <= 1) is divided by l = sum_j p_j only
+// in finish, so it reaches l * max |v|: with |v| near FLT_MAX it overflows to +-inf where the exact
+// output (in the hull of V) is finite (fuzz finding new13). finish tests each unit's O tile once
+// (flag_nonfinite_o_rows, outside the key loop) and sends rows whose fp32 O is not finite to the
+// same fp64 path (reference_row), directly or through the split partials' redo flag; a split
+// merge whose fp32 result is not finite (partials within rounding of FLT_MAX) does the same.
 #include <omp.h>
 
 #include <algorithm>
@@ -447,6 +454,26 @@ void pv_rows_visible_only(const float* pt, int64_t rows, const void* const* vrow
       for (int64_t n = lo[r]; n < hi[r]; ++n) acc += exact_product(pt[n * 8 + r], load_f32(vrows[n], e, t));
       o[r * dv + e] = acc;
     }
+}
+
+// Marks rows r < rows of the unnormalized O tile (element (r, e) at o[r * rs + e * es]; the
+// n_all floats from o, padding rows included, are initialized) that hold a +-inf / NaN. The
+// accumulator is sum_j p_j v_j with p_j <= 1, i.e. up to l = sum_j p_j (<= the keys seen) times
+// max |v|, and only the division by l (finish) brings it back into the hull of V: with |v| near
+// FLT_MAX two keys of weight ~1 already overflow it to +-inf where the exact output is finite
+// (fuzz finding new13: bf16 V = 3e38 on 6 keys of equal weight, out = inf, reference 3.004e38).
+// Such rows (and those with a non-finite V, whose exact result the fp64 path gives as well) are
+// recomputed by reference_row. One branch-free pass over the tile per unit, outside the key loop:
+// only a hit looks at rows.
+void flag_nonfinite_o_rows(const float* o, int64_t n_all, int64_t rs, int64_t es, int64_t rows, int64_t dv,
+                           uint8_t* redo) {
+  if (!any_nonfinite_f32(o, n_all)) return;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < dv; ++e)
+      if (!std::isfinite(o[r * rs + e * es])) {
+        redo[r] = 1;
+        break;
+      }
 }
 
 // Scores at or beyond this magnitude (and NaN, +-inf) send their row to the fp64 path (see the
@@ -922,6 +949,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     const float dvs = pb.descale_v(b, hk);
     const bool sink = pb.has_sinks && u.split == 0;
     float* const fr = ws.alpha;
+    // O overflowed (|V| near FLT_MAX) or V was not finite: those rows go to the fp64 path.
+    flag_nonfinite_o_rows(ws.ot, rowwise ? rows * dv : dv * mp, o_rs, o_es, rows, dv, ws.redo);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t h = hk * g + (u.r0 + r) % g;
       // In double: natural units (m_run may be in log2 units), the sink's weight not rounded.
@@ -1059,6 +1088,24 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
   return true;
 }
 
+// The row-major decode plans' per-thread workspaces (kUnitHeads of ~52 KB at D = 128), kept
+// by each thread (the OpenMP workers persist) from one call to the next: allocated per call,
+// glibc gave their pages back on free (brk trim / madvise) and the next call faulted them in
+// again, ~5% of a B = 1 kv 4k decode at 2 threads (perf: do_madvise, vms_clear_ptes, page
+// faults). A thread's entries are replaced when a call needs other sizes.
+std::vector<std::unique_ptr<Workspace>>& kept_rows_workspaces() {
+  thread_local std::vector<std::unique_ptr<Workspace>> v;
+  return v;
+}
+
+// The split partials' buffer, kept by the calling thread from one call to the next while it is
+// at most kKeepPartialBytes (per-call allocation: the same page faults as the workspaces).
+constexpr size_t kKeepPartialBytes = size_t{16} << 20;
+std::unique_ptr<AlignedBuffer>& kept_partials() {
+  thread_local std::unique_ptr<AlignedBuffer> b;
+  return b;
+}
+
 // Split-KV count (core/splits.h). A work unit is (batch, kv head, tile of group x Sq packed
 // rows), one thread each: decode with one kv head is 1 unit and gets split over the cores
 // instead of leaving all but one idle. Each split keeps >= 4 key tiles (the partial row write
@@ -1069,10 +1116,18 @@ int num_splits(const Problem& pb, int workers, int64_t tile_rows, int64_t tile_k
   // and long, and on a shared machine one preempted thread holding the last of 2 units doubled
   // the wall time (B = 1, kv 4k: 0.67x the one-head-per-unit build); splits keep every unit's
   // reads contiguous and cost one partial row write and merge per split.
-  return choose_num_splits({.units = pb.batch * ((pb.hkv + unit_heads - 1) / unit_heads) * q_tiles,
-                            .slots = unit_heads > 1 ? 4 * workers : workers,
-                            .max_splits = pb.max_sk / (4 * tile_keys),
-                            .requested = pb.p->num_splits});
+  const int64_t units = pb.batch * ((pb.hkv + unit_heads - 1) / unit_heads) * q_tiles;
+  const int64_t max_splits = pb.max_sk / (4 * tile_keys);
+  int s = choose_num_splits({.units = units,
+                             .slots = unit_heads > 1 ? 4 * workers : workers,
+                             .max_splits = max_splits,
+                             .requested = pb.p->num_splits});
+  // Row-major units are long and of equal cost: a unit count that is not a multiple of the
+  // threads leaves one thread reading alone at the end, at one core's ~half of the streaming
+  // read (B = 1: 7 splits on 2 threads ran 4 units against 3). Rounded up to whole rounds.
+  if (unit_heads > 1 && pb.p->num_splits <= 0 && s > 1 && workers > 1)
+    while ((units * s) % workers != 0 && s < 128 && s < max_splits) ++s;
+  return s;
 }
 
 // Packed rows per query tile: the group x Sq rows of a (batch, kv head), up to kTileRows, whole
@@ -1202,21 +1257,33 @@ Status forward(const Problem& pb) {
   });
 
   // Split partials: every (tile, split) unit writes all of its rows, so no initialization.
-  std::unique_ptr<float[]> part_o, part_lse;
-  std::unique_ptr<uint8_t[]> part_redo;
+  // One buffer, [part_o | part_lse | part_redo], kept by the calling thread for its next call
+  // (up to kKeepPartialBytes; see kept_partials).
+  std::unique_ptr<AlignedBuffer> parts;
   if (plan.nsplit > 1) {
-    if (checked_mul(plan.nsplit, plan.total_rows, &part_lse_n) && checked_mul(part_lse_n, pb.dv, &part_o_n)) {
-      part_o.reset(new (std::nothrow) float[static_cast<size_t>(part_o_n)]);
-      part_lse.reset(new (std::nothrow) float[static_cast<size_t>(part_lse_n)]);
-      part_redo.reset(new (std::nothrow) uint8_t[static_cast<size_t>(part_lse_n)]);
+    int64_t o_bytes = 0, bytes = 0;
+    if (checked_mul(plan.nsplit, plan.total_rows, &part_lse_n) && checked_mul(part_lse_n, pb.dv, &part_o_n) &&
+        checked_mul(part_o_n + part_lse_n, 4, &o_bytes) && checked_add(o_bytes, part_lse_n, &bytes) &&
+        bytes < (int64_t{1} << 56)) {
+      std::unique_ptr<AlignedBuffer>& kept = kept_partials();
+      if (kept && kept->size >= static_cast<size_t>(bytes) + 64)
+        parts = std::move(kept);
+      else
+        parts.reset(new (std::nothrow) AlignedBuffer(static_cast<size_t>(bytes)));
     }
-    if (!part_o || !part_lse || !part_redo)
+    if (!parts || !parts->ok())
       return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for split-KV partials (num_splits " +
                                                           std::to_string(plan.nsplit) + ")");
-    plan.part_o = part_o.get();
-    plan.part_lse = part_lse.get();
-    plan.part_redo = part_redo.get();
+    plan.part_o = static_cast<float*>(parts->p);
+    plan.part_lse = plan.part_o + part_o_n;
+    plan.part_redo = reinterpret_cast<uint8_t*>(plan.part_lse + part_lse_n);
   }
+  struct KeepParts {  // on every return from here on
+    std::unique_ptr<AlignedBuffer>& b;
+    ~KeepParts() {
+      if (b && b->ok() && b->size <= kKeepPartialBytes) kept_partials() = std::move(b);
+    }
+  } keep_parts{parts};
 
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
@@ -1229,11 +1296,21 @@ Status forward(const Problem& pb) {
     std::vector<std::unique_ptr<Workspace>> ws;
     std::vector<Workspace*> wsp;
     bool ok = true;
-    for (int64_t h = 0; h < unit_heads; ++h) {
-      ws.push_back(std::make_unique<Workspace>(round_up(plan.tile_rows, plan.kern->row_align), plan.tile_keys, pb.dqk,
-                                               pb.dv, plan.lowp ? plan.terms : 0));
-      wsp.push_back(ws.back().get());
-      ok = ok && ws.back()->ok();
+    const int64_t mp = round_up(plan.tile_rows, plan.kern->row_align);
+    if (unit_heads > 1) ws.swap(kept_rows_workspaces());  // row-major decode plans: the last call's
+    for (size_t h = 0; h < static_cast<size_t>(unit_heads); ++h) {  // kept ones: row-major, terms 0
+      if (h < ws.size() && ws[h] && ws[h]->ok() && ws[h]->mp_max == mp && ws[h]->nk == plan.tile_keys &&
+          ws[h]->dqk == pb.dqk && ws[h]->dv == pb.dv && !plan.lowp) {
+        wsp.push_back(ws[h].get());
+        continue;
+      }
+      auto w = std::make_unique<Workspace>(mp, plan.tile_keys, pb.dqk, pb.dv, plan.lowp ? plan.terms : 0);
+      ok = ok && w->ok();
+      wsp.push_back(w.get());
+      if (h < ws.size())
+        ws[h] = std::move(w);
+      else
+        ws.push_back(std::move(w));
     }
     if (!ok) {
 #pragma omp atomic write
@@ -1242,6 +1319,7 @@ Status forward(const Problem& pb) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < nunits; ++u)
       if (ok) run_unit(plan, units[u], wsp.data());
+    if (unit_heads > 1 && ok) kept_rows_workspaces().swap(ws);
   }
   if (oom) return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for per-thread tiles");
 
@@ -1258,6 +1336,15 @@ Status forward(const Problem& pb) {
           const int64_t grow = plan.row_base[bh] + pr, i = pr / g, h = hk * g + pr % g;
           bool redo = false;  // some split saw an extreme score: its partial is not usable
           for (int64_t sp = 0; sp < plan.nsplit; ++sp) redo = redo || plan.part_redo[sp * plan.total_rows + grow];
+          float lse = 0.0f;
+          if (!redo) {
+            // exact: a split's weight is > 0 even where it underflows (its +-inf / NaN count).
+            lse = merge_partial_row(plan.nsplit, plan.part_lse + grow, plan.total_rows, plan.part_o + grow * pb.dv,
+                                    plan.total_rows * pb.dv, 1, pb.dv, acc.data(), /*exact=*/true);
+            // Finite partials (non-finite ones were redone) merged to +-inf: partials within the
+            // weights' rounding of FLT_MAX (see cpu_merge.h); the fp64 row gives the exact value.
+            redo = any_nonfinite_f32(acc.data(), pb.dv);
+          }
           if (redo) {
             float lse_ref = 0.0f;
             reference_row(pb, b, i, h, acc.data(), &lse_ref);
@@ -1266,9 +1353,6 @@ Status forward(const Problem& pb) {
             if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
             continue;
           }
-          // exact: a split's weight is > 0 even where it underflows (its +-inf / NaN count).
-          const float lse = merge_partial_row(plan.nsplit, plan.part_lse + grow, plan.total_rows, plan.part_o + grow * pb.dv,
-                                              plan.total_rows * pb.dv, 1, pb.dv, acc.data(), /*exact=*/true);
           const int64_t oo = pb.out_offset(b, i, h);
           for (int64_t e = 0; e < pb.dv; ++e) store_f32(p.out.data, oo + e * pb.os.dim, pb.out_dtype, acc[e]);
           if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse;
@@ -1292,6 +1376,7 @@ Status cpu_combine(const CombineParams& c) {
 #pragma omp parallel num_threads(nt)
   {
     std::vector<float> acc(static_cast<size_t>(std::max<int64_t>(D, 1)));
+    std::vector<double> acc64;
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t h = row % H, i = (row / H) % Sq, b = row / (H * Sq);
@@ -1300,6 +1385,13 @@ Status cpu_combine(const CombineParams& c) {
       const float* lrow = S > 0 ? l + (b * lp.stride[1] + h * lp.stride[2] + i * lp.stride[3]) : l;
       const float* orow = S > 0 && D > 0 ? o + (b * op.stride[1] + i * op.stride[2] + h * op.stride[3]) : o;
       const float lse = merge_partial_row(S, lrow, lp.stride[0], orow, op.stride[0], op.stride[4], D, acc.data());
+      if (any_nonfinite_f32(acc.data(), D)) {
+        // +-inf / NaN partials, or finite ones within the weights' rounding of FLT_MAX that
+        // merged to +-inf in fp32 (cpu_merge.h): the row again in fp64, as the reference merges.
+        acc64.resize(static_cast<size_t>(D));
+        merge_partial_row_t<double>(S, lrow, lp.stride[0], orow, op.stride[0], op.stride[4], D, acc64.data());
+        for (int64_t e = 0; e < D; ++e) acc[e] = static_cast<float>(acc64[e]);
+      }
       const int64_t oo = b * c.out.stride[0] + i * c.out.stride[1] + h * c.out.stride[2];
       for (int64_t e = 0; e < D; ++e) store_f32(c.out.data, oo + e * c.out.stride[3], c.out.dtype, acc[e]);
       if (c.lse.present())
