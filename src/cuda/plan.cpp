@@ -372,8 +372,8 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
                        pl.grid.x > kMaxPersistentMaskedTiles && total + dl.sms < (int64_t{1} << 31) &&
                        (pb.varlen_q || pl.sched.section == pairs);
   if (dynamic) {
-    // Long dense: the heavy half (FA4_SM90_HEAVY_PCT) of every sequence's query tiles in L2-sized
-    // sections, then the light half of every pair (common/tile_schedule.h). Varlen: L2-sized sections of heads (each
+    // Long dense: the heavy 65 % (FA4_SM90_HEAVY_PCT) of every sequence's query tiles in L2-sized
+    // sections, then the light rest of every pair (common/tile_schedule.h). Varlen: L2-sized sections of heads (each
     // sequence's tiles heaviest first, query_tile), the counter balancing what the order cannot.
     // Same-run A/B against the static walk (H200, docs/perf/h200-2026-12-03b-session.md): causal
     // D 128 8k / 16k +4.5 / +2.4 %, D 256 4k / 8k / 16k +2.6 / +1.7 / +0.4 %; varlen causal

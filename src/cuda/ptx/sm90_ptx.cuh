@@ -428,6 +428,22 @@ struct Wgmma;
   FA4_WGMMA_SPECIALIZE(192, ELEM, TY, "m64n192k16", 96, FA4_WGMMA_R96, (FA4_WGMMA_D64(0), FA4_WGMMA_D32(64)), "%98", \
                        "%96, %97, p, 1, 1, %99, %100", "%101", \
                        "{%96, %97, %98, %99}, %100, p, 1, 1, %102")
+// N = 144 / 160: D = 128 key tiles between 128 and FA3's 176 (their S, 72 / 80 registers, leaves
+// room for O's own staging tile, which 176 does not).
+#define FA4_WGMMA_R72 FA4_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71"
+#define FA4_WGMMA_R80 FA4_WGMMA_R72 ", %72, %73, %74, %75, %76, %77, %78, %79"
+#define FA4_WGMMA_N144(ELEM, TY) \
+  FA4_WGMMA_SPECIALIZE(144, ELEM, TY, "m64n144k16", 72, FA4_WGMMA_R72, (FA4_WGMMA_D64(0), FA4_WGMMA_D8(64)), "%74", \
+                       "%72, %73, p, 1, 1, %75, %76", "%77", \
+                       "{%72, %73, %74, %75}, %76, p, 1, 1, %78")
+#define FA4_WGMMA_N160(ELEM, TY) \
+  FA4_WGMMA_SPECIALIZE(160, ELEM, TY, "m64n160k16", 80, FA4_WGMMA_R80, (FA4_WGMMA_D64(0), FA4_WGMMA_D16(64)), "%82", \
+                       "%80, %81, p, 1, 1, %83, %84", "%85", \
+                       "{%80, %81, %82, %83}, %84, p, 1, 1, %86")
+FA4_WGMMA_N144(__nv_bfloat16, "bf16")
+FA4_WGMMA_N144(__half, "f16")
+FA4_WGMMA_N160(__nv_bfloat16, "bf16")
+FA4_WGMMA_N160(__half, "f16")
 FA4_WGMMA_N64(__nv_bfloat16, "bf16")
 FA4_WGMMA_N64(__half, "f16")
 FA4_WGMMA_N128(__nv_bfloat16, "bf16")
@@ -446,6 +462,10 @@ FA4_WGMMA_N192(__half, "f16")
 #undef FA4_WGMMA_N80
 #undef FA4_WGMMA_N176
 #undef FA4_WGMMA_N192
+#undef FA4_WGMMA_N144
+#undef FA4_WGMMA_N160
+#undef FA4_WGMMA_R72
+#undef FA4_WGMMA_R80
 #undef FA4_WGMMA_R40
 #undef FA4_WGMMA_R88
 #undef FA4_WGMMA_R96

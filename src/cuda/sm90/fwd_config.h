@@ -90,9 +90,12 @@
 #define FA4_SM90_DYNAMIC 1
 #endif
 //   FA4_SM90_HEAVY_PCT     the dynamic walk's first phase: this percentage of every dense
-//                          sequence's query tiles, the heaviest (cuda/plan.cpp schedule_sm90)
+//                          sequence's query tiles, the heaviest (cuda/plan.cpp schedule_sm90).
+//                          Same-run A/Bs against 50 (H200, two calls, h200-2026-12-03b-session.md):
+//                          65 +0.9-1.4 % causal D 128 8k-16k / D 256 4k-16k both times; 35
+//                          -0.7-2.4 %; 80 +1.1-2.5 % but -5.3 % at D 256 8k. Non-causal: no effect.
 #ifndef FA4_SM90_HEAVY_PCT
-#define FA4_SM90_HEAVY_PCT 50
+#define FA4_SM90_HEAVY_PCT 65
 #endif
 // Tile shapes per head-dim class, for the A/B runs that choose them (docs/perf/sm90-notes.md):
 // key tiles (wgmma N of S = Q K^T: 64, 80, 128, 176, 192 or 256) and consumer warpgroups.
