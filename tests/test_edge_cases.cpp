@@ -548,6 +548,13 @@ TEST(EdgeCases, InfinityInOneQueryRowStaysInThatRow) {
   FA4_SEED_TRACE(seed);
   Case c = make_case(cfg, seed);
   c.q.set(c.q_off(0, 2, 1, 0), kInfF);
+  // Key 0 with a positive q-dimension 0: its score is +inf, so the row is non-finite whatever the
+  // other keys' signs (were every visible key's dimension 0 negative, all scores would be -inf:
+  // an empty row of zeros, 1 seed in 2^9 -- a flaky case before).
+  const int64_t hk = 1 / (cfg.hq / cfg.hkv);
+  int64_t koff = 0;
+  const Tensor& kt = c.key_src(0, 0, hk, 0, /*value=*/false, &koff);
+  const_cast<Tensor&>(kt).set(koff, 1.0f);
   auto [ref, cpu] = run_both(c);
   auto bad = [](int64_t b, int64_t i, int64_t h) { return b == 0 && i == 2 && h == 1; };
   expect_nonfinite_rows_exactly(ref, bad, "reference");
