@@ -48,7 +48,7 @@ struct FwdTraits {
   // (-3 to -20 %, docs/perf/h200-2026-12-03-session.md).
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   static constexpr bool kDynamicWalk = dynamic_walk(kDqk);  // the producer can claim tiles
-  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kSeparateO, kOInV>;
+  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");
   static_assert(kDv <= kDqk, "the O staging tile reuses the consumer's Q tile");

@@ -8,12 +8,12 @@
 //   k[s][chunk]   K ring slot s (kBlockN keys)
 //   v[s][chunk]   V ring slot s
 //   o[c][chunk]   consumer c's O staging tile (fwd_config.h separate_o); without it the epilogue
-//                 stages O over the V ring (kOInV: consumer c's [Dv / 64][64 rows x 64] tile at
+//                 stages O over the V ring (OStaging::v_ring: consumer c's [Dv / 64][64 rows x 64] tile at
 //                 byte c * 64 * Dv * 2 of v, once every consumer's last P V has read it) or in
 //                 q[c] (its wgmma reads of Q are complete by then; Dv <= Dqk)
 // Barriers: the K / V rings, q_full (producer -> consumers: the tile's Q landed, one phase per
 // tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer warp);
-// o_empty (kOInV: consumers -> producer, one arrival per consumer warpgroup and tile: the O staged
+// o_empty (OStaging::v_ring: consumers -> producer, one arrival per consumer warpgroup and tile: the O staged
 // over the V ring has been read, the next tile's V may land).
 #pragma once
 
@@ -26,8 +26,9 @@
 
 namespace fa4::cuda::sm90 {
 
-template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers, bool kSeparateO, bool kOInV>
+template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers, OStaging kOStaging>
 struct alignas(1024) SharedStorage {
+  static constexpr bool kSeparateO = kOStaging == OStaging::own, kOInV = kOStaging == OStaging::v_ring;
   static constexpr int kQChunk = kRowsPerConsumer * 64;  // elements of one 64-column chunk
   static constexpr int kKVChunk = kBlockN * 64;
   static_assert(kBlockN % 8 == 0, "chunks must stay 1024-byte aligned");
