@@ -50,6 +50,10 @@
 //                          0: L2-sized sections, one CTA per tile past 16 tiles per sequence
 //   FA4_SM90_TMA_STORE     1: full 64-row O tiles are written by TMA from the staging tile
 //                          (instances with a separate O staging tile: fwd_kernel.cuh kTmaStore)
+//   FA4_SM90_UNIFORM_C     1: the consumer index broadcast from lane 0 (uniform_consumer_index)
+#ifndef FA4_SM90_UNIFORM_C
+#define FA4_SM90_UNIFORM_C 0
+#endif
 #ifndef FA4_SM90_TMA_STORE
 #define FA4_SM90_TMA_STORE 1
 #endif
@@ -176,6 +180,14 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 //   long_keys     D = 256 only: 80-key tiles instead of 64: +1.3-3 % from S = 4k (causal and
 //                 not), -2 to -6 % at S <= 1k
 enum class Tile { standard, short_masked, long_keys };
+// Instances whose consumer index c is broadcast from lane 0 (fwd_kernel.cuh): ptxas then keeps
+// c-derived values uniform -- the Q descriptors of S = Q K^T, which otherwise sit in vector
+// registers and take two R2UR before each wgmma (16 per D 128 tile; ncu 2026-12-03, FA3 has none).
+// SASS (2026-12-03): the loop's S wgmmas then issue from UIADD3 / UMOV like FA3's; R2UR in the
+// instance D 128 198 -> 178, D 64 134 -> 102, D 256 long_keys 314 -> 190 (local ops 70 -> 32);
+// the standard D 256 tile spilled 10 local ops more between its GEMMs (28 -> 76): not there.
+// Not yet measured on the GPU (FA4_SM90_UNIFORM_C=0 until then).
+constexpr bool uniform_consumer_index(int dqk, Tile t) { return FA4_SM90_UNIFORM_C && !(dqk == 256 && t == Tile::standard); }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   (void)dv;
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192);

@@ -48,6 +48,7 @@ struct FwdTraits {
   // (-3 to -20 %, docs/perf/h200-2026-12-03-session.md).
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   static constexpr bool kDynamicWalk = dynamic_walk(kDqk);  // the producer can claim tiles
+  static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");
@@ -81,7 +82,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     return;
   }
   ptx::setmaxnreg_inc<consumer_regs(T::kConsumers)>();
-  const int c = consumer_of(threadIdx.x);
+  // (T::kUniformC) Broadcast from lane 0: ptxas then treats c as warp-uniform (as CUTLASS's
+  // canonical_warp_group_idx does), so consumer c's Q descriptors stay in uniform registers.
+  const int c = T::kUniformC ? __shfl_sync(0xffffffffu, consumer_of(threadIdx.x), 0) : consumer_of(threadIdx.x);
   // The GEMM turn goes round the consumers, tile after tile; consumer 0 has the first.
   if (FA4_SM90_PINGPONG && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
   typename Consumer<T>::Ring st;  // the K / V rings run on across tiles
