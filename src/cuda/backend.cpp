@@ -242,6 +242,13 @@ struct Scratch {
   cuda::ScratchCache::Lease lease;
   CapturedScratch captured;
 };
+// What fa4's per-stream caches (scratch, tile counters) key a call's stream by. cudaStreamPerThread
+// is one handle for a different stream in every host thread, whose calls may run at once: it is
+// keyed per host thread (a thread-local address), so two threads never share scratch or counters.
+const void* stream_key(const void* stream) {
+  thread_local const char per_thread_tag = 0;
+  return stream == static_cast<const void*>(cudaStreamPerThread) ? &per_thread_tag : stream;
+}
 // fa4's own scratch of `bytes` for the call's stream: *ptr, held by *held until it is destroyed
 // (after every launch using it is enqueued).
 Status scratch_for(const AttentionParams& p, size_t bytes, const char* what, Scratch* held, void** ptr) {
@@ -263,7 +270,7 @@ Status scratch_for(const AttentionParams& p, size_t bytes, const char* what, Scr
     *ptr = held->captured.ptr;
     return Status::Ok();
   }
-  held->lease = scratch_cache().get(p.q.device_index, p.stream, bytes);
+  held->lease = scratch_cache().get(p.q.device_index, stream_key(p.stream), bytes);
   if (held->lease.get() == nullptr)
     return Status::Error(StatusCode::out_of_memory,
                          std::string("cuda: fa4's scratch of ") + std::to_string(bytes) + " bytes (" + what +
@@ -299,7 +306,7 @@ uint32_t* tile_counter_for(const AttentionParams& p, Scratch* held) {
     return static_cast<uint32_t*>(ptr);
   }
   static cuda::TileCounterPool* const pool = new cuda::TileCounterPool(counter_alloc_zeroed);  // never destroyed
-  return pool->get(p.q.device_index, p.stream);
+  return pool->get(p.q.device_index, stream_key(p.stream));
 }
 
 // The scratch of a staged call comes from the same three sources as the split-KV workspace, in

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <random>
 #include <vector>
 
@@ -722,6 +723,42 @@ TEST(CudaBackend, ConcurrentStreamsOwnTileCounters) {
   c.batch = 1, c.hkv = 2, c.hq = 8, c.dqk = 128, c.dv = 128, c.sq = c.sk = 2200;
   c.causal = true;
   expect_two_streams_match_direct(c, derive_seed(9110), derive_seed(9111), 50);
+}
+
+// Two host threads on cudaStreamPerThread -- one handle, two streams that run at once: each
+// thread gets its own split-KV scratch and tile counters (keyed by the handle alone, the two
+// streams shared them).
+TEST(CudaBackend, PerThreadDefaultStreamsShareNothing) {
+  CaseConfig split;
+  split.dtype = DType::bfloat16;
+  split.batch = 4, split.hkv = 2, split.hq = 8, split.dqk = split.dv = 128, split.sq = 1, split.sk = 8000;
+  split.num_splits = 8, split.lse = true;
+  CaseConfig causal;
+  causal.dtype = DType::bfloat16;
+  causal.batch = 1, causal.hkv = 2, causal.hq = 8, causal.dqk = causal.dv = 128, causal.sq = causal.sk = 2200;
+  causal.causal = true;
+  for (const CaseConfig& c : {split, causal}) {
+    Case want[2] = {make_gpu_case(c, derive_seed(9120)), make_gpu_case(c, derive_seed(9121))};
+    for (Case& w : want) {
+      DeviceCase d(w);
+      ASSERT_TRUE(d.run().ok());
+      d.download();
+    }
+    Case got[2] = {make_gpu_case(c, derive_seed(9120)), make_gpu_case(c, derive_seed(9121))};
+    bool ok[2] = {true, true};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        DeviceCase d(got[t]);
+        for (int rep = 0; rep < 30; ++rep) ok[t] = ok[t] && d.run(cudaStreamPerThread).ok();
+        ok[t] = ok[t] && cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess;
+        d.download();
+      });
+    for (auto& th : threads) th.join();
+    EXPECT_TRUE(ok[0] && ok[1]);
+    EXPECT_TRUE(bitwise_equal(got[0], want[0]));
+    EXPECT_TRUE(bitwise_equal(got[1], want[1]));
+  }
 }
 
 // Unsupported inputs (float8 on the cuda backend) are rejected before anything is written.
