@@ -441,6 +441,7 @@ def main():
     ap.add_argument("--skip-prefill", action="store_true")
     ap.add_argument("--skip-varlen", action="store_true")
     ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated)")
+    ap.add_argument("--varlen-dims", default="128", help="varlen head dims (comma-separated)")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
     ap.add_argument("--dtypes", default="bf16", help="prefill input types: bf16, fp16 or bf16,fp16")
     ap.add_argument("--ab", action="append", default=[], metavar="NAME=LIB",
@@ -490,7 +491,8 @@ def main():
         prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, dims, [False, True], seqs, check, variants,
                                                              dtypes)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
-        varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [256, 1024, 4096], check, variants)
+        varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [int(x) for x in args.varlen_dims.split(",")],
+                                                          [256, 1024, 4096], check, variants)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode, varlen=varlen), f, indent=1)

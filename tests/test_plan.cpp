@@ -626,6 +626,15 @@ TEST(CudaPlan, Sm90LongMaskedWalkDynamically) {
   EXPECT_EQ(vl.sched.heavy_x, 0);
   EXPECT_EQ(vl.ctas, 132);
   EXPECT_LT(vl.sched.total() + 132, int64_t{1} << 31);
+  // D 64 varlen causal, sequences <= 1k: the two-consumer short_masked tile, dynamic where that
+  // instance has the walk (FA4_SM90_DYNAMIC_SHORT_D64), else one CTA per tile
+  const Plan v64 = Planned({.batch = 16, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 1024, .sk = 1024, .varlen = true,
+                            .total_q = 16384, .causal = true}).on(dl);
+  ASSERT_EQ(v64.kernel, Kernel::sm90);
+  EXPECT_EQ(v64.sm90_tile, fa4::cuda::sm90::Tile::short_masked);
+  const bool dyn64 = fa4::cuda::sm90::dynamic_walk(64, fa4::cuda::sm90::Tile::short_masked);
+  EXPECT_EQ(v64.sched.dynamic, dyn64 ? 1 : 0);
+  EXPECT_EQ(v64.ctas, dyn64 ? 132 : v64.sched.total());
 }
 
 // Persistent CTAs: over all rounds every tile goes to exactly one CTA, straight or snaking.

@@ -368,7 +368,7 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   // costs are not known on the host) and long dense ones left on the global snake (no L2-sized
   // section balances them; where one does, it beat the dynamic walk by 1.7 % at D 128 causal 4k).
   // Its counters are 32-bit.
-  const bool dynamic = FA4_SM90_PERSISTENT && sm90::dynamic_walk(static_cast<int>(pl.dqk)) && masked && dl.sms > 0 &&
+  const bool dynamic = FA4_SM90_PERSISTENT && sm90::dynamic_walk(static_cast<int>(pl.dqk), pl.sm90_tile) && masked && dl.sms > 0 &&
                        pl.grid.x > kMaxPersistentMaskedTiles && total + dl.sms < (int64_t{1} << 31) &&
                        (pb.varlen_q || pl.sched.section == pairs);
   if (dynamic) {

@@ -324,8 +324,9 @@ TEST(CudaBackend, LongMaskedSequences) {
       check_case(c, seed, false, Backend::cpu);  // the reference takes minutes at this size
     }
   // Masked varlen with more query tiles than the short orders take (a dynamic schedule's other
-  // target): mixed lengths (one empty), GQA, D 128 and 256.
-  for (int64_t d : {128, 256}) {
+  // target): mixed lengths (one empty), GQA, D 64 (sequences <= 1k: the short_masked tile),
+  // 128 and 256.
+  for (int64_t d : {64, 128, 256}) {
     const uint64_t seed = derive_seed(5200 + k++);
     std::mt19937_64 rng(seed);
     CaseConfig c;
@@ -333,9 +334,9 @@ TEST(CudaBackend, LongMaskedSequences) {
     c.batch = 7, c.hkv = 2, c.hq = 6, c.dqk = c.dv = d;
     c.varlen_q = true;
     c.kv = KvMode::varlen;
-    c.sq = 1500, c.sk = 1540;
+    c.sq = d == 64 ? 1000 : 1500, c.sk = c.sq + 40;
     for (int64_t b = 0; b < c.batch; ++b) {
-      c.lens_q.push_back(b == 2 ? 0 : static_cast<int64_t>(rng() % 1501));
+      c.lens_q.push_back(b == 2 ? 0 : static_cast<int64_t>(rng() % static_cast<uint64_t>(c.sq + 1)));
       c.lens_k.push_back(c.lens_q.back() + static_cast<int64_t>(rng() % 41));
     }
     c.causal = true;

@@ -98,6 +98,10 @@
 //                          Same-run A/Bs against 50 (H200, two calls, h200-2026-12-03b-session.md):
 //                          65 +0.9-1.4 % causal D 128 8k-16k / D 256 4k-16k both times; 35
 //                          -0.7-2.4 %; 80 +1.1-2.5 % but -5.3 % at D 256 8k. Non-causal: no effect.
+//   FA4_SM90_DYNAMIC_SHORT_D64  1: the short_masked D = 64 tile walks dynamically too
+#ifndef FA4_SM90_DYNAMIC_SHORT_D64
+#define FA4_SM90_DYNAMIC_SHORT_D64 0
+#endif
 #ifndef FA4_SM90_HEAVY_PCT
 #define FA4_SM90_HEAVY_PCT 65
 #endif
@@ -130,12 +134,6 @@
 #endif
 
 namespace fa4::cuda::sm90 {
-
-// Instances whose producer can claim tiles from a counter and walk two phases. Not D = 64: its
-// three-consumer instance leaves the producer 32 registers, and the walk's state plus the phased
-// coordinates there cost 4.5-7 % causal and non-causal alike (H200, 2026-12-02,
-// docs/perf/sm90-notes.md); without them its code is the static walk's.
-constexpr bool dynamic_walk(int dqk) { return FA4_SM90_DYNAMIC && dqk > 64; }
 
 // Every N-th exponential of a softmax tile emulated on the FMA pipes (common/exp2.cuh), 0 = none.
 constexpr int exp2_emu_every(int dqk) {
@@ -188,6 +186,15 @@ enum class Tile { standard, short_masked, long_keys };
 // the standard D 256 tile spilled 10 local ops more between its GEMMs (28 -> 76): not there.
 // Not yet measured on the GPU (FA4_SM90_UNIFORM_C=0 until then).
 constexpr bool uniform_consumer_index(int dqk, Tile t) { return FA4_SM90_UNIFORM_C && !(dqk == 256 && t == Tile::standard); }
+// Instances whose producer can claim tiles from a counter and walk two phases. Not the standard
+// D = 64 tile: its three-consumer instance leaves the producer 32 registers, and the walk's state
+// plus the phased coordinates there cost 4.5-7 % causal and non-causal alike (H200, 2026-12-02,
+// docs/perf/sm90-notes.md; compiled with it on 2026-12-03, its consumers spilled 74 local ops).
+// The two-consumer short_masked D = 64 tile (masked varlen with sequences <= 1k) compiles with it
+// spill-free (FA4_SM90_DYNAMIC_SHORT_D64; not yet measured on the GPU, 0 until then).
+constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
+  return FA4_SM90_DYNAMIC && (dqk > 64 || (FA4_SM90_DYNAMIC_SHORT_D64 && t == Tile::short_masked));
+}
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   (void)dv;
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192);

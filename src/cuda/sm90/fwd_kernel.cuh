@@ -47,7 +47,7 @@ struct FwdTraits {
   // staged over the V ring, the TMA path made the D 256 consumer spill in its mainloop
   // (-3 to -20 %, docs/perf/h200-2026-12-03-session.md).
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
-  static constexpr bool kDynamicWalk = dynamic_walk(kDqk);  // the producer can claim tiles
+  static constexpr bool kDynamicWalk = dynamic_walk(kDqk, kTile);  // the producer can claim tiles
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
