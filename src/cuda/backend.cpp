@@ -249,15 +249,19 @@ const void* stream_key(const void* stream) {
   thread_local const char per_thread_tag = 0;
   return stream == static_cast<const void*>(cudaStreamPerThread) ? &per_thread_tag : stream;
 }
+// Whether `stream` is being captured into a graph (a failed query leaves no error behind).
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) cudaGetLastError();
+  return cs == cudaStreamCaptureStatusActive;
+}
 // fa4's own scratch of `bytes` for the call's stream: *ptr, held by *held until it is destroyed
 // (after every launch using it is enqueued).
 Status scratch_for(const AttentionParams& p, size_t bytes, const char* what, Scratch* held, void** ptr) {
   if (p.q.device_index < 0 || p.q.device_index >= kMaxDevices)
     return Status::Error(StatusCode::internal, "cuda: device index out of range");
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) cudaGetLastError();
-  if (cs == cudaStreamCaptureStatusActive) {
+  if (capturing(stream)) {
     const cudaError_t e = cudaMallocAsync(&held->captured.ptr, bytes, stream);
     if (e != cudaSuccess) {
       cudaGetLastError();
@@ -294,9 +298,7 @@ void* counter_alloc_zeroed(int dev, const void* stream, size_t bytes) {
 }
 uint32_t* tile_counter_for(const AttentionParams& p, Scratch* held) {
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) cudaGetLastError();
-  if (cs == cudaStreamCaptureStatusActive) {
+  if (capturing(stream)) {
     void* ptr = nullptr;
     if (!scratch_for(p, cuda::TileCounterPool::kBytes, "tile counters", held, &ptr)) return nullptr;
     if (cudaMemsetAsync(ptr, 0, cuda::TileCounterPool::kBytes, stream) != cudaSuccess) {

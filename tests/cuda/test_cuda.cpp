@@ -682,8 +682,10 @@ TEST(CudaBackend, GraphCapture) {
 }
 
 // `c` with two seeds, run `reps` times on two streams at once with nothing synchronizing them:
-// each stream's result equals its direct call bitwise.
-void expect_two_streams_match_direct(const CaseConfig& c, uint64_t seed0, uint64_t seed1, int reps) {
+// each stream's result equals its direct call bitwise. per_thread: the two streams are the
+// cudaStreamPerThread of two host threads (one handle, two streams); else two created streams.
+void expect_two_streams_match_direct(const CaseConfig& c, uint64_t seed0, uint64_t seed1, int reps,
+                                     bool per_thread = false) {
   Case want[2] = {make_gpu_case(c, seed0), make_gpu_case(c, seed1)};
   for (Case& w : want) {
     DeviceCase d(w);
@@ -691,19 +693,33 @@ void expect_two_streams_match_direct(const CaseConfig& c, uint64_t seed0, uint64
     d.download();
   }
   Case got[2] = {make_gpu_case(c, seed0), make_gpu_case(c, seed1)};
-  DeviceCase d0(got[0]), d1(got[1]);
-  cudaStream_t s[2];
-  for (auto& x : s) CUDA_OK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
-  for (int rep = 0; rep < reps; ++rep) {
-    ASSERT_TRUE(d0.run(s[0]).ok());
-    ASSERT_TRUE(d1.run(s[1]).ok());
+  if (per_thread) {
+    bool ok[2] = {true, true};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        DeviceCase d(got[t]);
+        for (int rep = 0; rep < reps; ++rep) ok[t] = ok[t] && d.run(cudaStreamPerThread).ok();
+        ok[t] = ok[t] && cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess;
+        d.download();
+      });
+    for (auto& th : threads) th.join();
+    EXPECT_TRUE(ok[0] && ok[1]);
+  } else {
+    DeviceCase d0(got[0]), d1(got[1]);
+    cudaStream_t s[2];
+    for (auto& x : s) CUDA_OK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+    for (int rep = 0; rep < reps; ++rep) {
+      ASSERT_TRUE(d0.run(s[0]).ok());
+      ASSERT_TRUE(d1.run(s[1]).ok());
+    }
+    for (auto& x : s) CUDA_OK(cudaStreamSynchronize(x));
+    d0.download();
+    d1.download();
+    for (auto& x : s) cudaStreamDestroy(x);
   }
-  for (auto& x : s) CUDA_OK(cudaStreamSynchronize(x));
-  d0.download();
-  d1.download();
   EXPECT_TRUE(bitwise_equal(got[0], want[0]));
   EXPECT_TRUE(bitwise_equal(got[1], want[1]));
-  for (auto& x : s) cudaStreamDestroy(x);
 }
 
 // Split-KV calls on two streams at once: each stream has its own scratch (a shared buffer raced:
@@ -738,28 +754,8 @@ TEST(CudaBackend, PerThreadDefaultStreamsShareNothing) {
   causal.dtype = DType::bfloat16;
   causal.batch = 1, causal.hkv = 2, causal.hq = 8, causal.dqk = causal.dv = 128, causal.sq = causal.sk = 2200;
   causal.causal = true;
-  for (const CaseConfig& c : {split, causal}) {
-    Case want[2] = {make_gpu_case(c, derive_seed(9120)), make_gpu_case(c, derive_seed(9121))};
-    for (Case& w : want) {
-      DeviceCase d(w);
-      ASSERT_TRUE(d.run().ok());
-      d.download();
-    }
-    Case got[2] = {make_gpu_case(c, derive_seed(9120)), make_gpu_case(c, derive_seed(9121))};
-    bool ok[2] = {true, true};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 2; ++t)
-      threads.emplace_back([&, t] {
-        DeviceCase d(got[t]);
-        for (int rep = 0; rep < 30; ++rep) ok[t] = ok[t] && d.run(cudaStreamPerThread).ok();
-        ok[t] = ok[t] && cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess;
-        d.download();
-      });
-    for (auto& th : threads) th.join();
-    EXPECT_TRUE(ok[0] && ok[1]);
-    EXPECT_TRUE(bitwise_equal(got[0], want[0]));
-    EXPECT_TRUE(bitwise_equal(got[1], want[1]));
-  }
+  for (const CaseConfig& c : {split, causal})
+    expect_two_streams_match_direct(c, derive_seed(9120), derive_seed(9121), 30, /*per_thread=*/true);
 }
 
 // Unsupported inputs (float8 on the cuda backend) are rejected before anything is written.
