@@ -10,7 +10,8 @@ in the JSON and "-" in the tables; "best peer" is the fastest of those that ran.
 
 Sweeps:
   prefill  B*S = 16384, H*D = 2048, D in {64, 128, 256}, causal in {0, 1},
-           S in {512 .. 16k}, bf16; TFLOP/s with FLOPs = 4*B*H*Sq*Sk*D (halved for causal)
+           S in {512 .. 16k}, bf16; TFLOP/s with FLOPs = 4*B*H*Sq*Sk*D (halved for causal);
+           --dims 192x128: D(q, k) = 192, D(v) = 128 (MLA prefill), FLOPs 2*B*H*Sq*Sk*(192 + 128)
   decode   1 query token, B = 32, Hq = 32, Hkv = 8, D = 128, kv length {4k, 16k, 64k},
            contiguous and paged (page 16, 64, 256); GB/s of K+V bytes read
 
@@ -88,13 +89,14 @@ class Fa4:
         self.lib.fa4_params_init.argtypes = [ctypes.POINTER(Fa4Params)]
 
     def params(self, q, k, v, out, causal=False, lse=None, cache_seqlens=None, page_table=None, num_splits=0,
-               cu_seqlens=None):
+               cu_seqlens=None, max_seqlen=0):
         p = Fa4Params()
         self.lib.fa4_params_init(ctypes.byref(p))
         p.q, p.k, p.v, p.out = fa4_tensor(q), fa4_tensor(k), fa4_tensor(v), fa4_tensor(out)
         if cu_seqlens is not None:  # packed [tokens, H, D] q and k/v, one cu_seqlens for both
             p.cu_seqlens_q = fa4_tensor(cu_seqlens)
             p.cu_seqlens_k = fa4_tensor(cu_seqlens)
+            p.max_seqlen_q = p.max_seqlen_k = max_seqlen  # hints (0 = unknown), as FA3's varlen call takes them
         if lse is not None:
             p.lse = fa4_tensor(lse)
         if cache_seqlens is not None:
@@ -232,34 +234,47 @@ def bench_gemm(timer):
 PREFILL_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def parse_dims(spec):
+    """'64,128,192x128' -> [(64, 64), (128, 128), (192, 128)]: (head dim of q / k, of v)."""
+    dims = []
+    for x in spec.split(","):
+        a, _, b = x.partition("x")
+        dims.append((int(a), int(b or a)))
+    return dims
+
+
 def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=("bf16",)):
+    """dims: (dqk, dv) pairs; H = 2048 // dqk."""
     variants = variants or {}
     rows = []
-    for dname, d, causal, s in ((dn, d, c, s) for dn in dtypes for d in dims for c in causals for s in seqs):
+    for dname, (d, dv), causal, s in ((dn, d, c, s) for dn in dtypes for d in dims for c in causals for s in seqs):
         dt = PREFILL_DTYPES[dname]
         b, h = 16384 // s, 2048 // d
         q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
         k = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-        v = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-        out = torch.empty_like(q)
+        v = torch.randn(b, s, h, dv, device="cuda", dtype=dt)
+        out = torch.empty_like(v)
         p = fa4.params(q, k, v, out, causal=causal)
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BHSD views
-        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        flops = 2 * b * h * s * s * (d + dv) / (2 if causal else 1)
+        # The reference: FlashAttention-2 (SDPA) where it runs (equal head dims), else the
+        # memory-efficient backend.
+        ref_backend = SDPBackend.FLASH_ATTENTION if d == dv else SDPBackend.EFFICIENT_ATTENTION
         fns = {"fa4": lambda: fa4.call(p)}
         fns.update(peer_fns(q, k, v, causal))
         outs_ab = {}
         for name, lib in variants.items():
-            outs_ab[name] = torch.empty_like(q)
+            outs_ab[name] = torch.empty_like(v)
             pv = lib.params(q, k, v, outs_ab[name], causal=causal)
             fns["ab_" + name] = (lambda lib, pv: lambda: lib.call(pv))(lib, pv)
         t = timer.compare_ms(fns)
         err = None
         if check:
             fa4.call(p)
-            ref = sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION).transpose(1, 2)
+            ref = sdpa(qt, kt, vt, causal, ref_backend).transpose(1, 2)
             err = (out.float() - ref.float()).abs().max().item()
         tf = lambda t: None if t is None else flops / t / 1e9
-        r = dict(d=d, causal=int(causal), s=s, b=b, h=h, dtype=dname, fa4=tf(t["fa4"]),
+        r = dict(d=d if d == dv else f"{d}x{dv}", causal=int(causal), s=s, b=b, h=h, dtype=dname, fa4=tf(t["fa4"]),
                  **{n: tf(t.get(n)) for n in PEERS}, max_abs_diff_vs_flash=err)
         r["best_peer"] = best_peer(r)
         for name in variants:
@@ -280,8 +295,10 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=
 
 def bench_varlen(fa4, timer, dims, seqs, check, variants=None):
     """Packed variable-length layout ([tokens, H, D] + cu_seqlens) with equal lengths, so the same
-    problem runs dense in the peers: what the varlen path costs over dense (B*S = 16384). Each
-    --ab library's varlen call is timed in the same rounds (ab_NAME)."""
+    problem runs dense in the peers: what the varlen path costs over dense (B*S = 16384). The
+    varlen calls pass max_seqlen_q / k (as FA3's varlen API requires them); fa4_varlen_nohint is
+    the same call without (device-resident lengths, nothing known on the host). Each --ab
+    library's varlen call (with the hints) is timed in the same rounds (ab_NAME)."""
     variants = variants or {}
     rows = []
     for d in dims:
@@ -293,22 +310,28 @@ def bench_varlen(fa4, timer, dims, seqs, check, variants=None):
                 cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
                 pd = fa4.params(q, k, v, out, causal=causal)
                 pv = fa4.params(q.view(b * s, h, d), k.view(b * s, h, d), v.view(b * s, h, d), out_v.view(b * s, h, d),
+                                causal=causal, cu_seqlens=cu, max_seqlen=s)
+                pn = fa4.params(q.view(b * s, h, d), k.view(b * s, h, d), v.view(b * s, h, d), out_v.view(b * s, h, d),
                                 causal=causal, cu_seqlens=cu)
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                fns = {"fa4_varlen": lambda: fa4.call(pv), "fa4_dense": lambda: fa4.call(pd),
+                fns = {"fa4_varlen": lambda: fa4.call(pv), "fa4_varlen_nohint": lambda: fa4.call(pn),
+                       "fa4_dense": lambda: fa4.call(pd),
                        "flash_dense": lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION)}
                 outs_ab = {}
                 for name, lib in variants.items():
                     outs_ab[name] = torch.empty_like(q)
                     pa = lib.params(q.view(b * s, h, d), k.view(b * s, h, d), v.view(b * s, h, d),
-                                    outs_ab[name].view(b * s, h, d), causal=causal, cu_seqlens=cu)
+                                    outs_ab[name].view(b * s, h, d), causal=causal, cu_seqlens=cu, max_seqlen=s)
                     fns["ab_" + name] = (lambda lib, pa: lambda: lib.call(pa))(lib, pa)
                 t = timer.compare_ms(fns)
                 r = dict(d=d, causal=int(causal), s=s, b=b, h=h, **{n: flops / x / 1e9 if x else None for n, x in t.items()})
                 if check:
-                    fa4.call(pv)
+                    fa4.call(pn)
                     fa4.call(pd)
+                    torch.cuda.synchronize()
+                    r["max_abs_diff_varlen_nohint_vs_dense"] = (out_v.float() - out.float()).abs().max().item()
+                    fa4.call(pv)
                     r["max_abs_diff_varlen_vs_dense"] = (out_v.float() - out.float()).abs().max().item()
                     for name in variants:
                         fns["ab_" + name]()
@@ -409,11 +432,12 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
                                 for n in ab_names) + " |")
     if varlen:
         L += ["", "## Varlen prefill, bf16, TFLOP/s (packed tokens + cu_seqlens, B equal lengths, B*S = 16384)", "",
-              "| D | causal | S | B | fa4 varlen | fa4 dense | flash dense | varlen/dense | varlen/flash |" +
+              "| D | causal | S | B | fa4 varlen | no hint | fa4 dense | flash dense | varlen/dense | varlen/flash |" +
               "".join(f" {n} varlen | {n}/fa4 varlen |" for n in ab_names),
-              "|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(ab_names)]
+              "|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(ab_names)]
         for r in varlen:
-            L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {fmt(r['fa4_varlen'])} | {fmt(r['fa4_dense'])} | "
+            L.append(f"| {r['d']} | {r['causal']} | {r['s']} | {r['b']} | {fmt(r['fa4_varlen'])} | "
+                     f"{fmt(r.get('fa4_varlen_nohint'))} | {fmt(r['fa4_dense'])} | "
                      f"{fmt(r['flash_dense'])} | {fmt(ratio(r['fa4_varlen'], r['fa4_dense']), 2)} | "
                      f"{fmt(ratio(r['fa4_varlen'], r['flash_dense']), 2)} |" +
                      "".join(f" {fmt(r.get('ab_' + n))} | {fmt(ratio(r.get('ab_' + n), r['fa4_varlen']), 3)} |"
@@ -440,7 +464,7 @@ def main():
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--skip-prefill", action="store_true")
     ap.add_argument("--skip-varlen", action="store_true")
-    ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated)")
+    ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated); DQKxDV for a v head dim of its own (192x128)")
     ap.add_argument("--varlen-dims", default="128", help="varlen head dims (comma-separated)")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
     ap.add_argument("--dtypes", default="bf16", help="prefill input types: bf16, fp16 or bf16,fp16")
@@ -478,12 +502,12 @@ def main():
     print(f"  cuBLAS bf16 GEMM 8192^3: {gemm:.0f} TFLOP/s", flush=True)
     check = not args.no_check
     if args.quick:
-        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, [64, 128, 256], [False, True], [2048], check,
+        prefill = [] if args.skip_prefill else bench_prefill(fa4, timer, [(64, 64), (128, 128), (256, 256)], [False, True], [2048], check,
                                                              variants)
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384], [16, 256], check)
         varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [128], [2048], check, variants)
     else:
-        dims = [int(x) for x in args.dims.split(",")]
+        dims = parse_dims(args.dims)
         seqs = [int(x) for x in args.seqs.split(",")]
         dtypes = [x for x in args.dtypes.split(",") if x]
         if any(x not in PREFILL_DTYPES for x in dtypes):

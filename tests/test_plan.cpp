@@ -36,6 +36,10 @@ struct Shape {
   int64_t q_head_stride = 0;  // 0: contiguous BSHD (dqk)
   bool causal = false;
   int64_t window_right = -1;  // >= 0: a sliding window (what the planner reads of it)
+  // The caller's hints; host_lengths: the lengths were read on the host (validate.cpp fills
+  // seqlen_q / k), else they are device-resident and sq / sk are the tensor bounds.
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  bool host_lengths = false;
 };
 
 class Planned {
@@ -45,6 +49,8 @@ class Planned {
     params_.causal = s.causal;
     params_.window_right = s.window_right;
     params_.q.shape[0] = s.varlen ? s.total_q : s.batch;
+    params_.max_seqlen_q = s.max_seqlen_q, params_.max_seqlen_k = s.max_seqlen_k;
+    if (s.host_lengths) pb_.seqlen_q.assign(s.batch, s.sq), pb_.seqlen_k.assign(s.batch, s.sk);
     pb_.p = &params_;
     pb_.backend = Backend::cuda;
     pb_.dtype = pb_.out_dtype = s.dtype;
@@ -635,6 +641,47 @@ TEST(CudaPlan, Sm90LongMaskedWalkDynamically) {
   const bool dyn64 = fa4::cuda::sm90::dynamic_walk(64, fa4::cuda::sm90::Tile::short_masked);
   EXPECT_EQ(v64.sched.dynamic, dyn64 ? 1 : 0);
   EXPECT_EQ(v64.ctas, dyn64 ? 132 : v64.sched.total());
+}
+
+// Device-resident varlen lengths leave the planner the tensor bounds (every packed token one
+// sequence); the caller's max_seqlen_q / k hints then choose the tile, where smaller than those
+// bounds. Lengths read on the host are exact and win over any hint.
+TEST(CudaPlan, Sm90TileFromTheLengthHints) {
+  using fa4::cuda::sm90::Tile;
+  // 64 sequences of 256 tokens, D 64 causal: packed 16384 rows bound each sequence
+  auto v64 = [](int64_t hint, bool host = false) {
+    return Planned({.batch = 64, .hq = 32, .hkv = 32, .dqk = 64, .dv = 64, .sq = host ? 256 : 16384, .sk = 16384,
+                    .varlen = true, .total_q = 16384, .causal = true, .max_seqlen_q = hint, .host_lengths = host})
+        .on(h200_auto());
+  };
+  EXPECT_EQ(v64(0).sm90_tile, Tile::standard);  // nothing known: a 16384-row sequence may be there
+  EXPECT_EQ(v64(256).sm90_tile, Tile::short_masked);
+  EXPECT_EQ(v64(256).m, 128);
+  EXPECT_EQ(v64(1024).sm90_tile, Tile::short_masked);
+  EXPECT_EQ(v64(1025).sm90_tile, Tile::standard);
+  EXPECT_EQ(v64(int64_t{1} << 40).sm90_tile, Tile::standard);  // a hint past the bound is no information
+  EXPECT_EQ(v64(0, true).sm90_tile, Tile::short_masked);       // read on the host: 256 rows
+  // D 256: 80-key tiles from 4096 keys; a 1k hint under a 16k key bound keeps the 64-key tile
+  auto v256 = [](int64_t hint_k, bool host = false) {
+    return Planned({.batch = 16, .hq = 8, .hkv = 8, .dqk = 256, .dv = 256, .sq = 1024, .sk = host ? 1024 : 16384,
+                    .varlen = true, .total_q = 16384, .max_seqlen_k = hint_k, .host_lengths = host})
+        .on(h200_auto());
+  };
+  EXPECT_EQ(v256(0).sm90_tile, Tile::long_keys);
+  EXPECT_EQ(v256(1024).sm90_tile, Tile::standard);
+  EXPECT_EQ(v256(8192).sm90_tile, Tile::long_keys);
+  // host-read lengths: the hint is ignored either way (1024 keys are exact)
+  EXPECT_EQ(Planned({.batch = 16, .hq = 8, .hkv = 8, .dqk = 256, .dv = 256, .sq = 1024, .sk = 1024, .varlen = true,
+                     .total_q = 16384, .max_seqlen_k = 8192, .host_lengths = true})
+                .on(h200_auto())
+                .sm90_tile,
+            Tile::standard);
+  // a dense problem's max_sq is exact: a smaller hint does not change it
+  EXPECT_EQ(Planned({.batch = 8, .hq = 32, .hkv = 32, .dqk = 64, .dv = 64, .sq = 2048, .sk = 2048, .causal = true,
+                     .max_seqlen_q = 256})
+                .on(h200_auto())
+                .sm90_tile,
+            Tile::standard);
 }
 
 // Persistent CTAs: over all rounds every tile goes to exactly one CTA, straight or snaking.

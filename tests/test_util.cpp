@@ -244,6 +244,7 @@ std::string CaseConfig::describe() const {
     << (sinks ? " sinks" : "") << " softcap=" << softcap << " scale=" << scale << (lse ? " lse" : "")
     << (descale ? " descale" : "") << " splits=" << num_splits << " threads=" << num_threads
     << " layout=" << layout_name(layout) << " dist=" << dist_name(dist);
+  if (max_seqlen_q || max_seqlen_k) s << " hints=(" << max_seqlen_q << "," << max_seqlen_k << ")";
   if (!lens_q.empty()) {
     s << " lens_q={";
     for (auto x : lens_q) s << x << ",";
@@ -475,6 +476,8 @@ AttentionParams Case::params(Backend backend) {
   p.chunk_size = cfg.chunk;
   p.num_splits = cfg.num_splits;
   p.num_threads = cfg.num_threads;
+  p.max_seqlen_q = cfg.max_seqlen_q;
+  p.max_seqlen_k = cfg.max_seqlen_k;
   p.backend = backend;
   return p;
 }

@@ -112,6 +112,7 @@ struct CaseConfig {
   bool lse = true;
   bool descale = false;          // fp8 only: random q/k/v descales
   int32_t num_splits = 1, num_threads = 0;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // the hints, passed as given (0 = unknown)
   Layout layout = Layout::contiguous;
   Dist dist = Dist::normal;
   bool nan_unused = true;        // fill keys beyond the lengths / unused pages with NaN

@@ -49,14 +49,29 @@ bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_h
 // A causal, windowed or chunked mask: query tiles see different key counts.
 bool masked_problem(const Problem& pb) { return pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0; }
 
+// The longest query / key sequence as far as speed choices go. Exact where the lengths were read
+// on the host; for device-resident varlen lengths pb.max_sq / max_sk are the tensor bounds (every
+// packed token one sequence), so the caller's max_seqlen_q / k hints stand in where they are
+// smaller: a tile choice only (a wrong hint costs speed, never a result). Without them a batch of
+// 64 sequences of 256 tokens planned as one of 16384 (D 64 causal: the 192-row tile, one CTA
+// per tile, 0.45 of the same problem dense; H200 2026-12-03).
+int64_t speed_max_sq(const Problem& pb) {
+  const int64_t h = pb.p->max_seqlen_q;
+  return pb.varlen_q && pb.seqlen_q.empty() && h > 0 && h < pb.max_sq ? h : pb.max_sq;
+}
+int64_t speed_max_sk(const Problem& pb) {
+  const int64_t h = pb.p->max_seqlen_k;
+  return pb.seqlen_k.empty() && h > 0 && h < pb.max_sk ? h : pb.max_sk;
+}
+
 // The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):
 // two consumers at D = 64 for masked query sequences of <= 1024 rows, 80-key tiles at D = 256
 // from 4096 keys, the standard tile everywhere else.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
-  if (d.dqk == 64 && masked && pb.max_sq <= 1024) t = sm90::Tile::short_masked;
-  if (d.dqk == 256 && pb.max_sk >= 4096) t = sm90::Tile::long_keys;
+  if (d.dqk == 64 && masked && speed_max_sq(pb) <= 1024) t = sm90::Tile::short_masked;
+  if (d.dqk == 256 && speed_max_sk(pb) >= 4096) t = sm90::Tile::long_keys;
   return sm90::has_tile(t, d.dqk, d.dv) ? t : sm90::Tile::standard;
 }
 

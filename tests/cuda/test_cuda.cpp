@@ -324,9 +324,13 @@ TEST(CudaBackend, LongMaskedSequences) {
       check_case(c, seed, false, Backend::cpu);  // the reference takes minutes at this size
     }
   // Masked varlen with more query tiles than the short orders take (a dynamic schedule's other
-  // target): mixed lengths (one empty), GQA, D 64 (sequences <= 1k: the short_masked tile),
-  // 128 and 256.
-  for (int64_t d : {64, 128, 256}) {
+  // target): mixed lengths (one empty), GQA, D 64, 128 and 256. The lengths live on the device:
+  // the max_seqlen hints choose the tile (plan.cpp speed_max_sq): D 64 with sequences <= 1k the
+  // short_masked tile; the last case passes hints far below the real lengths (1500 rows planned
+  // as <= 500: the short_masked tile on longer sequences), which may cost speed, never a row.
+  int varlen_case = 0;
+  for (int64_t d : {64, 128, 256, 64}) {
+    const bool wrong_hint = varlen_case++ == 3;
     const uint64_t seed = derive_seed(5200 + k++);
     std::mt19937_64 rng(seed);
     CaseConfig c;
@@ -334,12 +338,21 @@ TEST(CudaBackend, LongMaskedSequences) {
     c.batch = 7, c.hkv = 2, c.hq = 6, c.dqk = c.dv = d;
     c.varlen_q = true;
     c.kv = KvMode::varlen;
-    c.sq = d == 64 ? 1000 : 1500, c.sk = c.sq + 40;
+    c.sq = d == 64 && !wrong_hint ? 1000 : 1500, c.sk = c.sq + 40;
+    c.max_seqlen_q = wrong_hint ? 500 : c.sq, c.max_seqlen_k = wrong_hint ? 540 : c.sk;
     for (int64_t b = 0; b < c.batch; ++b) {
-      c.lens_q.push_back(b == 2 ? 0 : static_cast<int64_t>(rng() % static_cast<uint64_t>(c.sq + 1)));
+      const int64_t len = b == 2 ? 0 : wrong_hint && b == 0 ? c.sq : static_cast<int64_t>(rng() % static_cast<uint64_t>(c.sq + 1));
+      c.lens_q.push_back(len);
       c.lens_k.push_back(c.lens_q.back() + static_cast<int64_t>(rng() % 41));
     }
     c.causal = true;
+    if (d == 64) {  // the hints picked the two-consumer tile (128 rows; the standard D 64 tile has 192)
+      Case g = make_gpu_case(c, seed);
+      DeviceCase dg(g);
+      fa4::PlanInfo info;
+      ASSERT_TRUE(fa4::describe_plan(dg.params(), &info).ok());
+      if (info.kernel == "sm90") EXPECT_EQ(info.tile_m, 128) << c.describe();
+    }
     check_case(c, seed, false, Backend::cpu);
   }
   CaseConfig c;

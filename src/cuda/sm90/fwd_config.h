@@ -52,7 +52,7 @@
 //                          (instances with a separate O staging tile: fwd_kernel.cuh kTmaStore)
 //   FA4_SM90_UNIFORM_C     1: the consumer index broadcast from lane 0 (uniform_consumer_index)
 #ifndef FA4_SM90_UNIFORM_C
-#define FA4_SM90_UNIFORM_C 0
+#define FA4_SM90_UNIFORM_C 1
 #endif
 #ifndef FA4_SM90_TMA_STORE
 #define FA4_SM90_TMA_STORE 1
@@ -182,10 +182,15 @@ enum class Tile { standard, short_masked, long_keys };
 // c-derived values uniform -- the Q descriptors of S = Q K^T, which otherwise sit in vector
 // registers and take two R2UR before each wgmma (16 per D 128 tile; ncu 2026-12-03, FA3 has none).
 // SASS (2026-12-03): the loop's S wgmmas then issue from UIADD3 / UMOV like FA3's; R2UR in the
-// instance D 128 198 -> 178, D 64 134 -> 102, D 256 long_keys 314 -> 190 (local ops 70 -> 32);
-// the standard D 256 tile spilled 10 local ops more between its GEMMs (28 -> 76): not there.
-// Not yet measured on the GPU (FA4_SM90_UNIFORM_C=0 until then).
-constexpr bool uniform_consumer_index(int dqk, Tile t) { return FA4_SM90_UNIFORM_C && !(dqk == 256 && t == Tile::standard); }
+// instance D 128 198 -> 178, D 64 134 -> 102, D 256 long_keys 314 -> 190 (local ops 70 -> 32).
+// Same-run A/B on the H200 (2026-12-03, docs/perf/h200-2026-12-03c-session.md): D 128 +0.9-1.7 %
+// (S 1k-16k, causal and not), D 256 long_keys +2.1-2.8 % (S >= 4k), the D 64 short_masked tile
+// +0.4-1 % (causal <= 1k, varlen); the standard D 64 tile -0.4 to -1.5 % without a mask: not
+// there, nor the standard D 256 tile (its SASS spilled 48 local ops more between its GEMMs).
+// The (192, 128) tile: R2UR 288 -> 196, spills 16 either way.
+constexpr bool uniform_consumer_index(int dqk, Tile t) {
+  return FA4_SM90_UNIFORM_C && !(t == Tile::standard && (dqk == 64 || dqk == 256));
+}
 // Instances whose producer can claim tiles from a counter and walk two phases. Not the standard
 // D = 64 tile: its three-consumer instance leaves the producer 32 registers, and the walk's state
 // plus the phased coordinates there cost 4.5-7 % causal and non-causal alike (H200, 2026-12-02,
