@@ -100,7 +100,7 @@
 //                          -0.7-2.4 %; 80 +1.1-2.5 % but -5.3 % at D 256 8k. Non-causal: no effect.
 //   FA4_SM90_DYNAMIC_SHORT_D64  1: the short_masked D = 64 tile walks dynamically too
 #ifndef FA4_SM90_DYNAMIC_SHORT_D64
-#define FA4_SM90_DYNAMIC_SHORT_D64 0
+#define FA4_SM90_DYNAMIC_SHORT_D64 1
 #endif
 #ifndef FA4_SM90_HEAVY_PCT
 #define FA4_SM90_HEAVY_PCT 65
@@ -196,7 +196,9 @@ constexpr bool uniform_consumer_index(int dqk, Tile t) {
 // plus the phased coordinates there cost 4.5-7 % causal and non-causal alike (H200, 2026-12-02,
 // docs/perf/sm90-notes.md; compiled with it on 2026-12-03, its consumers spilled 74 local ops).
 // The two-consumer short_masked D = 64 tile (masked varlen with sequences <= 1k) compiles with it
-// spill-free (FA4_SM90_DYNAMIC_SHORT_D64; not yet measured on the GPU, 0 until then).
+// spill-free and has it (FA4_SM90_DYNAMIC_SHORT_D64): same-run A/B on the H200 (2026-12-03,
+// docs/perf/h200-2026-12-03c-session.md), varlen causal D 64 with max_seqlen hints, one CTA per
+// tile before: +75 / +34 % at S 256 / 1k (varlen / dense 0.51 / 0.71 -> 0.90 / 0.96).
 constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
   return FA4_SM90_DYNAMIC && (dqk > 64 || (FA4_SM90_DYNAMIC_SHORT_D64 && t == Tile::short_masked));
 }
