@@ -291,12 +291,12 @@ struct Consumer {
       for (int e = 0; e < 4; ++e) pf[kk][e] = ptx::pack2<Elem>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
   }
 
-  // Q may be overwritten by the next tile's load: one arrival per warp, after its own wait on
-  // the last S = Q K^T group (separate O staging) or on the epilogue's staging reads.
-  __device__ __forceinline__ void release_q() {
-    __syncwarp();
-    if (tid % 32 == 0) ptx::mbarrier_arrive(&sh.q_empty);
-  }
+  // Q may be overwritten by the next tile's load: one arrival per thread, after its own wait on
+  // the last S = Q K^T group (separate O staging) or on the epilogue's staging reads. The same
+  // phase lets the producer rewrite the work slot this thread read (fwd_kernel.cuh): every reader
+  // releases it itself, so the order needs no warp barrier in between (with one arrival per warp
+  // after __syncwarp, racecheck reported the slot's reads against the producer's next write).
+  __device__ __forceinline__ void release_q() { ptx::mbarrier_arrive(&sh.q_empty); }
 
   // V rows past the sequence's last key in the first-consumed (last) key tile: TMA filled them
   // from memory beyond the sequence (the next sequence, unused cache slots) unless the tensor

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     sh.k_ring.init(T::kConsumers);  // one release per consumer warpgroup
     sh.v_ring.init(T::kConsumers);
     ptx::mbarrier_init(&sh.q_full, 1);
-    ptx::mbarrier_init(&sh.q_empty, 4 * T::kConsumers);  // one arrival per consumer warp
+    ptx::mbarrier_init(&sh.q_empty, 128 * T::kConsumers);  // one arrival per consumer thread
     ptx::mbarrier_init(&sh.work_full, 1);
     ptx::mbarrier_init(&sh.o_empty, T::kConsumers);  // (kOInV) one arrival per consumer warpgroup
     ptx::fence_mbarrier_init();

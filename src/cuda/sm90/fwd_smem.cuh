@@ -12,7 +12,7 @@
 //                 byte c * 64 * Dv * 2 of v, once every consumer's last P V has read it) or in
 //                 q[c] (its wgmma reads of Q are complete by then; Dv <= Dqk)
 // Barriers: the K / V rings, q_full (producer -> consumers: the tile's Q landed, one phase per
-// tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer warp);
+// tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer thread);
 // o_empty (OStaging::v_ring: consumers -> producer, one arrival per consumer warpgroup and tile: the O staged
 // over the V ring has been read, the next tile's V may land).
 #pragma once
