@@ -1,9 +1,11 @@
 // Property tests: backend=cpu against backend=reference over the whole feature space, with the
 // DESIGN §4 tolerances, poisoned outputs (every element written, nothing outside written),
 // bitwise determinism and thread-count independence.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "test_util.h"
 
@@ -454,6 +456,143 @@ TEST(CpuVsReference, LargerShapesWithManyTiles) {
   }
   int n = 0;
   for (const CaseConfig& c : cfgs) check_cpu_vs_ref(c, derive_seed(13000 + n++), {true, false});
+}
+
+// ---- fp8 KV cache: 16-bit q, e4m3 k / v with per-head or per-token factors (every layout,
+// mask, split count, page size, append; the reference's cache bytes are compared bytewise).
+TEST(CpuVsReference, Fp8KvCacheEveryLayoutScaleModeMaskAndSplit) {
+  int n = 0;
+  for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged})
+    for (KvScaleMode m : {KvScaleMode::none, KvScaleMode::per_head, KvScaleMode::per_token})
+      for (const MaskSpec& mask : {kMasks[0], kMasks[1], kMasks[2], kMasks[7]})
+        for (int32_t splits : {1, 3}) {
+          CaseConfig c;
+          c.dtype = n % 2 ? DType::float16 : DType::bfloat16;
+          c.fp8_kv = true;
+          c.kv_scale = m;
+          c.scale_broadcast = n % 5 == 0;
+          c.kv = kv;
+          c.batch = 3;
+          c.hkv = 2;
+          c.hq = n % 3 ? 8 : 2;  // GQA 4 and MHA
+          c.dqk = n % 4 == 3 ? 72 : 64;
+          c.dv = n % 4 == 1 ? 40 : 64;
+          c.sq = n % 3 == 0 ? 1 : 37;  // decode rows (row-major kernels) and tiles
+          c.sk = 150;
+          c.varlen_q = kv == KvMode::varlen && n % 2 == 0;
+          if (kv == KvMode::cache) c.cache_batch_idx = n % 2 == 0;
+          if (kv == KvMode::paged) c.page_size = std::vector<int64_t>{1, 3, 16}[n % 3];
+          if ((kv == KvMode::cache || kv == KvMode::paged) && n % 2) {
+            c.snew = 3;
+            c.sq = std::max<int64_t>(c.sq, c.snew);
+          }
+          c.causal = mask.causal;
+          c.window_left = mask.left;
+          c.window_right = mask.right;
+          c.chunk = mask.chunk;
+          c.sinks = n % 4 == 2;
+          c.softcap = n % 7 == 3 ? 20.0f : 0.0f;
+          c.num_splits = splits;
+          c.dist = n % 3 == 2 ? Dist::outliers : Dist::normal;
+          c.layout = n % 6 == 5 ? Layout::strided_last : n % 6 == 4 ? Layout::bhsd : Layout::contiguous;
+          SCOPED_TRACE(mask.name);
+          check_cpu_vs_ref(c, derive_seed(16000 + n++), {n % 4 == 0, false});
+        }
+}
+
+// Zero and one key per sequence, zero query rows, zero kv heads' worth of pages: nothing read
+// out of range, empty rows exact.
+TEST(CpuVsReference, Fp8KvCacheZeroAndOneKey) {
+  int n = 0;
+  for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged})
+    for (int64_t sk : {0, 1})
+      for (int64_t sq : {0, 1, 5})
+        for (KvScaleMode m : {KvScaleMode::per_head, KvScaleMode::per_token}) {
+          CaseConfig c;
+          c.dtype = DType::bfloat16;
+          c.fp8_kv = true;
+          c.kv_scale = m;
+          c.kv = kv;
+          c.batch = 2;
+          c.hq = 4;
+          c.hkv = 2;
+          c.dqk = c.dv = 32;
+          c.sq = sq;
+          c.sk = sk;
+          c.page_size = 1;
+          c.lens_k = {sk, sk};
+          c.sinks = n % 2 == 1;
+          c.causal = n % 3 == 0;
+          check_cpu_vs_ref(c, derive_seed(17000 + n++));
+        }
+}
+
+// Appends into an fp8 cache: reference and cpu write the same bytes (compare_runs), and each
+// appended element is f32_to_e4m3(x / factor of its slot) (per-head, per-token, broadcast
+// factors; paged with page sizes 1 and 3); NaN in k_new / v_new stays NaN (0x7f) in the cache.
+TEST(CpuVsReference, Fp8KvAppendQuantizesEveryNewRow) {
+  int n = 0;
+  for (KvMode kv : {KvMode::cache, KvMode::paged})
+    for (KvScaleMode m : {KvScaleMode::none, KvScaleMode::per_head, KvScaleMode::per_token})
+      for (int64_t ps : {1, 3})
+        for (bool nan : {false, true}) {
+          if (kv == KvMode::cache && ps == 3) continue;
+          CaseConfig c;
+          c.dtype = n % 2 ? DType::float16 : DType::bfloat16;
+          c.fp8_kv = true;
+          c.kv_scale = m;
+          c.scale_broadcast = n % 3 == 2;
+          c.kv = kv;
+          c.page_size = ps;
+          c.cache_batch_idx = kv == KvMode::cache;
+          c.batch = 3;
+          c.hq = 4;
+          c.hkv = 2;
+          c.dqk = 16;
+          c.dv = 24;
+          c.sq = c.snew = 4;
+          c.sk = 20;
+          c.dist = Dist::outliers;  // some x / factor beyond 448: saturated
+          const uint64_t seed = derive_seed(18000 + n++);
+          FA4_SEED_TRACE(seed);
+          SCOPED_TRACE(c.describe());
+          Case orig = make_case(c, seed);
+          if (nan) {  // one NaN element in each of k_new and v_new
+            orig.k_new.set(orig.k_new.off({1, 2, 1, 5}), std::nanf(""));
+            orig.v_new.set(orig.v_new.off({2, 0, 0, 3}), std::nanf(""));
+          }
+          Case ref = orig, cpu = orig;
+          ASSERT_TRUE(ref.run(Backend::reference).ok());
+          ASSERT_TRUE(cpu.run(Backend::cpu).ok());
+          EXPECT_TRUE(compare_runs(cpu, ref, tol_for(c.dtype)));  // includes: cache bytes equal
+          int64_t checked = 0, nans = 0, bad = 0;
+          for (int64_t b = 0; b < orig.B; ++b)
+            for (int64_t i = 0; i < c.snew; ++i) {
+              const int64_t j = orig.base_k[b] + i;
+              for (int64_t hk = 0; hk < c.hkv; ++hk)
+                for (bool value : {false, true}) {
+                  const Tensor& src = value ? orig.v_new : orig.k_new;
+                  const Tensor& cache = value ? ref.v : ref.k;
+                  for (int64_t d = 0; d < (value ? c.dv : c.dqk); ++d) {
+                    const float x = src.get(src.off({b, i, hk, d}));
+                    const uint8_t want = orig.expected_fp8(x, b, j, hk, value);
+                    const uint8_t got = cache.mem[static_cast<size_t>(orig.cache_off(cache, b, j, hk, d))];
+                    bad += got != want;
+                    if (bad == 1 && got != want)
+                      ADD_FAILURE() << "cache byte of (b=" << b << ", j=" << j << ", hk=" << hk << ", d=" << d
+                                    << (value ? ", v" : ", k") << ") is " << int(got) << ", expected " << int(want)
+                                    << " for x = " << x;
+                    nans += (want & 0x7f) == 0x7f;
+                    ++checked;
+                  }
+                }
+            }
+          EXPECT_EQ(bad, 0);
+          EXPECT_EQ(checked, orig.B * c.snew * c.hkv * (c.dqk + c.dv));
+          if (nan) {
+            EXPECT_GE(nans, 2);
+          }
+        }
 }
 
 TEST(CpuVsReference, ConcurrentCallsFromSeveralThreadsAreIndependent) {

@@ -80,6 +80,15 @@ const char* kv_mode_name(KvMode m) {
   return "?";
 }
 
+const char* kv_scale_name(KvScaleMode m) {
+  switch (m) {
+    case KvScaleMode::none: return "none";
+    case KvScaleMode::per_head: return "per_head";
+    case KvScaleMode::per_token: return "per_token";
+  }
+  return "?";
+}
+
 // ---------------------------------------------------------------- Tensor
 int64_t Tensor::numel() const {
   int64_t n = 1;
@@ -242,7 +251,9 @@ std::string CaseConfig::describe() const {
   if (snew) s << " append=" << snew;
   s << " causal=" << causal << " window=(" << window_left << "," << window_right << ") chunk=" << chunk
     << (sinks ? " sinks" : "") << " softcap=" << softcap << " scale=" << scale << (lse ? " lse" : "")
-    << (descale ? " descale" : "") << " splits=" << num_splits << " threads=" << num_threads
+    << (descale ? " descale" : "");
+  if (fp8_kv) s << " fp8_kv scale=" << kv_scale_name(kv_scale) << (scale_broadcast ? " broadcast" : "");
+  s << " splits=" << num_splits << " threads=" << num_threads
     << " layout=" << layout_name(layout) << " dist=" << dist_name(dist);
   if (max_seqlen_q || max_seqlen_k) s << " hints=(" << max_seqlen_q << "," << max_seqlen_k << ")";
   if (!lens_q.empty()) {
@@ -271,6 +282,7 @@ Case make_case(const CaseConfig& cfg, uint64_t seed) {
   c.B = B;
   const DType idt = cfg.dtype;
   const DType odt = idt == DType::float8_e4m3 ? DType::bfloat16 : idt;
+  const DType kdt = cfg.fp8_kv ? DType::float8_e4m3 : idt;  // k / v (the caches)
 
   // ---- query lengths ----
   c.lq.assign(B, cfg.sq);
@@ -298,6 +310,9 @@ Case make_case(const CaseConfig& cfg, uint64_t seed) {
         c.k_start[b + 1] = c.k_start[b] + slot[b];
       }
       Tk = c.k_start[B] + rnd(0, 2);
+      // [B, Hkv] and [Tk, Hkv] factors must differ in shape (validation refuses B = Tk unless
+      // every sequence has one key): a slack token more.
+      if (cfg.fp8_kv && cfg.kv_scale != KvScaleMode::none && Tk == B && B > 0) ++Tk;
       break;
     case KvMode::cache:
       c.capacity = cfg.sk;
@@ -356,19 +371,19 @@ Case make_case(const CaseConfig& cfg, uint64_t seed) {
   }
   switch (cfg.kv) {
     case KvMode::dense:
-      c.k = Tensor::make(idt, {B, cfg.sk, cfg.hkv, cfg.dqk}, L, &rng);
-      c.v = Tensor::make(idt, {B, cfg.sk, cfg.hkv, cfg.dv}, L, &rng);
+      c.k = Tensor::make(kdt, {B, cfg.sk, cfg.hkv, cfg.dqk}, L, &rng);
+      c.v = Tensor::make(kdt, {B, cfg.sk, cfg.hkv, cfg.dv}, L, &rng);
       break;
     case KvMode::varlen: {
-      c.k = Tensor::make(idt, {Tk, cfg.hkv, cfg.dqk}, L, &rng);
-      c.v = Tensor::make(idt, {Tk, cfg.hkv, cfg.dv}, L, &rng);
+      c.k = Tensor::make(kdt, {Tk, cfg.hkv, cfg.dqk}, L, &rng);
+      c.v = Tensor::make(kdt, {Tk, cfg.hkv, cfg.dv}, L, &rng);
       std::vector<int32_t> cu(c.k_start.begin(), c.k_start.end());
       c.cu_seqlens_k = Tensor::make_i32(cu);
       break;
     }
     case KvMode::cache: {
-      c.k = Tensor::make(idt, {c.Bc, cfg.sk, cfg.hkv, cfg.dqk}, L, &rng);
-      c.v = Tensor::make(idt, {c.Bc, cfg.sk, cfg.hkv, cfg.dv}, L, &rng);
+      c.k = Tensor::make(kdt, {c.Bc, cfg.sk, cfg.hkv, cfg.dqk}, L, &rng);
+      c.v = Tensor::make(kdt, {c.Bc, cfg.sk, cfg.hkv, cfg.dv}, L, &rng);
       if (cfg.cache_batch_idx) {
         std::vector<int32_t> r(c.cache_row.begin(), c.cache_row.end());
         c.cache_batch_idx = Tensor::make_i32(r);
@@ -376,8 +391,8 @@ Case make_case(const CaseConfig& cfg, uint64_t seed) {
       break;
     }
     case KvMode::paged:
-      c.k = Tensor::make(idt, {c.num_pages, cfg.page_size, cfg.hkv, cfg.dqk}, L, &rng);
-      c.v = Tensor::make(idt, {c.num_pages, cfg.page_size, cfg.hkv, cfg.dv}, L, &rng);
+      c.k = Tensor::make(kdt, {c.num_pages, cfg.page_size, cfg.hkv, cfg.dqk}, L, &rng);
+      c.v = Tensor::make(kdt, {c.num_pages, cfg.page_size, cfg.hkv, cfg.dv}, L, &rng);
       c.page_table = Tensor::make_i32_2d(c.pages, B, c.max_pages);
       break;
   }
@@ -406,6 +421,20 @@ Case make_case(const CaseConfig& cfg, uint64_t seed) {
       for (int64_t o : t->offsets()) t->set(o, u(rng));
     }
   }
+  if (cfg.fp8_kv && cfg.kv_scale != KvScaleMode::none) {
+    // Factors as a serving engine's (amax / 448 for values of a few units): e4m3 codes of up to
+    // ~16 (the values below) times 1/64 .. 1/8.
+    std::vector<int64_t> shape;
+    if (cfg.kv_scale == KvScaleMode::per_head) shape = {B, cfg.hkv};
+    else
+      for (int i = 0; i < c.k.ndim - 1; ++i) shape.push_back(c.k.shape[i]);
+    std::uniform_real_distribution<float> u(1.0f / 64, 1.0f / 8);
+    for (Tensor* t : {&c.k_descale, &c.v_descale}) {
+      *t = Tensor::make(DType::float32, shape, cfg.layout == Layout::bhsd ? Layout::bhsd : Layout::contiguous, &rng);
+      if (cfg.scale_broadcast) t->stride[0] = 0;  // one slice for every index of dim 0
+      for (int64_t o : t->offsets()) t->set(o, u(rng));
+    }
+  }
 
   // ---- values ----
   for (Tensor* t : {&c.q, &c.k, &c.v, &c.k_new, &c.v_new})
@@ -417,6 +446,8 @@ Case make_case(const CaseConfig& cfg, uint64_t seed) {
     }
   }
   const float qmul = idt == DType::float8_e4m3 ? 2.0f : 1.0f;  // use more of e4m3's range
+  // fp8 KV: cache codes of up to ~16 (dequantized by factors 1/64 .. 1/8); new rows in q's scale.
+  const float cmul = cfg.fp8_kv && cfg.kv_scale != KvScaleMode::none ? 16.0f : 1.0f;
   std::uniform_real_distribution<float> u01(0.0f, 1.0f);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < c.lq[b]; ++i)
@@ -437,12 +468,12 @@ Case make_case(const CaseConfig& cfg, uint64_t seed) {
         for (int64_t d = 0; d < cfg.dqk; ++d) {
           int64_t o;
           Tensor& t = const_cast<Tensor&>(c.key_src(b, j, hk, d, false, &o));
-          t.set(o, sample(D, rng) * kmul * qmul);
+          t.set(o, sample(D, rng) * kmul * qmul * (j < c.base_k[b] ? cmul : 1.0f));
         }
         for (int64_t d = 0; d < cfg.dv; ++d) {
           int64_t o;
           Tensor& t = const_cast<Tensor&>(c.key_src(b, j, hk, d, true, &o));
-          t.set(o, sample(D, rng) * qmul);
+          t.set(o, sample(D, rng) * qmul * (j < c.base_k[b] ? cmul : 1.0f));
         }
       }
     }
@@ -529,18 +560,45 @@ float Case::descale(const Tensor& t, int64_t b, int64_t hk) const {
   return t.present() ? t.get(t.off({b, hk})) : 1.0f;
 }
 
+float Case::kv_factor(const Tensor& t, int64_t b, int64_t j, int64_t hk) const {
+  if (!t.present()) return 1.0f;
+  if (!cfg.fp8_kv || cfg.kv_scale != KvScaleMode::per_token) return t.get(t.off({b, hk}));
+  switch (cfg.kv) {
+    case KvMode::dense: return t.get(t.off({b, j, hk}));
+    case KvMode::varlen: return t.get(t.off({k_start[b] + j, hk}));
+    case KvMode::cache: return t.get(t.off({cache_row[b], j, hk}));
+    case KvMode::paged: return t.get(t.off({pages[b * max_pages + j / cfg.page_size], j % cfg.page_size, hk}));
+  }
+  return 1.0f;
+}
+
+uint8_t Case::expected_fp8(float x, int64_t b, int64_t j, int64_t hk, bool value) const {
+  return fa4::core::f32_to_e4m3(x / kv_factor(value ? v_descale : k_descale, b, j, hk));
+}
+
+namespace {
+// Key / value element x (k_new / v_new when j was appended) as the attention sees it: into an
+// fp8 cache an appended x is stored quantized; then dequantized by the factor of its slot.
+double kv_value(const Case& c, const Tensor& t, float x, int64_t b, int64_t j, int64_t hk, bool value) {
+  const Tensor& f = value ? c.v_descale : c.k_descale;
+  if (!c.cfg.fp8_kv) return static_cast<double>(x) * c.descale(f, b, hk);
+  if (t.dtype != DType::float8_e4m3) x = fa4::core::e4m3_to_f32(c.expected_fp8(x, b, j, hk, value));
+  return static_cast<double>(x) * c.kv_factor(f, b, j, hk);
+}
+}  // namespace
+
 double Case::qval(int64_t b, int64_t i, int64_t h, int64_t d) const {
   return static_cast<double>(q.get(q_off(b, i, h, d))) * descale(q_descale, b, h / (cfg.hq / cfg.hkv));
 }
 double Case::kval(int64_t b, int64_t j, int64_t hk, int64_t d) const {
   int64_t o;
   const Tensor& t = key_src(b, j, hk, d, false, &o);
-  return static_cast<double>(t.get(o)) * descale(k_descale, b, hk);
+  return kv_value(*this, t, t.get(o), b, j, hk, false);
 }
 double Case::vval(int64_t b, int64_t j, int64_t hk, int64_t d) const {
   int64_t o;
   const Tensor& t = key_src(b, j, hk, d, true, &o);
-  return static_cast<double>(t.get(o)) * descale(v_descale, b, hk);
+  return kv_value(*this, t, t.get(o), b, j, hk, true);
 }
 double Case::sink(int64_t h) const { return cfg.sinks ? sinks.get(h) : -kInf; }
 double Case::scale() const {
@@ -959,7 +1017,16 @@ CaseConfig random_config(std::mt19937_64& rng) {
     else break;
   }
   if (c.hq % c.hkv != 0) c.hq = c.hkv;
+  // Drawn last, so the draws above (and the configurations of a seed) stay as they were.
+  if ((c.dtype == DType::float16 || c.dtype == DType::bfloat16) && u(rng) < 0.3f) random_fp8_kv(c, rng);
   return c;
+}
+
+void random_fp8_kv(CaseConfig& c, std::mt19937_64& rng) {
+  c.fp8_kv = true;
+  const uint64_t r = rng() % 8;
+  c.kv_scale = r < 1 ? KvScaleMode::none : r < 4 ? KvScaleMode::per_head : KvScaleMode::per_token;
+  c.scale_broadcast = c.kv_scale != KvScaleMode::none && rng() % 5 == 0;
 }
 
 }  // namespace fa4test

@@ -89,6 +89,10 @@ float sample(Dist d, std::mt19937_64& rng);
 // ---------------------------------------------------------------- attention cases
 enum class KvMode { dense, varlen, cache, paged };
 const char* kv_mode_name(KvMode m);
+// fp8 KV cache factors (k_descale / v_descale): absent, per (batch, kv head) [B, Hkv], or per
+// (token, kv head) with k's shape without its last dim.
+enum class KvScaleMode { none, per_head, per_token };
+const char* kv_scale_name(KvScaleMode m);
 
 struct CaseConfig {
   DType dtype = DType::float32;
@@ -111,6 +115,12 @@ struct CaseConfig {
   float softcap = 0.0f, scale = 0.0f;
   bool lse = true;
   bool descale = false;          // fp8 only: random q/k/v descales
+  // fp8 KV cache: k / v (and the cache appended to) float8_e4m3, q / k_new / v_new in dtype
+  // (float16 / bfloat16), with k / v factors as kv_scale says; scale_broadcast: the factor
+  // tensors repeat one slice along their dim 0 (stride 0).
+  bool fp8_kv = false;
+  KvScaleMode kv_scale = KvScaleMode::none;
+  bool scale_broadcast = false;
   int32_t num_splits = 1, num_threads = 0;
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // the hints, passed as given (0 = unknown)
   Layout layout = Layout::contiguous;
@@ -150,6 +160,11 @@ struct Case {
   double kval(int64_t b, int64_t j, int64_t hk, int64_t d) const;
   double vval(int64_t b, int64_t j, int64_t hk, int64_t d) const;
   float descale(const Tensor& t, int64_t b, int64_t hk) const;
+  // The factor of key j of sequence b (k_descale / v_descale: per head, per token, or 1).
+  float kv_factor(const Tensor& t, int64_t b, int64_t j, int64_t hk) const;
+  // fp8 KV: the e4m3 byte an appended element x must be stored as at key j (the contract:
+  // f32_to_e4m3(x / factor), written here without the library's quantize_e4m3).
+  uint8_t expected_fp8(float x, int64_t b, int64_t j, int64_t hk, bool value) const;
   double sink(int64_t h) const;
   double scale() const;
   bool visible(int64_t b, int64_t i, int64_t j) const;  // the DESIGN formula, written anew
@@ -184,5 +199,7 @@ double ulp_of(DType dt, double x);
 
 // Random configuration of the whole feature space, small sizes.
 CaseConfig random_config(std::mt19937_64& rng);
+// Makes c (float16 / bfloat16) an fp8 KV cache case: a random factor mode, sometimes broadcast.
+void random_fp8_kv(CaseConfig& c, std::mt19937_64& rng);
 
 }  // namespace fa4test

@@ -1087,6 +1087,190 @@ TEST(Validation, LseRankDtypeShape) {
   EXPECT_INVALID(v, p, "lse");
 }
 
+// ------------------------------------------------------------------ fp8 KV cache (16-bit q)
+// B = 2, Hq = 4, Hkv = 2, D = 8 (dense_cfg) with k / v float8_e4m3 and q in `dt`.
+Case fp8kv_case(KvMode kv, KvScaleMode mode, int64_t snew = 0, DType dt = DType::bfloat16) {
+  CaseConfig c = dense_cfg();
+  c.dtype = dt;
+  c.fp8_kv = true;
+  c.kv_scale = mode;
+  c.kv = kv;
+  if (kv == KvMode::varlen) {
+    c.varlen_q = true;
+    c.lens_q = {2, 3};
+    c.lens_k = {4, 5};
+  }
+  if (kv == KvMode::cache || kv == KvMode::paged) {
+    c.snew = snew;
+    c.sq = snew ? snew : 3;
+    c.sk = 8;
+    c.lens_k = {2, 3};
+    c.page_size = 3;
+  }
+  return make_case(c, 6);
+}
+
+TEST(ValidationFp8Kv, EveryLayoutAndScaleModeIsAccepted) {
+  for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged})
+    for (KvScaleMode m : {KvScaleMode::none, KvScaleMode::per_head, KvScaleMode::per_token})
+      for (DType dt : {DType::bfloat16, DType::float16}) {
+        Case c = fp8kv_case(kv, m, kv == KvMode::cache || kv == KvMode::paged ? 2 : 0, dt);
+        SCOPED_TRACE(c.cfg.describe());
+        EXPECT_ACCEPTED(c, c.params(Backend::automatic));
+      }
+}
+
+TEST(ValidationFp8Kv, AutomaticBackendOfHostTensorsIsCpu) {
+  Case c = fp8kv_case(KvMode::paged, KvScaleMode::per_token);
+  fa4::PlanInfo info;
+  const Status st = fa4::describe_plan(c.params(Backend::automatic), &info);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(info.backend, Backend::cpu);
+}
+
+TEST(ValidationFp8Kv, KAndVMustBothBeFp8) {
+  Case c = fp8kv_case(KvMode::dense, KvScaleMode::none);
+  Tensor k16 = Tensor::make(DType::bfloat16, {2, 5, 2, 8}), v16 = k16;
+  for (Tensor* t : {&k16, &v16})
+    for (int64_t o : t->offsets()) t->set(o, 0.5f);
+  AttentionParams p = c.params(Backend::automatic);
+  p.v = v16.view();  // k e4m3, v bf16
+  EXPECT_INVALID(c, p, "v");
+  p = c.params(Backend::automatic);
+  p.k = k16.view();  // k bf16, v e4m3
+  EXPECT_INVALID(c, p, "k");
+}
+
+TEST(ValidationFp8Kv, Fp32QueriesDoNotTakeAnFp8Cache) {
+  Case c = fp8kv_case(KvMode::dense, KvScaleMode::none);
+  Tensor q32 = Tensor::make(DType::float32, {2, 3, 4, 8}), o32 = q32;
+  for (int64_t o : q32.offsets()) q32.set(o, 0.5f);
+  AttentionParams p = c.params(Backend::automatic);
+  p.q = q32.view();
+  p.out = o32.view();
+  EXPECT_INVALID(c, p, "k");
+}
+
+TEST(ValidationFp8Kv, OutIsInQsDtype) {
+  Case c = fp8kv_case(KvMode::dense, KvScaleMode::none, 0, DType::float16);
+  Tensor bf = Tensor::make(DType::bfloat16, {2, 3, 4, 8});
+  AttentionParams p = c.params(Backend::automatic);
+  p.out = bf.view();  // bf16 is out's dtype for all-fp8 inputs, not for fp16 q
+  EXPECT_INVALID(c, p, "out");
+}
+
+TEST(ValidationFp8Kv, QDescaleIsRejected) {
+  Case c = fp8kv_case(KvMode::dense, KvScaleMode::per_head);
+  Tensor d = Tensor::make(DType::float32, {2, 2});
+  for (int64_t o : d.offsets()) d.set(o, 1.0f);
+  AttentionParams p = c.params(Backend::automatic);
+  p.q_descale = d.view();
+  EXPECT_INVALID(c, p, "q_descale");
+}
+
+TEST(ValidationFp8Kv, ScalesRankDtypeShape) {
+  for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged}) {
+    Case c = fp8kv_case(kv, KvScaleMode::per_token);
+    SCOPED_TRACE(c.cfg.describe());
+    const Tensor& good = c.k_descale;  // k's shape without its last dim
+    std::vector<int64_t> tok(good.shape, good.shape + good.ndim);
+    std::vector<Tensor> bad;
+    bad.push_back(Tensor::make(DType::float32, {2}));                          // rank 1
+    bad.push_back(Tensor::make(DType::float32, {2, 2, 2, 2}));                 // rank 4
+    bad.push_back(Tensor::make(DType::bfloat16, tok));                         // dtype
+    bad.push_back(Tensor::make(DType::bfloat16, {2, 2}));                      // dtype, per head
+    bad.push_back(Tensor::make(DType::float32, {2, 4}));                       // [B, Hq]
+    std::vector<int64_t> t2 = tok;
+    t2.back() += 1;                                                            // [.., Hkv + 1]
+    bad.push_back(Tensor::make(DType::float32, t2));
+    std::vector<int64_t> t3 = tok;
+    t3.front() += 1;                                                           // one more token / page / row
+    bad.push_back(Tensor::make(DType::float32, t3));
+    for (Tensor& t : bad)
+      for (const char* name : {"k_descale", "v_descale"}) {
+        for (int64_t o : t.offsets()) t.set(o, 1.0f);
+        AttentionParams p = c.params(Backend::automatic);
+        (std::string(name) == "k_descale" ? p.k_descale : p.v_descale) = t.view();
+        SCOPED_TRACE(std::string(name) + " rank " + std::to_string(t.ndim));
+        expect_invalid(c, p, name);
+      }
+  }
+}
+
+TEST(ValidationFp8Kv, BroadcastScalesAreAccepted) {
+  for (KvMode kv : {KvMode::dense, KvMode::varlen, KvMode::cache, KvMode::paged})
+    for (KvScaleMode m : {KvScaleMode::per_head, KvScaleMode::per_token}) {
+      Case c = fp8kv_case(kv, m);
+      for (Tensor* t : {&c.k_descale, &c.v_descale})
+        for (int i = 0; i < t->ndim; ++i) t->stride[i] = 0;  // one factor for everything
+      SCOPED_TRACE(c.cfg.describe());
+      EXPECT_ACCEPTED(c, c.params(Backend::automatic));
+    }
+}
+
+TEST(ValidationFp8Kv, PerTokenScalesOfAllFp8InputsAreRejected) {
+  Case f = fp8_case();  // q, k, v e4m3: factors per (batch, kv head) only
+  Tensor tok = Tensor::make(DType::float32, {2, 5, 2});
+  for (int64_t o : tok.offsets()) tok.set(o, 1.0f);
+  AttentionParams p = f.params(Backend::automatic);
+  p.k_descale = tok.view();
+  EXPECT_INVALID(f, p, "k_descale");
+}
+
+// Varlen k with B == Tk: [B, Hkv] and [Tk, Hkv] have one shape. Refused unless every sequence
+// has exactly one key (then both readings are the same factors).
+TEST(ValidationFp8Kv, VarlenScalesWithBEqualToTkMustBeUnambiguous) {
+  CaseConfig cfg = dense_cfg();
+  cfg.dtype = DType::bfloat16;
+  cfg.fp8_kv = true;
+  cfg.kv = KvMode::varlen;
+  cfg.batch = 2;
+  Case c = make_case(cfg, 7);
+  Tensor k = Tensor::make(DType::float8_e4m3, {2, 2, 8}), v = k;
+  Tensor sc = Tensor::make(DType::float32, {2, 2});
+  for (Tensor* t : {&k, &v, &sc})
+    for (int64_t o : t->offsets()) t->set(o, 0.5f);
+  for (bool identity : {false, true}) {
+    Tensor cu = Tensor::make_i32(identity ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{0, 0, 2});
+    AttentionParams p = c.params(Backend::automatic);
+    p.k = k.view();
+    p.v = v.view();
+    p.cu_seqlens_k = cu.view();
+    p.seqused_k = {};
+    for (TensorView AttentionParams::*f : {&AttentionParams::k_descale, &AttentionParams::v_descale}) {
+      AttentionParams pp = p;
+      pp.*f = sc.view();
+      if (identity) {
+        for (Backend b : {Backend::reference, Backend::cpu}) {
+          pp.backend = b;
+          const Status st = fa4::attention_forward(pp);
+          EXPECT_TRUE(st.ok()) << st.message;
+        }
+      } else {
+        expect_invalid(c, pp, f == &AttentionParams::k_descale ? "k_descale" : "v_descale");
+      }
+    }
+  }
+}
+
+TEST(ValidationFp8Kv, AppendedRowsComeInQsDtype) {
+  for (KvMode kv : {KvMode::cache, KvMode::paged}) {
+    Case c = fp8kv_case(kv, KvScaleMode::per_head, 2);
+    Tensor kn = Tensor::make(DType::float8_e4m3, {2, 2, 2, 8});
+    Tensor kh = Tensor::make(DType::float16, {2, 2, 2, 8});  // bf16 q: fp16 rows are refused too
+    for (Tensor* t : {&kn, &kh})
+      for (int64_t o : t->offsets()) t->set(o, 0.5f);
+    for (Tensor* t : {&kn, &kh}) {
+      AttentionParams p = c.params(Backend::automatic);
+      p.k_new = t->view();
+      EXPECT_INVALID(c, p, "k_new");
+      p = c.params(Backend::automatic);
+      p.v_new = t->view();
+      EXPECT_INVALID(c, p, "v_new");
+    }
+  }
+}
+
 // ------------------------------------------------------------------ GPU layout rules
 // Device tensors with fake pointers: validation runs before any backend, so nothing is touched.
 struct FakeGpu {

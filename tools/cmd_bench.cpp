@@ -2,6 +2,7 @@
 // decode sweep): a table on stdout, progress on stderr, and JSON / CSV records.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <limits>
@@ -23,6 +24,8 @@ const std::vector<OptSpec>& bench_options() {
   static const std::vector<OptSpec> t = {
       {"--backend", 0, ArgKind::choice, "B", "auto, reference, cpu, cuda (default cpu)", 0, 0, 0, 0, "auto|reference|cpu|cuda"},
       {"--dtypes", 0, ArgKind::choice_list, "T,...", "input dtypes from f32, f16, bf16, e4m3 (also fp32, float32, fp16, float16, bfloat16, fp8) (default bf16)", 0, 0, 0, 0, FA4_CLI_DTYPES},
+      {"--kv-dtype", 0, ArgKind::choice, "T", "k / v dtype: e4m3 (fp8) with --dtype f16 / bf16 is an fp8 KV cache (k_new / v_new in --dtype, quantized into it; out in --dtype) (default: each --dtypes entry)", 0, 0, 0, 0, FA4_CLI_DTYPES},
+      {"--kv-scale", 0, ArgKind::choice, "MODE", "fp8 KV cache factors (k_descale / v_descale): per-head [B, Hkv] or per-token (k's shape without its last dim) (default per-head)", 0, 0, 0, 0, "per-head|per-token"},
       {"--seqlens", 0, ArgKind::int_list, "S,...", "prefill: sequence lengths, Sq = Sk (default 512,1024,2048)", 1, 1 << 24},
       {"--head-dims", 0, ArgKind::int_list, "D,...", "head dims, Dqk = Dv (default 64,128; decode 128)", 1, 256},
       {"--causal", 0, ArgKind::choice_list, "no,yes", "prefill: mask variants, no, yes or both (default no,yes)", 0, 0, 0, 0, "no|yes"},
@@ -62,10 +65,10 @@ std::string case_label(const ProblemSpec& s, bool decode) {
   char b[200];
   if (decode)
     std::snprintf(b, sizeof b, "%s B=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " L=%" PRId64 " D=%" PRId64 " page=%" PRId64,
-                  dtype_short(s.dtype), s.batch, s.heads, s.kv_heads, s.seqlen_k, s.head_dim, s.page_size);
+                  dtype_label(s).c_str(), s.batch, s.heads, s.kv_heads, s.seqlen_k, s.head_dim, s.page_size);
   else
     std::snprintf(b, sizeof b, "%s B=%" PRId64 " H=%" PRId64 " Hkv=%" PRId64 " S=%" PRId64 " D=%" PRId64 " causal=%s",
-                  dtype_short(s.dtype), s.batch, s.heads, s.kv_heads, s.seqlen_q, s.head_dim, s.causal ? "yes" : "no");
+                  dtype_label(s).c_str(), s.batch, s.heads, s.kv_heads, s.seqlen_q, s.head_dim, s.causal ? "yes" : "no");
   return b;
 }
 
@@ -91,7 +94,8 @@ std::string json_record(const std::vector<Case>& cases, bool decode, fa4::Backen
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& k = cases[i];
     const ProblemSpec& s = k.spec;
-    j << (i ? ",\n" : "\n") << "    {\"dtype\": \"" << dtype_short(s.dtype) << "\", \"batch\": " << s.batch
+    j << (i ? ",\n" : "\n") << "    {\"dtype\": \"" << dtype_short(s.dtype) << "\", \"kv_dtype\": \""
+      << dtype_short(kv_dtype(s)) << "\", \"batch\": " << s.batch
       << ", \"heads\": " << s.heads << ", \"kv_heads\": " << s.kv_heads << ", \"seqlen_q\": " << s.seqlen_q
       << ", \"seqlen_k\": " << s.seqlen_k << ", \"head_dim\": " << s.head_dim << ", \"head_dim_v\": " << s.head_dim_v
       << ", \"causal\": " << (s.causal ? "true" : "false") << ", \"page_size\": " << s.page_size
@@ -118,7 +122,7 @@ std::string csv_record(const std::vector<Case>& cases, fa4::Backend backend, boo
     std::snprintf(b, sizeof b,
                   "%s,%s,%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64
                   ",%s,%" PRId64 ",%d,%d,%.17g,%.17g,%.6g,%.6g,%.6g,%.6g,%.6g",
-                  fa4::backend_name(backend), dtype_short(s.dtype), s.batch, s.heads, s.kv_heads, s.seqlen_q, s.seqlen_k,
+                  fa4::backend_name(backend), dtype_label(s).c_str(), s.batch, s.heads, s.kv_heads, s.seqlen_q, s.seqlen_k,
                   s.head_dim, s.head_dim_v, s.causal ? "yes" : "no", s.page_size, reps, warmup, k.flops, k.kv_bytes,
                   k.t.median * 1e3, k.t.min * 1e3, k.gflops(), k.gflops_best(), k.gbps());
     c << b;
@@ -193,6 +197,7 @@ int cmd_bench(int argc, char** argv, int first) {
   auto base = [&](const std::string& dt, int64_t d) {
     ProblemSpec p;
     p.dtype = dtype_from_name(dt);
+    set_kv_dtype(a, &p);
     p.head_dim = p.head_dim_v = d;
     p.batch = a.get_int("--batch", decode ? (quick ? 2 : 4) : 1);
     p.heads = a.get_int("--heads", quick ? 4 : decode ? 32 : std::max<int64_t>(1, 2048 / d));
@@ -242,6 +247,8 @@ int cmd_bench(int argc, char** argv, int first) {
   // ---- run ----
   const bool tty = isatty(fileno(stderr));
   bool header_done = false, all_pass = true;
+  int dw = 5;  // the dtype column: as wide as the widest label ("bf16/kv-e4m3")
+  for (const Case& k : cases) dw = std::max(dw, static_cast<int>(dtype_label(k.spec).size()));
   for (size_t i = 0; i < cases.size(); ++i) {
     Case& k = cases[i];
     const std::string label = case_label(k.spec, decode);
@@ -271,21 +278,21 @@ int cmd_bench(int argc, char** argv, int first) {
       std::printf("fa4 bench: %s sweep, backend %s (%s), %d reps + %d warmup, %zu cases\n", decode ? "decode" : "prefill",
                   fa4::backend_name(backend), detail.c_str(), reps, warmup, cases.size());
       if (decode)
-        std::printf("%-5s %5s %5s %4s %7s %4s %5s %12s %12s %9s %9s", "dtype", "B", "Hq", "Hkv", "L", "D", "page",
+        std::printf("%-*s %5s %5s %4s %7s %4s %5s %12s %12s %9s %9s", dw, "dtype", "B", "Hq", "Hkv", "L", "D", "page",
                     "median ms", "min ms", "GB/s", "GFLOP/s");
       else
-        std::printf("%-5s %5s %5s %4s %7s %4s %-6s %12s %12s %9s", "dtype", "B", "H", "Hkv", "S", "D", "causal",
+        std::printf("%-*s %5s %5s %4s %7s %4s %-6s %12s %12s %9s", dw, "dtype", "B", "H", "Hkv", "S", "D", "causal",
                     "median ms", "min ms", "GFLOP/s");
       std::printf("%s\n", check ? "     rel-L2  check" : "");
     }
     const ProblemSpec& s = k.spec;
     if (decode)
-      std::printf("%-5s %5" PRId64 " %5" PRId64 " %4" PRId64 " %7" PRId64 " %4" PRId64 " %5" PRId64 " %12.3f %12.3f %9.2f %9.2f",
-                  dtype_short(s.dtype), s.batch, s.heads, s.kv_heads, s.seqlen_k, s.head_dim, s.page_size,
+      std::printf("%-*s %5" PRId64 " %5" PRId64 " %4" PRId64 " %7" PRId64 " %4" PRId64 " %5" PRId64 " %12.3f %12.3f %9.2f %9.2f",
+                  dw, dtype_label(s).c_str(), s.batch, s.heads, s.kv_heads, s.seqlen_k, s.head_dim, s.page_size,
                   k.t.median * 1e3, k.t.min * 1e3, k.gbps(), k.gflops());
     else
-      std::printf("%-5s %5" PRId64 " %5" PRId64 " %4" PRId64 " %7" PRId64 " %4" PRId64 " %-6s %12.3f %12.3f %9.2f",
-                  dtype_short(s.dtype), s.batch, s.heads, s.kv_heads, s.seqlen_q, s.head_dim, s.causal ? "yes" : "no",
+      std::printf("%-*s %5" PRId64 " %5" PRId64 " %4" PRId64 " %7" PRId64 " %4" PRId64 " %-6s %12.3f %12.3f %9.2f",
+                  dw, dtype_label(s).c_str(), s.batch, s.heads, s.kv_heads, s.seqlen_q, s.head_dim, s.causal ? "yes" : "no",
                   k.t.median * 1e3, k.t.min * 1e3, k.gflops());
     if (check) std::printf(" %10.2e  %s", k.err.out_rel_l2, k.err.pass ? "PASS" : "FAIL");
     std::printf("\n");

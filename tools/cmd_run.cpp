@@ -29,6 +29,8 @@ const std::vector<OptSpec>& run_options() {
       {"--head-dim", 'd', ArgKind::integer, "D", "head dim of q and k (default 64)", 1, 256},
       {"--head-dim-v", 0, ArgKind::integer, "DV", "head dim of v and out (default --head-dim)", 1, 256},
       {"--dtype", 0, ArgKind::choice, "T", "input dtype: f32 (fp32, float32), f16 (fp16, float16), bf16 (bfloat16), e4m3 (fp8; out bf16) (default bf16)", 0, 0, 0, 0, FA4_CLI_DTYPES},
+      {"--kv-dtype", 0, ArgKind::choice, "T", "k / v dtype: e4m3 (fp8) with --dtype f16 / bf16 is an fp8 KV cache (k_new / v_new in --dtype, quantized into it; out in --dtype) (default --dtype)", 0, 0, 0, 0, FA4_CLI_DTYPES},
+      {"--kv-scale", 0, ArgKind::choice, "MODE", "fp8 KV cache factors (k_descale / v_descale): per-head [B, Hkv] or per-token (k's shape without its last dim) (default per-head)", 0, 0, 0, 0, "per-head|per-token"},
       {"--causal", 0, ArgKind::flag, "", "causal mask (bottom-right aligned)"},
       {"--window", 0, ArgKind::int_pair, "L,R", "sliding window, -1 = unbounded side", -1, kI32},
       {"--chunk", 0, ArgKind::integer, "C", "chunked causal attention with chunk size C (0 = off)", 0, kI32},
@@ -77,7 +79,8 @@ std::string run_help() {
          "\n"
          "examples:\n"
          "  fa4 run -b 1 -s 1024 --heads 16 -d 128 --causal --reps 10\n"
-         "  fa4 run --paged 16 --kv-cache --append 1 --seqlen-q 1 --seqlen-k 4096 --kv-heads 1 --check\n";
+         "  fa4 run --paged 16 --kv-cache --append 1 --seqlen-q 1 --seqlen-k 4096 --kv-heads 1 --check\n"
+         "  fa4 run --paged 16 --append 1 --seqlen-q 1 --seqlen-k 4096 --kv-dtype e4m3 --kv-scale per-token --check\n";
 }
 
 int cmd_run(int argc, char** argv, int first) {
@@ -97,6 +100,7 @@ int cmd_run(int argc, char** argv, int first) {
   s.head_dim = a.get_int("--head-dim", 64);
   s.head_dim_v = a.get_int("--head-dim-v", s.head_dim);
   s.dtype = dtype_from_name(a.get_str("--dtype", "bf16"));
+  set_kv_dtype(a, &s);
   s.causal = a.flag("--causal");
   const auto win = a.get_pair("--window", {-1, -1});
   s.window_left = win.first;
@@ -136,7 +140,7 @@ int cmd_run(int argc, char** argv, int first) {
   st = time_problem(*hp, *dev, reps, warmup, &t, &plan);
   if (!st) return report_status(st);  // before any output: a rejected call prints one line only
   std::printf("fa4 run: backend %s, dtype %s, layout %s, mask %s\n", fa4::backend_name(backend),
-              dtype_short(s.dtype), layout_name(s).c_str(), mask_name(s).c_str());
+              dtype_label(s).c_str(), layout_name(s).c_str(), mask_name(s).c_str());
   // The kernel and tile the call ran on (the cuda planner's choice, e.g. sm80 vs sm90).
   std::printf("plan: kernel %s, tile %" PRId64 "x%" PRId64 ", PackGQA %s, splits %d%s\n", plan.kernel.c_str(), plan.tile_m,
               plan.tile_n, plan.pack_gqa ? "yes" : "no", plan.splits,
@@ -189,7 +193,9 @@ int cmd_run(int argc, char** argv, int first) {
       << "  \"backend\": \"" << fa4::backend_name(backend) << "\",\n"
       << "  \"plan\": {\"kernel\": \"" << json_escape(plan.kernel) << "\", \"tile_m\": " << plan.tile_m << ", \"tile_n\": "
       << plan.tile_n << ", \"pack_gqa\": " << (plan.pack_gqa ? "true" : "false") << ", \"splits\": " << plan.splits << "},\n"
-      << "  \"dtype\": \"" << dtype_short(s.dtype) << "\",\n"
+      << "  \"dtype\": \"" << dtype_short(s.dtype) << "\", \"kv_dtype\": \"" << dtype_short(kv_dtype(s)) << "\""
+      << (s.kv_fp8 ? std::string(", \"kv_scale\": \"") + (s.kv_scale_per_token ? "per-token" : "per-head") + "\"" : "")
+      << ",\n"
       << "  \"layout\": \"" << json_escape(layout_name(s)) << "\",\n"
       << "  \"mask\": \"" << json_escape(mask_name(s)) << "\",\n"
       << "  \"batch\": " << s.batch << ", \"seqlen_q\": " << s.seqlen_q << ", \"seqlen_k\": " << s.seqlen_k

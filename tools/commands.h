@@ -11,6 +11,8 @@
 
 namespace fa4cli {
 
+class ParsedArgs;
+
 constexpr int kExitOk = 0, kExitCheckFailed = 1, kExitUsage = 2, kExitFailure = 3;
 
 int cmd_run(int argc, char** argv, int first);
@@ -33,6 +35,9 @@ int report_status(const fa4::Status& st);
 // bfloat16, e4m3 fp8 float8_e4m3 float8_e4m3fn (outputs always print the short name).
 #define FA4_CLI_DTYPES "f32|fp32|float32|f16|fp16|float16|half|bf16|bfloat16|e4m3|fp8|float8_e4m3|float8_e4m3fn"
 fa4::DType dtype_from_name(const std::string& s);        // any spelling in FA4_CLI_DTYPES
+// --kv-dtype / --kv-scale into s (after s->dtype is set): an fp8 KV cache for --kv-dtype e4m3
+// with a 16-bit --dtype; --kv-dtype equal to --dtype is the default (usage errors otherwise).
+void set_kv_dtype(const ParsedArgs& a, ProblemSpec* s);
 fa4::Backend backend_from_name(const std::string& s);    // auto reference cpu cuda
 Dist dist_from_name(const std::string& s);               // normal uniform outliers
 

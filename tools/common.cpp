@@ -22,7 +22,8 @@ int report_status(const fa4::Status& st) {
       {"num_threads", "--threads"},  {"backend", "--backend"},       {"sinks", "--sinks"},
       {"cache_seqlens", "--kv-cache"}, {"page_table", "--paged"},    {"cache_batch_idx", "--cache-batch-idx"},
       {"k_new", "--append"},         {"v_new", "--append"},          {"cu_seqlens_q", "--varlen"},
-      {"cu_seqlens_k", "--varlen"},  {"lse", "--lse"},
+      {"cu_seqlens_k", "--varlen"},  {"lse", "--lse"},             {"k_descale", "--kv-scale"},
+      {"v_descale", "--kv-scale"},
   };
   auto it = flag_of.find(st.argument);
   std::string msg = st.message;
@@ -39,6 +40,18 @@ fa4::DType dtype_from_name(const std::string& s) {
   if (s == "bf16" || s == "bfloat16") return fa4::DType::bfloat16;
   usage_error("--dtype", "expected one of f32, f16, bf16, e4m3 (or fp32/float32, fp16/float16, bfloat16, fp8), got '" +
                              s + "'");
+}
+
+void set_kv_dtype(const ParsedArgs& a, ProblemSpec* s) {
+  if (a.has("--kv-dtype")) {
+    const fa4::DType kv = dtype_from_name(a.get_str("--kv-dtype", ""));
+    s->kv_fp8 = kv == fa4::DType::float8_e4m3 && s->dtype != fa4::DType::float8_e4m3;
+    if (kv != s->dtype && !s->kv_fp8)
+      usage_error("--kv-dtype", std::string("must be --dtype's (") + dtype_short(s->dtype) +
+                                    ") or e4m3 (an fp8 KV cache), got " + dtype_short(kv));
+  }
+  s->kv_scale_per_token = a.get_str("--kv-scale", "per-head") == "per-token";
+  if (a.has("--kv-scale") && !s->kv_fp8) usage_error("--kv-scale", "only with --kv-dtype e4m3 (and --dtype f16 or bf16)");
 }
 
 fa4::Backend backend_from_name(const std::string& s) {

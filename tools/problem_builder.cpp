@@ -36,7 +36,16 @@ const char* dtype_short(fa4::DType t) {
   return "?";
 }
 
+std::string dtype_label(const ProblemSpec& s) {
+  return std::string(dtype_short(s.dtype)) + (s.kv_fp8 ? "/kv-e4m3" : "");
+}
+
+fa4::DType kv_dtype(const ProblemSpec& s) { return s.kv_fp8 ? fa4::DType::float8_e4m3 : s.dtype; }
+
 void check_spec(const ProblemSpec& s) {
+  if (s.kv_fp8 && s.dtype != fa4::DType::float16 && s.dtype != fa4::DType::bfloat16)
+    usage_error("--kv-dtype", std::string("e4m3 (an fp8 KV cache) needs --dtype f16 or bf16, got ") + dtype_short(s.dtype));
+  if (s.kv_scale_per_token && !s.kv_fp8) usage_error("--kv-scale", "only with --kv-dtype e4m3");
   if (s.heads % s.kv_heads != 0) {
     usage_error("--kv-heads", "must divide --heads (" + std::to_string(s.heads) + "), got " + std::to_string(s.kv_heads));
   }
@@ -194,7 +203,7 @@ double HostProblem::kv_bytes() const {
   double keys = 0.0;
   for (int64_t l : seqlen_k) keys += static_cast<double>(l);
   return keys * static_cast<double>(spec.kv_heads) * static_cast<double>(spec.head_dim + spec.head_dim_v) *
-         static_cast<double>(fa4::dtype_size(spec.dtype));
+         static_cast<double>(fa4::dtype_size(kv_dtype(spec)));
 }
 
 std::unique_ptr<HostProblem> build_problem(const ProblemSpec& s) {
@@ -236,13 +245,14 @@ std::unique_ptr<HostProblem> build_problem(const ProblemSpec& s) {
   // ---- size check before allocating anything ----
   {
     const double es = static_cast<double>(fa4::dtype_size(s.dtype));
+    const double kv_es = static_cast<double>(fa4::dtype_size(kv_dtype(s)));
     const double q_rows = s.varlen ? Tq : static_cast<double>(B) * s.seqlen_q;
     const double kv_rows = paged ? static_cast<double>(num_pages) * s.page_size
                            : varlen_k ? static_cast<double>(Tk)
                                       : static_cast<double>(Bc) * s.seqlen_k;
     const double out_es = s.dtype == fa4::DType::float8_e4m3 ? 2.0 : es;
     double bytes = q_rows * Hq * (Dqk * es + Dv * out_es * 2.0 /* out + reference copy */ + 8.0 /* lse */) +
-                   kv_rows * Hkv * (Dqk + Dv) * es * (N > 0 ? 2.0 : 1.0) +
+                   kv_rows * Hkv * (Dqk + Dv) * kv_es * (N > 0 ? 2.0 : 1.0) +
                    static_cast<double>(B) * N * Hkv * (Dqk + Dv) * es;
     const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
     if (phys > 0 && bytes > 0.8 * phys) {
@@ -260,6 +270,7 @@ std::unique_ptr<HostProblem> build_problem(const ProblemSpec& s) {
   // ---- tensors ----
   const fa4::DType dt = s.dtype;
   const fa4::DType odt = dt == fa4::DType::float8_e4m3 ? fa4::DType::bfloat16 : dt;
+  const fa4::DType kdt = kv_dtype(s);  // k / v (the caches)
   fa4::AttentionParams& p = P.params;
   if (s.varlen) {
     P.q = make_tensor(dt, {Tq, Hq, Dqk});
@@ -274,16 +285,16 @@ std::unique_ptr<HostProblem> build_problem(const ProblemSpec& s) {
     if (s.lse) P.lse = make_tensor(fa4::DType::float32, {B, Hq, s.seqlen_q});
   }
   if (paged) {
-    P.k = make_tensor(dt, {num_pages, s.page_size, Hkv, Dqk});
-    P.v = make_tensor(dt, {num_pages, s.page_size, Hkv, Dv});
+    P.k = make_tensor(kdt, {num_pages, s.page_size, Hkv, Dqk});
+    P.v = make_tensor(kdt, {num_pages, s.page_size, Hkv, Dv});
     P.page_table = make_tensor(fa4::DType::int32, {B, max_pages});
     std::vector<int32_t> perm(num_pages);
     std::iota(perm.begin(), perm.end(), 0);
     for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.range(0, i)]);
     for (int64_t i = 0; i < B * max_pages; ++i) i32(P.page_table)[i] = perm[i];
   } else if (s.kv_cache) {
-    P.k = make_tensor(dt, {Bc, s.seqlen_k, Hkv, Dqk});
-    P.v = make_tensor(dt, {Bc, s.seqlen_k, Hkv, Dv});
+    P.k = make_tensor(kdt, {Bc, s.seqlen_k, Hkv, Dqk});
+    P.v = make_tensor(kdt, {Bc, s.seqlen_k, Hkv, Dv});
     if (s.cache_batch_idx) {
       P.cache_batch_idx = make_tensor(fa4::DType::int32, {B});
       std::vector<int32_t> perm(Bc);
@@ -292,14 +303,14 @@ std::unique_ptr<HostProblem> build_problem(const ProblemSpec& s) {
       for (int64_t b = 0; b < B; ++b) i32(P.cache_batch_idx)[b] = perm[b];
     }
   } else if (varlen_k) {
-    P.k = make_tensor(dt, {Tk, Hkv, Dqk});
-    P.v = make_tensor(dt, {Tk, Hkv, Dv});
+    P.k = make_tensor(kdt, {Tk, Hkv, Dqk});
+    P.v = make_tensor(kdt, {Tk, Hkv, Dv});
     P.cu_seqlens_k = make_tensor(fa4::DType::int32, {B + 1});
     for (int64_t b = 0; b < B; ++b) i32(P.cu_seqlens_k)[b + 1] = i32(P.cu_seqlens_k)[b] + static_cast<int32_t>(P.seqlen_k[b]);
     p.max_seqlen_k = *std::max_element(P.seqlen_k.begin(), P.seqlen_k.end());
   } else {
-    P.k = make_tensor(dt, {B, s.seqlen_k, Hkv, Dqk});
-    P.v = make_tensor(dt, {B, s.seqlen_k, Hkv, Dv});
+    P.k = make_tensor(kdt, {B, s.seqlen_k, Hkv, Dqk});
+    P.v = make_tensor(kdt, {B, s.seqlen_k, Hkv, Dv});
   }
   if (cache && pass_cache_seqlens) {
     P.cache_seqlens = make_tensor(fa4::DType::int32, {B});
@@ -313,11 +324,15 @@ std::unique_ptr<HostProblem> build_problem(const ProblemSpec& s) {
     P.sinks = make_tensor(fa4::DType::float32, {Hq});
     for (int64_t h = 0; h < Hq; ++h) static_cast<float*>(P.sinks.view.data)[h] = static_cast<float>(rng.normal() + 1.0);
   }
-  if (dt == fa4::DType::float8_e4m3) {
+  if (dt == fa4::DType::float8_e4m3 || s.kv_fp8) {
     for (HostTensor* t : {&P.q_descale, &P.k_descale, &P.v_descale}) {
-      *t = make_tensor(fa4::DType::float32, {B, Hkv});
+      if (s.kv_fp8 && t == &P.q_descale) continue;  // q is 16-bit
+      const fa4::TensorView& kv = P.k.view;  // per token: k's shape without its last dim
+      if (s.kv_scale_per_token && kv.ndim == 4) *t = make_tensor(fa4::DType::float32, {kv.shape[0], kv.shape[1], Hkv});
+      else if (s.kv_scale_per_token) *t = make_tensor(fa4::DType::float32, {kv.shape[0], Hkv});
+      else *t = make_tensor(fa4::DType::float32, {B, Hkv});
       // Inputs are ~8x a unit normal (see fill_random); descales bring them back near 1/8.
-      for (int64_t i = 0; i < B * Hkv; ++i)
+      for (int64_t i = 0; i < t->view.numel(); ++i)
         static_cast<float*>(t->view.data)[i] = static_cast<float>((0.5 + rng.uniform()) / 8.0);
     }
   }

@@ -25,6 +25,11 @@ struct ProblemSpec {
   int64_t heads = 4, kv_heads = 4;
   int64_t head_dim = 64, head_dim_v = 64;
   fa4::DType dtype = fa4::DType::bfloat16;
+  // An fp8 KV cache (--kv-dtype e4m3 with f16 / bf16 q): k / v (and the cache appended to) in
+  // float8_e4m3 with fp32 k / v factors per (batch, kv head) or, kv_scale_per_token, per token;
+  // k_new / v_new stay in dtype.
+  bool kv_fp8 = false;
+  bool kv_scale_per_token = false;
 
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
@@ -56,6 +61,10 @@ std::string layout_name(const ProblemSpec& s);
 // "none", "causal", "window(L,R)", "chunk(C)", ...
 std::string mask_name(const ProblemSpec& s);
 const char* dtype_short(fa4::DType t);  // f32 f16 bf16 e4m3
+// dtype_short of q, plus "/kv-e4m3" for an fp8 KV cache ("bf16/kv-e4m3").
+std::string dtype_label(const ProblemSpec& s);
+// k / v storage dtype: e4m3 for an fp8 KV cache, else dtype.
+fa4::DType kv_dtype(const ProblemSpec& s);
 
 // A host allocation (64-byte aligned) with a view over it.
 struct HostTensor {

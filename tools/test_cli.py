@@ -59,6 +59,14 @@ RUN_CASES = [
     ["--dtype", "e4m3", "--lse"],
     ["--dtype", "e4m3", "--causal", "--paged", "16"],
     ["--dtype", "f16", "--causal", "--lse"],
+    # fp8 KV caches (16-bit q, e4m3 k / v): every KV layout, both factor modes, appends
+    ["--kv-dtype", "e4m3", "--lse"],
+    ["--kv-dtype", "e4m3", "--kv-scale", "per-token", "--causal", "--splits", "3", "--lse"],
+    ["--kv-dtype", "e4m3", "--kv-scale", "per-token", "--varlen", "--lse"],
+    ["--kv-dtype", "fp8", "--dtype", "f16", "--kv-cache", "--append", "2", "--cache-batch-idx", "--sinks"],
+    ["--kv-dtype", "e4m3", "--kv-scale", "per-token", "--paged", "3", "--append", "1", "--seqlen-q", "1",
+     "--kv-heads", "1", "--lse"],
+    ["--kv-dtype", "e4m3", "--kv-scale", "per-token", "--paged", "1", "--varlen", "--window", "9,0"],
     ["--dtype", "f32", "--lse", "--kv-heads", "2"],
     ["--dtype", "f32", "--kv-heads", "1", "--dist", "outliers", "--lse"],
     ["--dist", "uniform", "--head-dim", "40", "--head-dim-v", "24", "--scale", "0.3"],
@@ -158,6 +166,18 @@ def test_run_json(tmp):
                and doc["plan"]["kernel"], "run JSON plan", json.dumps(doc))
     except (OSError, ValueError, KeyError) as e:
         expect(False, f"run JSON unreadable: {e}")
+    rc, out, err = fa4("run", *SMALL, "--kv-dtype", "e4m3", "--kv-scale", "per-token", "--paged", "16", "--check",
+                       "--json", js)
+    expect(rc == 0 and "dtype bf16/kv-e4m3" in out, f"run --kv-dtype e4m3 --json: exit {rc}", out + err)
+    try:
+        with open(js) as f:
+            doc = json.load(f)
+        # K + V bytes read once: every key of every sequence, Hkv = 4, (32 + 32) one-byte elements
+        expect(doc["dtype"] == "bf16" and doc["kv_dtype"] == "e4m3" and doc["kv_scale"] == "per-token"
+               and doc["check"]["pass"] is True and doc["kv_bytes"] == 2 * 48 * 4 * 64, "run JSON of an fp8 KV cache",
+               json.dumps(doc))
+    except (OSError, ValueError, KeyError) as e:
+        expect(False, f"run JSON (fp8 KV) unreadable: {e}")
 
 
 def test_bench_decode(tmp):
@@ -177,6 +197,20 @@ def test_bench_decode(tmp):
                    and c["kv_gbps"] > 0 and c["pass"] is True, "decode JSON case", str(c))
     except (OSError, ValueError, KeyError) as e:
         expect(False, f"decode JSON unreadable: {e}")
+    # An fp8 KV cache: K + V read at one byte per element.
+    rc, out, err = fa4("bench", "--decode", "--quick", "--kv-lens", "100", "--pages", "0,3", "--reps", "1",
+                       "--kv-dtype", "e4m3", "--kv-scale", "per-token", "--check", "--json", js)
+    expect(rc == 0 and out.count("PASS") == 2 and "bf16/kv-e4m3" in out, f"bench --decode --kv-dtype e4m3: exit {rc}",
+           out + err)
+    try:
+        with open(js) as f:
+            cases = json.load(f)["cases"]
+        for c in cases:
+            b, l, hkv, d = c["batch"], c["seqlen_k"], c["kv_heads"], c["head_dim"]
+            expect(c["dtype"] == "bf16" and c["kv_dtype"] == "e4m3" and c["kv_bytes"] == b * l * hkv * 2 * d
+                   and c["pass"] is True, "decode JSON case of an fp8 KV cache", str(c))
+    except (OSError, ValueError, KeyError) as e:
+        expect(False, f"decode JSON (fp8 KV) unreadable: {e}")
 
 
 def test_info_help():
@@ -267,6 +301,11 @@ BAD = [
     (["info", "--verbose"], "--verbose"),
     (["info", "--json", "x"], "x"),                              # --json is a flag on info
     (["run", "--dtype", "float64"], "--dtype"),
+    (["run", "--kv-dtype", "e4m3", "--dtype", "f32"], "--kv-dtype"),   # fp8 KV needs 16-bit q
+    (["run", "--kv-dtype", "f16"], "--kv-dtype"),                      # neither --dtype's nor e4m3
+    (["run", "--kv-scale", "per-token"], "--kv-scale"),                # without an fp8 KV cache
+    (["run", "--kv-dtype", "e4m3", "--kv-scale", "per-page"], "--kv-scale"),
+    (["bench", "--quick", "--dtypes", "f32", "--kv-dtype", "e4m3"], "--kv-dtype"),
     (["run", "--dtype", "FP16"], "--dtype"),                      # spellings are lower case
     (["bench", "--dtypes", "fp16,bfloat17"], "--dtypes"),
     (["frob"], "frob"),

@@ -10,12 +10,28 @@
 //   paged KV   k[num_pages, page_size, Hkv, Dqk] v[num_pages, page_size, Hkv, Dv] with
 //              page_table[B, max_pages]; capacity = max_pages * page_size; cache_seqlens[B]
 //              optional (default: capacity)
-//   append     k_new[B, Snew, Hkv, Dqk] v_new[B, Snew, Hkv, Dv]: rows written into the cache at
+//   append     k_new[B, Snew, Hkv, Dqk] v_new[B, Snew, Hkv, Dv] (k's dtype; q's for an fp8 KV
+//              cache, quantized into it): rows written into the cache at
 //              positions cache_seqlens[b] .. cache_seqlens[b] + Snew - 1 before attention, which
 //              then sees cache_seqlens[b] + Snew keys. Needs a (contiguous or paged) cache and
 //              cache_seqlens; not combined with varlen q.
 // Varlen q combines with varlen k, with a KV cache or with paged KV (serving with ragged
 // prefill chunks); B is then len(cu_seqlens_q) - 1.
+//
+// Dtypes: q, k, v all float32, float16 or bfloat16 (out: q's dtype); all float8_e4m3 (out
+// bfloat16; q/k/v_descale [B, Hkv]); or an fp8 KV cache: q float16 / bfloat16 with k and v both
+// float8_e4m3, in any KV layout above (reference and cpu backends; cuda: unsupported). Then
+// out and lse are as for 16-bit q (out in q's dtype), q_descale must be absent, and K / V
+// are dequantized as e4m3 value x factor, the factors from k_descale / v_descale (fp32, each
+// optional = 1, any strides, 0 broadcasts) given either
+//   per (batch, kv head)   [B, Hkv]  (FlashAttention-3's convention), or
+//   per (token, kv head)   k's shape without its last dim: dense [B, Sk, Hkv], varlen
+//                          [Tk, Hkv], cache [Bc, Sk_max, Hkv], paged [num_pages, page_size, Hkv].
+// (Varlen k with B == Tk: both are [B, Hkv]-shaped, and such a call is refused unless
+// cu_seqlens_k = 0, 1, ..., B, where both readings agree.) Appends into an fp8 cache: k_new /
+// v_new in q's dtype, each element stored as e4m3(x / factor of its row) (fp32 quotient,
+// saturating to +-448, NaN kept); per-token factors are read at the new rows' slots, which the
+// caller fills before the call. The attention then reads the quantized rows.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +48,7 @@ const char* backend_name(Backend b);
 struct AttentionParams {
   // ---- tensors (q, k, v, out required) ----
   TensorView q, k, v;
-  TensorView out;  // dtype: q's dtype for fp32/fp16/bf16 inputs, bf16 for fp8 inputs
+  TensorView out;  // dtype: q's dtype for fp32/fp16/bf16 q (fp8 KV caches too), bf16 for fp8 q
   TensorView lse;  // optional fp32 output, natural log units, includes the sink
 
   // ---- scores ----
@@ -54,7 +70,9 @@ struct AttentionParams {
   // ---- attention sinks: fp32 [Hq], one logit per query head, denominator only ----
   TensorView sinks;
 
-  // ---- fp8 e4m3 inputs: fp32 dequantization factors, each [B, Hkv] (optional, default 1) ----
+  // ---- fp8 e4m3 inputs: fp32 dequantization factors (optional, default 1) ----
+  // All-fp8 q/k/v: each [B, Hkv]. fp8 KV cache (16-bit q): k_descale / v_descale only, each
+  // [B, Hkv] or per token (see the top of this file).
   TensorView q_descale, k_descale, v_descale;
 
   // ---- variable length (int32) ----

@@ -31,6 +31,8 @@ except ImportError:  # pragma: no cover - ml_dtypes is optional
 
 _F32 = _np.dtype(_np.float32)
 _I32 = _np.dtype(_np.int32)
+# NumPy's own float dtypes, which cross as they are even among raw views
+_PLAIN = (_F32, _np.dtype(_np.float16))
 
 # Set by fa4._torch when torch is loaded: the torch.Tensor class and the torch implementation.
 _torch_tensor = None
@@ -161,12 +163,15 @@ class _NumPyRaw(_NumPy):
     def conv(x, name):
         if x is None:
             return None
+        d = getattr(x, "dtype", None)
+        if d in _PLAIN:  # a float16 / float32 q with a float8 KV cache (or the reverse): as it is
+            return x
         try:
-            u = _RAW[x.dtype]
-        except (KeyError, AttributeError, TypeError):
+            u = _RAW[d]
+        except (KeyError, TypeError):
             d = getattr(x, "dtype", type(x).__name__)
             raise _error(DTypeError, name,
-                         f"{name}: expected dtype bfloat16 or float8_e4m3fn like q, got {d}") from None
+                         f"{name}: expected dtype float32, float16, bfloat16 or float8_e4m3fn, got {d}") from None
         return x.view(u)
 
 
@@ -252,11 +257,13 @@ class _Jax(_Generic):
         return _np.dtype(d) if d is not None else _F32
 
 
-def _framework(q):
-    """The adapter for q's framework (not torch: that has its own path)."""
+def _framework(q, *kv):
+    """The adapter for q's framework (not torch: that has its own path). NumPy arrays cross as
+    raw views when q, or k / v (a float8 KV cache under float16 queries), is an ml_dtypes type."""
     t = type(q)
     if t is _np.ndarray:
-        return _numpy_raw if q.dtype in _RAW else _numpy
+        raw = q.dtype in _RAW or any(isinstance(x, _np.ndarray) and x.dtype in _RAW for x in kv)
+        return _numpy_raw if raw else _numpy
     mod = t.__module__ or ""
     if mod.startswith("cupy"):
         import cupy
@@ -275,7 +282,8 @@ def _framework(q):
                          "writes its outputs in place); use fa4.jax.attention (an XLA custom call, jit-able)")
         return _Jax(jnp)
     if isinstance(q, _np.ndarray):  # ndarray subclasses
-        return _numpy_raw if q.dtype in _RAW else _numpy
+        raw = q.dtype in _RAW or any(isinstance(x, _np.ndarray) and x.dtype in _RAW for x in kv)
+        return _numpy_raw if raw else _numpy
     ns = getattr(q, "__array_namespace__", None)
     if ns is not None:
         return _Generic(ns(), getattr(q, "device", None))
@@ -359,7 +367,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), chunk=0, softcap=0.0, s
     if _is_torch(q):
         return _torch_impl.attention(q, k, v, causal, window, chunk, softcap, sinks, scale, return_lse, out,
                                      backend, q_descale, k_descale, v_descale, num_splits, num_threads)
-    fw = _framework(q)
+    fw = _framework(q, k, v)
     if fw is None:
         return _fallback(attention, (("q", q), ("k", k), ("v", v)),
                          dict(causal=causal, window=window, chunk=chunk, softcap=softcap,
@@ -397,7 +405,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, seqused_k=None, max
                                             max_seqlen_k, causal, window, chunk, softcap, sinks, scale,
                                             return_lse, out, backend, q_descale, k_descale, v_descale,
                                             num_splits, num_threads)
-    fw = _framework(q)
+    fw = _framework(q, k, v)
     if fw is None:
         return _fallback(attention_varlen, (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
                                             ("cu_seqlens_k", cu_seqlens_k)),
@@ -442,7 +450,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens
                                                   page_table, cu_seqlens_q, max_seqlen_q, num_splits, causal,
                                                   window, chunk, softcap, sinks, scale, return_lse, out, backend,
                                                   q_descale, k_descale, v_descale, num_threads)
-    fw = _framework(q)
+    fw = _framework(q, k_cache, v_cache)
     if fw is None:
         if k is not None:
             raise _error(UnsupportedError, "k", "k: appending into a cache needs NumPy, torch, CuPy or "

@@ -106,11 +106,14 @@ def is_fp8(x):
     return "float8" in _dtype_name(x)
 
 
-def descales(q, q_descale, k_descale, v_descale):
+def descales(q, k, q_descale, k_descale, v_descale):
     """flash-attn applies descale factors to float8 inputs only and ignores them otherwise (vLLM
-    passes them for every dtype); fa4 rejects them on 16-bit inputs, so they are dropped here."""
+    passes them for every dtype); fa4 rejects them on 16-bit inputs, so they are dropped here.
+    A float8 KV cache under 16-bit queries keeps k / v's factors (q's is dropped: q is not fp8)."""
     if is_fp8(q):
         return q_descale, k_descale, v_descale
+    if is_fp8(k):
+        return None, k_descale, v_descale
     return None, None, None
 
 

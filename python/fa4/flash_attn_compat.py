@@ -92,7 +92,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_se
         _fc.unsupported("cp_world_size", "context parallelism inside the call (cp_world_size > 1)")
     num_splits = _args.as_num_splits(num_splits)
     lse = return_attn_probs or return_softmax_lse
-    qd, kd, vd = _fc.descales(q, q_descale, k_descale, v_descale)
+    qd, kd, vd = _fc.descales(q, k, q_descale, k_descale, v_descale)
     res = _fc.varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                           _fc.seqlen_hint(max_seqlen_q, "max_seqlen_q"), _fc.seqlen_hint(max_seqlen_k, "max_seqlen_k"),
                           causal, wl, wr, 0, softcap, scale, _fc.sinks_f32(s_aux), lse, out, qd, kd, vd, num_splits,

@@ -80,7 +80,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     scale, causal, w, chunk, softcap, num_splits = _scalars(softmax_scale, causal, window_size, attention_chunk,
                                                             softcap, num_splits, pack_gqa, deterministic, sm_margin,
                                                             return_attn_probs=return_attn_probs)
-    qd, kd, vd = _fc.descales(q, q_descale, k_descale, v_descale)
+    qd, kd, vd = _fc.descales(q, k, q_descale, k_descale, v_descale)
     return attention(q, k, v, causal=causal, window=w, chunk=chunk, softcap=softcap, scale=scale,
                      sinks=_sink(learnable_sink, s_aux), return_lse=return_attn_probs, out=out, q_descale=qd,
                      k_descale=kd, v_descale=vd, num_splits=num_splits)
@@ -126,7 +126,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     scale, causal, (wl, wr), chunk, softcap, num_splits = _scalars(
         softmax_scale, causal, window_size, attention_chunk, softcap, num_splits, pack_gqa, deterministic, sm_margin,
         return_attn_probs=return_attn_probs)
-    qd, kd, vd = _fc.descales(q, q_descale, k_descale, v_descale)
+    qd, kd, vd = _fc.descales(q, k, q_descale, k_descale, v_descale)
     sinks = _sink(learnable_sink, s_aux)
     max_sq = _fc.seqlen_hint(max_seqlen_q, "max_seqlen_q")
     max_sk = _fc.seqlen_hint(max_seqlen_k, "max_seqlen_k")
@@ -158,7 +158,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     scale, causal, w, chunk, softcap, num_splits = _scalars(
         softmax_scale, causal, window_size, attention_chunk, softcap, num_splits, pack_gqa, False, sm_margin,
         rotary_interleaved=rotary_interleaved, return_softmax_lse=return_softmax_lse)
-    qd, kd, vd = _fc.descales(q, q_descale, k_descale, v_descale)
+    qd, kd, vd = _fc.descales(q, k_cache, q_descale, k_descale, v_descale)
     res = attention_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens,
                                  cache_batch_idx=cache_batch_idx, page_table=page_table, cu_seqlens_q=cu_seqlens_q,
                                  max_seqlen_q=_fc.seqlen_hint(max_seqlen_q, "max_seqlen_q"), num_splits=num_splits,

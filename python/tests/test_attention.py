@@ -229,3 +229,71 @@ def test_fp8_with_descale(rng):
     rel = np.linalg.norm(o - ref) / np.linalg.norm(ref)
     cos = np.sum(o * ref) / (np.linalg.norm(o) * np.linalg.norm(ref))
     assert rel <= 5e-2 and cos >= 0.999, (rel, cos)
+
+
+# ---- a float8 KV cache under 16-bit queries (k / v float8_e4m3fn, factors per head or token) ----
+
+def _fp8_scales(rng, shape):
+    return rng.uniform(1 / 64, 1 / 8, shape).astype(np.float32)
+
+
+@needs_ml_dtypes
+@pytest.mark.parametrize("qdt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_fp8_kv_cache_dense(rng, qdt, per_token):
+    B, Sq, Sk, Hq, Hkv, D = 2, 5, 11, 4, 2, 32
+    q = rand(rng, (B, Sq, Hq, D), dtype_of(qdt))
+    k = (rng.standard_normal((B, Sk, Hkv, D)) * 16).astype(FP8)
+    v = (rng.standard_normal((B, Sk, Hkv, D)) * 16).astype(FP8)
+    shape = (B, Sk, Hkv) if per_token else (B, Hkv)
+    kd, vd = _fp8_scales(rng, shape), _fp8_scales(rng, shape)
+    out, lse = fa4.attention(q, k, v, k_descale=kd, v_descale=vd, causal=True, return_lse=True)
+    assert out.dtype == dtype_of(qdt) and out.shape == (B, Sq, Hq, D)
+    f = (lambda s: s[:, :, :, None]) if per_token else (lambda s: s[:, None, :, None])
+    ref, ref_lse = attention_ref(f64(q), f64(k) * f(kd), f64(v) * f(vd), causal=True)
+    tol_check(out, ref, qdt)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-3, rtol=0)
+    with pytest.raises(ValueError) as ei:  # q is not float8: no q_descale
+        fa4.attention(q, k, v, q_descale=kd if not per_token else _fp8_scales(rng, (B, Hkv)))
+    assert ei.value.argument == "q_descale"
+
+
+@needs_ml_dtypes
+@pytest.mark.parametrize("per_token", [False, True])
+def test_fp8_kv_cache_paged_append_quantizes(rng, per_token):
+    B, Hq, Hkv, D, ps, pages, Snew = 2, 4, 2, 16, 3, 8, 2
+    q = rand(rng, (B, Snew, Hq, D), np.float16)
+    kc = (rng.standard_normal((pages, ps, Hkv, D)) * 16).astype(FP8)
+    vc = (rng.standard_normal((pages, ps, Hkv, D)) * 16).astype(FP8)
+    table = np.array([[5, 1, 7], [0, 3, 2]], np.int32)
+    lens = np.array([4, 2], np.int32)
+    kn = rand(rng, (B, Snew, Hkv, D), np.float16)
+    vn = rand(rng, (B, Snew, Hkv, D), np.float16)
+    kn[1, 0, 1, 3] = np.nan  # NaN stays NaN in the cache
+    shape = (pages, ps, Hkv) if per_token else (B, Hkv)
+    kd, vd = _fp8_scales(rng, shape), _fp8_scales(rng, shape)
+    k0, v0 = kc.copy(), vc.copy()
+    out = fa4.attention_with_kvcache(q, kc, vc, k=kn, v=vn, cache_seqlens=lens, page_table=table, k_descale=kd,
+                                     v_descale=vd, causal=True)
+    assert out.dtype == np.float16
+    for b in range(B):
+        for i in range(Snew):
+            j = lens[b] + i
+            pg, r = table[b, j // ps], j % ps
+            for new, cache, sc in ((kn, kc, kd), (vn, vc, vd)):
+                s = sc[pg, r] if per_token else sc[b]  # [Hkv]
+                x = new[b, i].astype(np.float32) / s[:, None]
+                want = np.clip(x, -448, 448).astype(FP8)  # e4m3(x / factor), saturating
+                got = cache[pg, r]
+                nan = np.isnan(x)
+                assert np.array_equal(np.isnan(f64(got)), nan)
+                assert np.array_equal(got.view(np.uint8)[~nan], want.view(np.uint8)[~nan])
+    written = np.zeros(pages * ps, bool)
+    for b in range(B):
+        for i in range(Snew):
+            j = lens[b] + i
+            written[table[b, j // ps] * ps + j % ps] = True
+    untouched = ~written.reshape(pages, ps)
+    assert np.array_equal(kc[untouched].view(np.uint8), k0[untouched].view(np.uint8))
+    assert np.array_equal(vc[untouched].view(np.uint8), v0[untouched].view(np.uint8))
+    assert np.isnan(out[1]).any() and not np.isnan(out[0]).any()  # sequence 1 attends to the NaN key

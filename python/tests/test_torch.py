@@ -140,6 +140,29 @@ def test_fp8(rng, path):
     assert np.linalg.norm(o - ref) / np.linalg.norm(ref) <= 5e-2
 
 
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch has no float8_e4m3fn")
+@pytest.mark.parametrize("per_token", [False, True])
+def test_fp8_kv_cache_bf16_queries(rng, path, per_token):
+    """A float8 KV cache under bfloat16 queries: out in q's dtype; flash-attn 3's interface keeps
+    k / v_descale for it (and drops q_descale: q is not float8)."""
+    B, Sq, Sk, Hq, Hkv, D = 2, 3, 9, 4, 2, 16
+    q = t(rng, (B, Sq, Hq, D), torch.bfloat16)
+    k, v = ((t(rng, (B, Sk, Hkv, D)) * 16).to(torch.float8_e4m3fn) for _ in range(2))
+    shape = (B, Sk, Hkv) if per_token else (B, Hkv)
+    kd, vd = (torch.from_numpy(rng.uniform(1 / 64, 1 / 8, shape).astype(np.float32)) for _ in range(2))
+    out = fa4.attention(q, k, v, k_descale=kd, v_descale=vd, causal=True)
+    assert out.dtype == torch.bfloat16 and out.shape == (B, Sq, Hq, D)
+    f = (lambda s: n(s)[:, :, :, None]) if per_token else (lambda s: n(s)[:, None, :, None])
+    ref, _ = attention_ref(n(q), n(k) * f(kd), n(v) * f(vd), causal=True)
+    tol_check(n(out), ref, "bfloat16")
+    if not per_token:
+        from fa4.flash_attn_interface import flash_attn_func
+
+        qd = torch.ones(B, Hkv)
+        out2 = flash_attn_func(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+        tol_check(n(out2), ref, "bfloat16")
+
+
 def test_errors_name_the_argument(rng, path):
     q, k, v = (t(rng, (1, 4, 2, 8)) for _ in range(3))
     with pytest.raises(TypeError) as ei:

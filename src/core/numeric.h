@@ -83,4 +83,9 @@ inline uint8_t f32_to_e4m3(float f) {
   return sign | static_cast<uint8_t>((biased << 3) | man);
 }
 
+// The one quantization of an fp8 KV cache (append_kv_host, for reference and cpu alike; the tests): the
+// e4m3 byte of x / scale, both fp32, the quotient rounded once to fp32 and then to e4m3
+// (saturating to +-448, NaN kept; scale 0 or inf gives what the IEEE quotient gives).
+inline uint8_t quantize_e4m3(float x, float scale) { return f32_to_e4m3(x / scale); }
+
 }  // namespace fa4::core

@@ -37,7 +37,7 @@ float descale(const TensorView& t, int64_t b, int64_t hk) {
 }  // namespace
 
 float Problem::descale_q(int64_t b, int64_t hk) const { return descale(p->q_descale, b, hk); }
-float Problem::descale_k(int64_t b, int64_t hk) const { return descale(p->k_descale, b, hk); }
-float Problem::descale_v(int64_t b, int64_t hk) const { return descale(p->v_descale, b, hk); }
+float Problem::descale_k(int64_t b, int64_t hk) const { return kv_fp8 ? 1.0f : descale(p->k_descale, b, hk); }
+float Problem::descale_v(int64_t b, int64_t hk) const { return kv_fp8 ? 1.0f : descale(p->v_descale, b, hk); }
 
 }  // namespace fa4::core

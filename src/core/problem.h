@@ -31,6 +31,15 @@ struct RowStrides {
   int64_t s0 = 0, s1 = 0, head = 0, dim = 0;
 };
 
+// Where the fp32 factor of k_descale / v_descale for a key row lives: per (batch, kv head)
+// [B, Hkv] (per_token false: element b * s0 + hk * head), or per (token, kv head) with the shape
+// of k without its last dim (element a * s0 + b * s1 + hk * head for the row's RowAddr {a, b}).
+struct KvScale {
+  const float* data = nullptr;  // nullptr: absent (factor 1)
+  bool per_token = false;
+  int64_t s0 = 0, s1 = 0, head = 0;
+};
+
 // Problem::gpu_stage bits
 constexpr uint32_t kStageQ = 1, kStageK = 2, kStageV = 4, kStageOut = 8, kStageKNew = 16, kStageVNew = 32;
 
@@ -42,8 +51,13 @@ struct Problem {
   const AttentionParams* p = nullptr;
   Backend backend = Backend::cpu;  // resolved (never automatic)
 
-  DType dtype = DType::float32;      // q, k, v
+  DType dtype = DType::float32;      // q (and k, v, unless kv_fp8)
+  DType kv_dtype = DType::float32;   // k, v (and the cache that k_new / v_new are appended to)
   DType out_dtype = DType::float32;  // out
+  // An fp8 KV cache: q float16 / bfloat16, k and v float8_e4m3 (kv_dtype), out in q's dtype.
+  // K / V are dequantized row by row (e4m3 x k_scale / v_scale of that row); k_new / v_new (q's
+  // dtype) are quantized into the cache (quantize_e4m3, numeric.h).
+  bool kv_fp8 = false;
   int64_t batch = 0, hq = 0, hkv = 0, group = 1, dqk = 0, dv = 0;
   float scale = 1.0f, softcap = 0.0f;
   Mask mask;
@@ -102,9 +116,22 @@ struct Problem {
   }
   SeqMask seq_mask(int64_t b) const { return SeqMask{mask, seqlen_q[b], seqlen_k[b]}; }
   float sink(int64_t h) const;                         // fp32 logit of query head h
-  float descale_q(int64_t b, int64_t hk) const;        // 1 unless fp8 with descales
+  // Per-(batch, kv head) factors that the cpu backend folds into its scores / outputs: 1 unless
+  // q, k, v are all fp8 with descales. With kv_fp8 the K / V factors are applied when the rows
+  // are dequantized instead (k_scale / v_scale), so descale_k / descale_v are 1 then.
+  float descale_q(int64_t b, int64_t hk) const;
   float descale_k(int64_t b, int64_t hk) const;
   float descale_v(int64_t b, int64_t hk) const;
+  // The factor of key j of sequence b, kv head hk (any mode: 1 when absent; per head; per token).
+  KvScale k_sc, v_sc;
+  float k_scale(int64_t b, int64_t j, int64_t hk) const { return kv_scale(k_sc, b, j, hk); }
+  float v_scale(int64_t b, int64_t j, int64_t hk) const { return kv_scale(v_sc, b, j, hk); }
+  float kv_scale(const KvScale& s, int64_t b, int64_t j, int64_t hk) const {
+    if (s.data == nullptr) return 1.0f;
+    if (!s.per_token) return s.data[b * s.s0 + hk * s.head];
+    const RowAddr r = kv_row(b, j);
+    return s.data[r.a * s.s0 + r.b * s.s1 + hk * s.head];
+  }
 
   // Reads element i of a 1-d int32 index tensor / (r, c) of the page table.
   static int32_t idx1(const TensorView& t, int64_t i) {

@@ -7,6 +7,7 @@
 #include <set>
 #include <type_traits>
 #include <string>
+#include <tuple>
 
 #include "core/checked.h"
 #include "core/problem.h"
@@ -287,6 +288,59 @@ RowStrides row_strides(const TensorView& t) {
   return {t.stride[0], 0, t.stride[1], t.stride[2]};
 }
 
+// Varlen k with B == Tk and a [B, Hkv]-shaped k_descale / v_descale that would read other
+// factors per token than per sequence: refused rather than guessed.
+Status ambiguous_scale(const AttentionParams& p, int64_t B) {
+  const char* name = p.k_descale.present() && p.k_descale.ndim == 2 ? "k_descale" : "v_descale";
+  Msg s;
+  s << name << ": with varlen k and B = Tk = " << B
+    << " a 2-d scale could be per sequence [B, Hkv] or per token [Tk, Hkv], and the two differ unless every"
+       " sequence holds exactly one key (cu_seqlens_k = 0, 1, ..., B; checked on host memory only)";
+  return Status::Invalid(name, s.str());
+}
+
+// q_descale / k_descale / v_descale: fp32 factors per (batch, kv head) [B, Hkv]; with an fp8 KV
+// cache (kv_fp8) k_descale / v_descale may instead be per (token, kv head), k's shape without its
+// last dim. Any strides (0 broadcasts). Their values are data, as for all-fp8 inputs: not checked
+// (0, inf, NaN propagate as IEEE arithmetic does). Varlen k with B == Tk cannot tell [B, Hkv]
+// from [Tk, Hkv] by shape: *ambiguous is set and normalize() resolves it from cu_seqlens_k.
+Status check_kv_scale(const TensorView& t, const char* name, const TensorView& k, const Problem& pb, DeviceType dev,
+                      int dev_idx, KvScale* sc, bool* ambiguous) {
+  const bool varlen = pb.kv == KvLayout::varlen;
+  const int trank = k.ndim - 1;  // rank of a per-token scale
+  const char* token_pattern = varlen                      ? "[Tk, Hkv]"
+                              : pb.kv == KvLayout::dense  ? "[B, Sk, Hkv]"
+                              : pb.kv == KvLayout::cache  ? "[Bc, Sk_max, Hkv]"
+                                                          : "[num_pages, page_size, Hkv]";
+  const bool tokens_allowed = pb.kv_fp8 && sc != nullptr;
+  if (tokens_allowed && t.ndim != 2 && t.ndim != trank) {
+    Msg s;
+    s << name << ": expected a 2-d [B, Hkv] tensor (per sequence and kv head) or a " << trank << "-d "
+      << token_pattern << " one (per token and kv head), got " << t.ndim << "-d";
+    return Status::Invalid(name, s.str());
+  }
+  const bool per_token = tokens_allowed && (varlen ? t.shape[0] == k.shape[0] : t.ndim == trank);
+  FA4_TRY(check_tensor(t, name, per_token ? trank : 2, dev, dev_idx, false));
+  FA4_TRY(expect_dtype(t, name, DType::float32, per_token ? "fp32 factor per (token, kv head)" : "fp32 factor per (batch, kv head)"));
+  if (per_token && varlen) {
+    FA4_TRY(expect_shape(t, name, "[Tk, Hkv]", {k.shape[0], pb.hkv}));
+    *ambiguous = *ambiguous || k.shape[0] == pb.batch;
+  } else if (per_token) {
+    FA4_TRY(expect_shape(t, name, token_pattern, {k.shape[0], k.shape[1], pb.hkv}));
+  } else {
+    FA4_TRY(expect_shape(t, name, tokens_allowed ? (varlen ? "[B, Hkv] (per token: [Tk, Hkv])" : "[B, Hkv]") : "[B, Hkv]",
+                         {pb.batch, pb.hkv}));
+  }
+  if (sc != nullptr) {
+    sc->data = static_cast<const float*>(t.data);
+    sc->per_token = per_token;
+    sc->s0 = t.stride[0];
+    sc->s1 = per_token && !varlen ? t.stride[1] : 0;
+    sc->head = t.stride[t.ndim - 1];
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status normalize(const AttentionParams& p, Problem* out) {
@@ -302,8 +356,18 @@ Status normalize(const AttentionParams& p, Problem* out) {
       p.q.dtype != DType::float8_e4m3)
     return Status::Invalid("q", std::string("q: dtype must be float32, float16, bfloat16 or float8_e4m3, got ") + dtype_name(p.q.dtype));
   pb.dtype = p.q.dtype;
-  FA4_TRY(expect_dtype(p.k, "k", pb.dtype, "same as q"));
-  FA4_TRY(expect_dtype(p.v, "v", pb.dtype, "same as q"));
+  // An fp8 KV cache: 16-bit q with k and v both float8_e4m3 (never one of them).
+  const bool q16 = pb.dtype == DType::float16 || pb.dtype == DType::bfloat16;
+  pb.kv_fp8 = q16 && (p.k.dtype == DType::float8_e4m3 || p.v.dtype == DType::float8_e4m3);
+  pb.kv_dtype = pb.kv_fp8 ? DType::float8_e4m3 : pb.dtype;
+  if (pb.kv_fp8) {
+    FA4_TRY(expect_dtype(p.k, "k", DType::float8_e4m3, "an fp8 KV cache: k and v both float8_e4m3"));
+    FA4_TRY(expect_dtype(p.v, "v", DType::float8_e4m3, "an fp8 KV cache: k and v both float8_e4m3"));
+  } else {
+    const char* why = q16 ? "same as q, or float8_e4m3 for an fp8 KV cache" : "same as q";
+    FA4_TRY(expect_dtype(p.k, "k", pb.dtype, why));
+    FA4_TRY(expect_dtype(p.v, "v", pb.dtype, why));
+  }
   pb.out_dtype = pb.dtype == DType::float8_e4m3 ? DType::bfloat16 : pb.dtype;
   FA4_TRY(expect_dtype(p.out, "out", pb.out_dtype, pb.dtype == DType::float8_e4m3 ? "bfloat16 for float8 inputs" : "same as q"));
 
@@ -461,8 +525,10 @@ Status normalize(const AttentionParams& p, Problem* out) {
     FA4_TRY(check_tensor(p.k_new, "k_new", 4, dev, dev_idx, false, true, &st_kn));
     FA4_TRY(check_tensor(p.v_new, "v_new", 4, dev, dev_idx, false, true, &st_vn));
     pb.gpu_stage |= (st_kn ? kStageKNew : 0u) | (st_vn ? kStageVNew : 0u);
-    FA4_TRY(expect_dtype(p.k_new, "k_new", pb.dtype, "same as k"));
-    FA4_TRY(expect_dtype(p.v_new, "v_new", pb.dtype, "same as v"));
+    // Into an fp8 cache the new rows come in q's dtype and are quantized (append_kv_host).
+    const char* why = pb.kv_fp8 ? "same as q; quantized into the float8_e4m3 cache" : "same as k";
+    FA4_TRY(expect_dtype(p.k_new, "k_new", pb.dtype, why));
+    FA4_TRY(expect_dtype(p.v_new, "v_new", pb.dtype, pb.kv_fp8 ? why : "same as v"));
     pb.snew = p.k_new.shape[1];
     FA4_TRY(expect_shape(p.k_new, "k_new", "[B, Snew, Hkv, Dqk]", {B, pb.snew, pb.hkv, pb.dqk}));
     FA4_TRY(expect_shape(p.v_new, "v_new", "[B, Snew, Hkv, Dv]", {B, pb.snew, pb.hkv, pb.dv}));
@@ -506,13 +572,16 @@ Status normalize(const AttentionParams& p, Problem* out) {
     FA4_TRY(expect_shape(p.sinks, "sinks", "[Hq]", {pb.hq}));
     pb.has_sinks = true;
   }
-  for (auto [t, name] : {std::pair{&p.q_descale, "q_descale"}, {&p.k_descale, "k_descale"}, {&p.v_descale, "v_descale"}}) {
+  bool scale_ambiguous = false;  // varlen k with B == Tk: [B, Hkv] and [Tk, Hkv] look alike
+  for (auto [t, name, sc] : {std::tuple{&p.q_descale, "q_descale", static_cast<KvScale*>(nullptr)},
+                             {&p.k_descale, "k_descale", &pb.k_sc}, {&p.v_descale, "v_descale", &pb.v_sc}}) {
     if (!t->present()) continue;
-    if (pb.dtype != DType::float8_e4m3)
+    if (pb.kv_fp8 && sc == nullptr)
+      return Status::Invalid(name, std::string(name) + ": q is " + dtype_name(pb.dtype) +
+                                       ", not float8: only k_descale / v_descale apply to an fp8 KV cache");
+    if (pb.dtype != DType::float8_e4m3 && !pb.kv_fp8)
       return Status::Invalid(name, std::string(name) + ": descale factors apply to float8_e4m3 inputs only");
-    FA4_TRY(check_tensor(*t, name, 2, dev, dev_idx, false));
-    FA4_TRY(expect_dtype(*t, name, DType::float32, "fp32 factor per (batch, kv head)"));
-    FA4_TRY(expect_shape(*t, name, "[B, Hkv]", {B, pb.hkv}));
+    FA4_TRY(check_kv_scale(*t, name, p.k, pb, dev, dev_idx, sc, &scale_ambiguous));
     pb.has_descale = true;
   }
   if (p.lse.present()) {
@@ -546,6 +615,10 @@ Status normalize(const AttentionParams& p, Problem* out) {
   if (pb.host_indices) {
     if (pb.varlen_q) FA4_TRY(check_cu_seqlens(p.cu_seqlens_q, "cu_seqlens_q", p.q.shape[0], "the number of q tokens"));
     if (pb.kv == KvLayout::varlen) FA4_TRY(check_cu_seqlens(p.cu_seqlens_k, "cu_seqlens_k", p.k.shape[0], "the number of k tokens"));
+    // [B, Hkv] and [Tk, Hkv] scales read the same factors when token b is sequence b's only key.
+    if (scale_ambiguous)
+      for (int64_t b = 0; b < B; ++b)
+        if (Problem::idx1(p.cu_seqlens_k, b + 1) != b + 1) return ambiguous_scale(p, B);
     // The checks of one sequence b: its key length (after seqused_k / cache_seqlens / the append)
     // into *len, and the index entries it uses (cache_batch_idx, the page table pages it reads).
     auto check_sequence = [&](int64_t b, int64_t* len_out) -> Status {
@@ -669,6 +742,7 @@ Status normalize(const AttentionParams& p, Problem* out) {
       }
     }
   } else {
+    if (scale_ambiguous) return ambiguous_scale(p, B);
     // Device-resident lengths cannot be read here. The bounds must hold whatever the contents
     // are, so they come from the tensor sizes, not from max_seqlen_q/k: a hint that is too small
     // would otherwise leave rows uncomputed (DESIGN §1: hints are never needed for correctness).

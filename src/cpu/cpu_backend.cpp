@@ -21,6 +21,14 @@
 // division by the row sum happens once per row. Split-KV units write normalized fp32 partials + lse to scratch
 // and are merged by the combine code (cpu_merge.h). The sink enters split 0 only.
 //
+// fp8 KV cache (Problem::kv_fp8: 16-bit q, e4m3 K / V with per-head or per-token factors). The
+// driver dequantizes the K / V rows of each key tile it reads, e4m3 x factor rounded once to
+// fp32 (dequant_tile), into per-thread fp32 rows, and every kernel then sees fp32 K / V (kvt):
+// e4m3 x an fp32 factor is not exact in bf16, so the 16-bit products (which would round it) are
+// not used; the fp32 panel products, the row-major decode kernels and the fp32 kernels are.
+// Per-(batch, head) and per-token factors take the same path (a per-head factor could be folded
+// into the scores, but one multiply per element next to the e4m3 decode costs little).
+//
 // Scores beyond fp32. A visible fp32 score that is NaN, +-inf or of magnitude >= 2^127 marks
 // its row (flag_extreme_rows): the fp32 dot product or the prescaled query overflowed (|k| =
 // 3e38, scale = 1e37 with D = 128: inf - inf = NaN), or an input is NaN / inf, or the score is
@@ -230,6 +238,9 @@ void split_range(int64_t klo, int64_t khi, int64_t nsplit, int64_t s, int64_t ti
 // AMX tiles write whole 16-dim blocks); the packed 16-bit panels exist only with lowp kernels.
 struct Workspace {
   int64_t mp_max, nk, dqk, dv, dv_p;
+  // fp8 KV: the tile's K / V rows dequantized to fp32 (kdq [nk][dqk], vdq [nk][dv]); the
+  // tile's kraw / vraw then point into them. Before buf: carve() reads it.
+  bool dequant;
   AlignedBuffer buf;
   float *qt = nullptr, *qt2 = nullptr, *st = nullptr, *ot = nullptr, *kc = nullptr, *vc = nullptr, *m_run = nullptr,
         *l_run = nullptr, *alpha = nullptr, *row = nullptr, *qrow = nullptr, *orow = nullptr;
@@ -237,6 +248,7 @@ struct Workspace {
   int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
   int64_t *row_lo = nullptr, *row_hi = nullptr;
   uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
+  float *kdq = nullptr, *vdq = nullptr;  // fp8 KV only (dequant)
   // Transposed tiles: this unit has run a tile with non-finite V, so O may hold +-inf and a
   // rescale that underflows must go through exact_scale (see pv_visible_only).
   bool o_nonfinite = false;
@@ -277,6 +289,10 @@ struct Workspace {
     pfk = static_cast<const void**>(take(nk, 8));
     pfv = static_cast<const void**>(take(nk, 8));
     redo = static_cast<uint8_t*>(take(mp, 1));
+    if (dequant) {
+      kdq = static_cast<float*>(take(nk * dqk, 4));
+      vdq = static_cast<float*>(take(nk * dv, 4));
+    }
     if (terms > 0) {
       qt2 = static_cast<float*>(take(dqk * mp, 4));
       qv = static_cast<uint16_t*>(take(terms * dqk_p * mp, 2));
@@ -287,9 +303,10 @@ struct Workspace {
     return off;
   }
   bool ok() const { return buf.p != nullptr; }
-  // terms = 0: no packed panels (fp32 kernels only).
-  Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_, int terms)
-      : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), dv_p(round_up(dv_, 16)), buf(carve(nullptr, terms)) {
+  // terms = 0: no packed panels (fp32 kernels only). dequant_kv: the fp8 KV rows (kdq, vdq).
+  Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_, int terms, bool dequant_kv)
+      : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), dv_p(round_up(dv_, 16)), dequant(dequant_kv),
+        buf(carve(nullptr, terms)) {
     if (!buf.p) return;  // out of memory: ok() says so
     carve(static_cast<char*>(buf.p), terms);
   }
@@ -526,20 +543,40 @@ void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) 
   std::fill(ws.ot, ws.ot + ws.dv_p * 8, 0.0f);
 }
 
-// Packs panel tile `tile` (its n keys, from storage rows kr / vr) and records the packers' flags.
+// Packs panel tile `tile` (its n keys, from rows kr / vr of dtype kvt: storage rows, or fp8 KV
+// rows dequantized to fp32) and records the packers' flags.
 void pack_panel_tile(const Plan& plan, const Panels& pn, int64_t tile, int64_t n, const void* const* kr,
-                     const void* const* vr) {
+                     const void* const* vr, DType kvt) {
   const Problem& pb = *plan.pb;
   char* slot = static_cast<char*>(pn.data->p) + tile * pn.slot;
   if (plan.lowp) {
     const LowpKernels& L = *plan.lowp;
-    const int kf = L.pack_k(kr, pb.dtype, n, pb.dqk, plan.terms, reinterpret_cast<uint16_t*>(slot));
-    const int vf = L.pack_v(vr, pb.dtype, n, pb.dv, plan.terms, reinterpret_cast<uint16_t*>(slot + pn.k_bytes));
+    const int kf = L.pack_k(kr, kvt, n, pb.dqk, plan.terms, reinterpret_cast<uint16_t*>(slot));
+    const int vf = L.pack_v(vr, kvt, n, pb.dv, plan.terms, reinterpret_cast<uint16_t*>(slot + pn.k_bytes));
     pn.flags[tile] = static_cast<uint8_t>(kf | vf);
   } else {
     const F32Panels& F = *plan.f32p;
-    F.pack_k(kr, pb.dtype, n, pb.dqk, reinterpret_cast<float*>(slot));
-    pn.flags[tile] = static_cast<uint8_t>(F.pack_v(vr, pb.dtype, n, pn.nk, pb.dv, reinterpret_cast<float*>(slot + pn.k_bytes)));
+    F.pack_k(kr, kvt, n, pb.dqk, reinterpret_cast<float*>(slot));
+    pn.flags[tile] = static_cast<uint8_t>(F.pack_v(vr, kvt, n, pn.nk, pb.dv, reinterpret_cast<float*>(slot + pn.k_bytes)));
+  }
+}
+
+// fp8 KV: the e4m3 rows ws.kraw / ws.vraw [0, n) (keys j0 .. j0 + n of (b, hk); dim strides
+// ks.dim / vs.dim) dequantized into ws.kdq / ws.vdq, each element e4m3 x its row's factor
+// rounded once to fp32, and kraw / vraw pointed at those fp32 rows (unit dim stride).
+void dequant_tile(const Problem& pb, int64_t b, int64_t hk, int64_t j0, int64_t n, Workspace& ws) {
+  const float* lut = e4m3_lut();
+  const int64_t dqk = pb.dqk, dv = pb.dv, ksd = pb.ks.dim, vsd = pb.vs.dim;
+  for (int64_t t = 0; t < n; ++t) {
+    const auto* kr = static_cast<const uint8_t*>(ws.kraw[t]);
+    const auto* vr = static_cast<const uint8_t*>(ws.vraw[t]);
+    const float fk = pb.k_scale(b, j0 + t, hk), fv = pb.v_scale(b, j0 + t, hk);
+    float* kd = ws.kdq + t * dqk;
+    float* vd = ws.vdq + t * dv;
+    for (int64_t d = 0; d < dqk; ++d) kd[d] = lut[kr[d * ksd]] * fk;
+    for (int64_t d = 0; d < dv; ++d) vd[d] = lut[vr[d * vsd]] * fv;
+    ws.kraw[t] = kd;
+    ws.vraw[t] = vd;
   }
 }
 
@@ -667,7 +704,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   sm.key_range(i0, i1, &klo, &khi);
   split_range(klo, khi, plan.nsplit, u.split, plan.tile_keys, &lo, &hi);
 
-  const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
+  // K / V: storage element size esz; the dtype and dim strides the kernels see (kvt, kds, vds):
+  // the storage's, or fp32 rows of unit stride for an fp8 KV cache (dequant_tile).
+  const int64_t esz = static_cast<int64_t>(dtype_size(pb.kv_dtype));
+  const DType kvt = pb.kv_fp8 ? DType::float32 : pb.dtype;
+  const int64_t kds = pb.kv_fp8 ? 1 : pb.ks.dim, vds = pb.kv_fp8 ? 1 : pb.vs.dim;
   const char* kbase = static_cast<const char*>(p.k.data);
   const char* vbase = static_cast<const char*>(p.v.data);
   // Bytes of one key / value row. Only when the range has keys: then k and v hold them and
@@ -704,7 +745,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
 #endif
   constexpr int64_t pf_dist = kRowsPrefetchSteps;
   // One key tile of one head (several heads: row-major units over kv heads, see Unit::nh).
-  auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, int64_t j0, int64_t n, TileKind kind) {
+  auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, int64_t hkh, int64_t j0, int64_t n, TileKind kind) {
     // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
     // never touched.
     // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
@@ -713,15 +754,17 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
     const int want = pan ? pan->want(pan_tile) : Panels::kBusy;
     const Panels* tp = want == Panels::kBusy ? nullptr : pan;
-    if (!tp || want == Panels::kMine || tp->flags[pan_tile] != 0)
+    if (!tp || want == Panels::kMine || tp->flags[pan_tile] != 0) {
       for (int64_t t = 0; t < n; ++t) {
         int64_t ko, vo;
         kv_rows.at(j0 + t, &ko, &vo);
         ws.kraw[t] = kbase + ko * esz;
         ws.vraw[t] = vbase + vo * esz;
       }
+      if (pb.kv_fp8) dequant_tile(pb, b, hkh, j0, n, ws);
+    }
     if (want == Panels::kMine) {  // n is the panel tile's key count here
-      pack_panel_tile(plan, *pan, pan_tile, n, ws.kraw, ws.vraw);
+      pack_panel_tile(plan, *pan, pan_tile, n, ws.kraw, ws.vraw, kvt);
       pan->publish(pan_tile);
     }
     // Start pulling the next tile's K/V rows toward the core while this tile computes: the rows
@@ -777,7 +820,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     if (rowwise) {
       if (!steady_pf)
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-      K.qk_rows(ws.qt, rows, dqk, ws.kraw, pb.dtype, n, ws.st);
+      K.qk_rows(ws.qt, rows, dqk, ws.kraw, kvt, n, ws.st);
       flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
                         ws.redo);
       // A full tile's V is tested only where the softmax saw a weight of 0 (SoftmaxStep::zero_p);
@@ -787,11 +830,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       K.softmax(step);
       step.zero_p = nullptr;
       rescale_underflowed_rows(ws.ot, dv, rows, ws.alpha);
-      if ((kind == TileKind::partial || zero_p) && any_nonfinite_rows(ws.vraw, pb.dtype, n, dv)) {
+      if ((kind == TileKind::partial || zero_p) && any_nonfinite_rows(ws.vraw, kvt, n, dv)) {
         if (kind != TileKind::partial) full_bounds();
-        pv_rows_visible_only(ws.st, rows, ws.vraw, pb.dtype, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
+        pv_rows_visible_only(ws.st, rows, ws.vraw, kvt, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
       } else {
-        K.pv_rows(ws.st, rows, n, ws.vraw, pb.dtype, dv, ws.alpha, ws.ot);
+        K.pv_rows(ws.st, rows, n, ws.vraw, kvt, dv, ws.alpha, ws.ot);
       }
       return;
     }
@@ -804,8 +847,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         kf = vf = tp->flags[pan_tile];
       } else {
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-        kf = L->pack_k(ws.kraw, pb.dtype, n, dqk, plan.terms, ws.kb);
-        vf = L->pack_v(ws.vraw, pb.dtype, n, dv, plan.terms, ws.vt);
+        kf = L->pack_k(ws.kraw, kvt, n, dqk, plan.terms, ws.kb);
+        vf = L->pack_v(ws.vraw, kvt, n, dv, plan.terms, ws.vt);
       }
       if (!((kf | vf) & LowpKernels::kTiny)) {
         // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
@@ -832,7 +875,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         if (ws.o_nonfinite) rescale_underflowed(ws.ot + ra, 1, mp, dv, m, ws.alpha + ra);
         if (exact_pv) {
           for (int64_t t = 0; t < n; ++t) {
-            K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+            K.convert(ws.vraw[t], kvt, vds, dv, ws.vc + t * dv);
             ws.vrows[t] = ws.vc + t * dv;
           }
           if (kind != TileKind::partial) full_bounds();
@@ -859,13 +902,13 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         vf = tp->flags[pan_tile];
       } else {
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-        F->pack_k(ws.kraw, pb.dtype, ne, dqk, ws.kc);
-        vf = F->pack_v(ws.vraw, pb.dtype, ne, ld, dv, ws.vc);
+        F->pack_k(ws.kraw, kvt, ne, dqk, ws.kc);
+        vf = F->pack_v(ws.vraw, kvt, ne, ld, dv, ws.vc);
       }
       const bool exact_pv = vf & LowpKernels::kNonFinite;
       if (exact_pv) {
         for (int64_t t = 0; t < ne; ++t) {
-          K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+          K.convert(ws.vraw[t], kvt, vds, dv, ws.vc + t * dv);
           ws.vrows[t] = ws.vc + t * dv;
         }
         if (kind != TileKind::partial) full_bounds();
@@ -896,8 +939,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     // costs.
     for (int64_t t = 0; t < n; ++t) {
       if (t < nn) prefetch_row(t);
-      K.convert(ws.kraw[t], pb.dtype, pb.ks.dim, dqk, ws.kc + t * dqk);
-      K.convert(ws.vraw[t], pb.dtype, pb.vs.dim, dv, ws.vc + t * dv);
+      K.convert(ws.kraw[t], kvt, kds, dqk, ws.kc + t * dqk);
+      K.convert(ws.vraw[t], kvt, vds, dv, ws.vc + t * dv);
       ws.krows[t] = ws.kc + t * dqk;
       ws.vrows[t] = ws.vc + t * dv;
     }
@@ -935,7 +978,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         rows_prefetch_avx512(w.pfk, w.pfv, np, k_span, v_span);
       }
 #endif
-      tile(*wss[h], kv_rows[h], j0, n, kind);
+      tile(*wss[h], kv_rows[h], hk + h, j0, n, kind);
     }
   }
 #if defined(__x86_64__) || defined(_M_X64)
@@ -1064,7 +1107,7 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
     }
     return true;
   }
-  const int64_t esz = static_cast<int64_t>(dtype_size(pb.dtype));
+  const int64_t esz = static_cast<int64_t>(dtype_size(pb.kv_dtype));
   const char* kbase = static_cast<const char*>(pb.p->k.data);
   const char* vbase = static_cast<const char*>(pb.p->v.data);
 #pragma omp parallel num_threads(nt)
@@ -1082,7 +1125,7 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
         kr[t] = kbase + ko * esz;
         vr[t] = vbase + vo * esz;
       }
-      pack_panel_tile(plan, *pn, tile, n, kr.data(), vr.data());
+      pack_panel_tile(plan, *pn, tile, n, kr.data(), vr.data(), pb.kv_dtype);
     }
   }
   return true;
@@ -1157,7 +1200,8 @@ int64_t tile_rows_for(const Problem& pb, const Kernels& k, const LowpKernels* lo
 // (the packers read whole vectors); nullptr: the fp32 kernels.
 const LowpKernels* lowp_for(const Problem& pb, const Kernels& k, int* terms) {
   *terms = pb.dtype == DType::float16 ? 2 : 1;
-  if (pb.ks.dim != 1 || pb.vs.dim != 1 || all_rows_tiles(pb, k)) return nullptr;
+  // fp8 KV: K / V reach the kernels as fp32 rows (e4m3 x factor), not exact in bf16.
+  if (pb.kv_fp8 || pb.ks.dim != 1 || pb.vs.dim != 1 || all_rows_tiles(pb, k)) return nullptr;
   if (pb.dtype == DType::bfloat16 || pb.dtype == DType::float8_e4m3) return k.lowp_bf16;
   if (pb.dtype == DType::float16) return k.lowp_f16;
   return nullptr;
@@ -1300,11 +1344,11 @@ Status forward(const Problem& pb) {
     if (unit_heads > 1) ws.swap(kept_rows_workspaces());  // row-major decode plans: the last call's
     for (size_t h = 0; h < static_cast<size_t>(unit_heads); ++h) {  // kept ones: row-major, terms 0
       if (h < ws.size() && ws[h] && ws[h]->ok() && ws[h]->mp_max == mp && ws[h]->nk == plan.tile_keys &&
-          ws[h]->dqk == pb.dqk && ws[h]->dv == pb.dv && !plan.lowp) {
+          ws[h]->dqk == pb.dqk && ws[h]->dv == pb.dv && ws[h]->dequant == pb.kv_fp8 && !plan.lowp) {
         wsp.push_back(ws[h].get());
         continue;
       }
-      auto w = std::make_unique<Workspace>(mp, plan.tile_keys, pb.dqk, pb.dv, plan.lowp ? plan.terms : 0);
+      auto w = std::make_unique<Workspace>(mp, plan.tile_keys, pb.dqk, pb.dv, plan.lowp ? plan.terms : 0, pb.kv_fp8);
       ok = ok && w->ok();
       wsp.push_back(w.get());
       if (h < ws.size())

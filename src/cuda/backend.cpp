@@ -341,6 +341,11 @@ std::string cuda_info() {
 
 Status cuda_check(const Problem& pb) {
   const AttentionParams& p = *pb.p;
+  // An fp8 KV cache (16-bit q, e4m3 k / v) has no kernel here yet; refused before anything
+  // (the staging of unaligned rows below sizes K / V by q's dtype).
+  if (pb.kv_fp8)
+    return Status::Unsupported("k", std::string("k: the cuda backend does not take ") + dtype_name(pb.kv_dtype) +
+                                        " k / v with " + dtype_name(pb.dtype) + " q yet (use backend=cpu)");
   if (pb.gpu_stage != 0) {  // the call that really runs: on the aligned copies (cuda/stage_rows.h)
     cuda::StagedCall sc;
     if (Status st = sc.build(pb, nullptr); !st) return st;
@@ -388,7 +393,7 @@ Status cuda_check(const Problem& pb) {
 }
 
 size_t cuda_workspace_size(const Problem& pb) {
-  if (!is_supported(pb.dtype)) return 0;
+  if (!is_supported(pb.dtype) || pb.kv_fp8) return 0;  // cuda_check refuses these
   if (pb.gpu_stage != 0) {
     cuda::StagedCall sc;
     if (!sc.build(pb, nullptr)) return 0;  // cuda_check reports why

@@ -27,17 +27,19 @@ void reference_row(const Problem& pb, int64_t b, int64_t i, int64_t h, float* o,
   const AttentionParams& p = *pb.p;
   const SeqMask sm = pb.seq_mask(b);
   const int64_t hk = h / pb.group;
-  const double dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk), dvs = pb.descale_v(b, hk);
+  const double dq = pb.descale_q(b, hk);
   const int64_t qo = pb.q_offset(b, i, h);
   // The logit of key j: scale * q.k * descales, then softcap. Finite for every finite input:
   // |q.k| <= 256 * FLT_MAX^2 and scale, descales, softcap are fp32, far inside fp64's range.
+  // The K / V factors are those of key j (per (batch, kv head), or per token for an fp8 KV
+  // cache); fp8 K / V values times them are exact in fp64.
   auto logit = [&](int64_t j) {
     const int64_t ko = pb.k_offset(b, j, hk);
     double dot = 0.0;
     for (int64_t d = 0; d < pb.dqk; ++d)
       dot += static_cast<double>(load_f32(p.q.data, qo + d * pb.qs.dim, pb.dtype)) *
-             static_cast<double>(load_f32(p.k.data, ko + d * pb.ks.dim, pb.dtype));
-    double x = static_cast<double>(pb.scale) * dot * dq * dk;
+             static_cast<double>(load_f32(p.k.data, ko + d * pb.ks.dim, pb.kv_dtype));
+    double x = static_cast<double>(pb.scale) * dot * dq * static_cast<double>(pb.k_scale(b, j, hk));
     if (pb.softcap > 0.0f) x = pb.softcap * std::tanh(x / pb.softcap);
     return x;
   };
@@ -59,8 +61,9 @@ void reference_row(const Problem& pb, int64_t b, int64_t i, int64_t h, float* o,
       // still counts (inf, not 0 * inf = NaN), as in exact arithmetic
       const bool underflow = e == 0.0 && std::isfinite(lj);
       const int64_t vo = pb.v_offset(b, j, hk);
+      const double dvs = pb.v_scale(b, j, hk);
       for (int64_t d = 0; d < pb.dv; ++d) {
-        const double vd = static_cast<double>(load_f32(p.v.data, vo + d * pb.vs.dim, pb.dtype)) * dvs;
+        const double vd = static_cast<double>(load_f32(p.v.data, vo + d * pb.vs.dim, pb.kv_dtype)) * dvs;
         acc[d] += underflow && std::isinf(vd) ? vd : e * vd;
       }
     }

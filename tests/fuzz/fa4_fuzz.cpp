@@ -482,6 +482,11 @@ Spec decode_forward(Reader& r) {
   Spec& s = b.s;
   const int dt = r.from({0, 0, 0, 0, 1, 1, 2, 3});
   const int odt = dt == FA4_FLOAT8_E4M3 ? FA4_BFLOAT16 : dt;
+  // An fp8 KV cache under 16-bit q: k / v e4m3 (k_new / v_new in q's dtype), factors per
+  // (batch, kv head) or per token (k's shape without its last dim).
+  const bool kv8 = (dt == FA4_FLOAT16 || dt == FA4_BFLOAT16) && r.pick(3) == 0;
+  const int kdt = kv8 ? FA4_FLOAT8_E4M3 : dt;
+  const bool tok_scale = kv8 && r.pick(2);
   int64_t B = r.from({1, 1, 2, 2, 3, 4, 0, 1});
   const bool varq = r.pick(4) == 0;
   const int kvl = r.from({0, 0, 1, 2, 3});  // dense, varlen, cache, paged
@@ -514,9 +519,9 @@ Spec decode_forward(Reader& r) {
     else set_shape(b, LSE, {B, hq, sq}, r.pick(3) == 0 ? PADDED : CONTIG);
   }
   if (r.pick(4) == 0) set_shape(b, SINKS, {hq});
-  if (dt == FA4_FLOAT8_E4M3)
+  if (dt == FA4_FLOAT8_E4M3 || (kv8 && !tok_scale))
     for (int t : {QD, KD, VD})
-      if (r.pick(2)) set_shape(b, t, {B, hkv});
+      if (r.pick(2) && !(kv8 && t == QD)) set_shape(b, t, {B, hkv});
 
   // ---- k / v by layout ----
   const int kst = r.pick(3) == 0 ? big : CONTIG;
@@ -574,6 +579,13 @@ Spec decode_forward(Reader& r) {
       break;
     }
   }
+  if (tok_scale)  // per token: k's shape without its last dim, sometimes broadcast
+    for (int t : {KD, VD}) {
+      if (!r.pick(3)) continue;
+      const TSpec& k = s.t[K];
+      if (k.ndim == 4) set_shape(b, t, {k.shape[0], k.shape[1], hkv}, r.pick(4) == 0 ? BROADCAST : CONTIG);
+      else set_shape(b, t, {k.shape[0], hkv}, r.pick(4) == 0 ? BROADCAST : CONTIG);
+    }
   if (app) {
     set_shape(b, KNEW, {B, snew, hkv, dqk}, r.pick(3) == 0 ? big : CONTIG);
     set_shape(b, VNEW, {B, snew, hkv, dv}, r.pick(3) == 0 ? big : CONTIG);
@@ -582,23 +594,27 @@ Spec decode_forward(Reader& r) {
 
   // ---- consistent override of one logical dimension (huge / zero), then maybe a zero ----
   const bool dense_k = kvl == 0;
+  const int kb = dense_k || kvl == 2 ? 0 : -1;  // k's dim that is the batch (-1: none)
+  const int sb = tok_scale ? kb : 0;            // k_descale / v_descale's (per token: k's)
   auto refs = [&](int which) -> std::vector<DimRef> {
     switch (which) {
       case 0:  // batch
         if (varq)
-          return {{CUQ, 0}, {CUK, 0}, {SEQK, 0}, {CSEQ, 0}, {CBI, 0}, {PT, 0}, {QD, 0}, {KD, 0}, {VD, 0},
-                  {K, dense_k || kvl == 2 ? 0 : -1}, {V, dense_k || kvl == 2 ? 0 : -1}};
-        return {{Q, 0}, {OUT, 0}, {LSE, 0}, {CUK, 0}, {SEQK, 0}, {CSEQ, 0}, {CBI, 0}, {PT, 0}, {QD, 0}, {KD, 0},
-                {VD, 0}, {KNEW, 0}, {VNEW, 0}, {K, dense_k || kvl == 2 ? 0 : -1}, {V, dense_k || kvl == 2 ? 0 : -1}};
+          return {{CUQ, 0}, {CUK, 0}, {SEQK, 0}, {CSEQ, 0}, {CBI, 0}, {PT, 0}, {QD, 0}, {KD, sb}, {VD, sb},
+                  {K, kb}, {V, kb}};
+        return {{Q, 0}, {OUT, 0}, {LSE, 0}, {CUK, 0}, {SEQK, 0}, {CSEQ, 0}, {CBI, 0}, {PT, 0}, {QD, 0}, {KD, sb},
+                {VD, sb}, {KNEW, 0}, {VNEW, 0}, {K, kb}, {V, kb}};
       case 1:  // query rows
         if (varq) return {{Q, 0}, {OUT, 0}, {LSE, 1}};
         return {{Q, 1}, {OUT, 1}, {LSE, 2}};
-      case 2:  // key rows (page size for paged)
-        return kvl == 1 ? std::vector<DimRef>{{K, 0}, {V, 0}} : std::vector<DimRef>{{K, 1}, {V, 1}};
+      case 2: {  // key rows (page size for paged)
+        const int kr = kvl == 1 ? 0 : 1, sr = tok_scale ? kr : -1;
+        return {{K, kr}, {V, kr}, {KD, sr}, {VD, sr}};
+      }
       case 3: {  // heads
-        const int h = varq ? 1 : 2, hk = kvl == 1 ? 1 : 2;
+        const int h = varq ? 1 : 2, hk = kvl == 1 ? 1 : 2, sh = tok_scale ? hk : 1;
         return {{Q, h}, {OUT, h}, {LSE, varq ? 0 : 1}, {SINKS, 0}, {K, hk}, {V, hk}, {KNEW, 2}, {VNEW, 2},
-                {QD, 1}, {KD, 1}, {VD, 1}};
+                {QD, 1}, {KD, sh}, {VD, sh}};
       }
       case 4: return {{Q, varq ? 2 : 3}, {K, kvl == 1 ? 2 : 3}, {KNEW, 3}};
       case 5: return {{V, kvl == 1 ? 2 : 3}, {OUT, varq ? 2 : 3}, {VNEW, 3}};
@@ -634,7 +650,7 @@ Spec decode_forward(Reader& r) {
       x.stride[0] = 2;
     }
   }
-  for (int t : {Q, K, V, KNEW, VNEW}) if (s.t[t].present()) s.t[t].dtype = dt;
+  for (int t : {Q, K, V, KNEW, VNEW}) if (s.t[t].present()) s.t[t].dtype = t == K || t == V ? kdt : dt;
   if (s.t[OUT].present()) s.t[OUT].dtype = odt;
   for (int t : {LSE, SINKS, QD, KD, VD}) if (s.t[t].present()) s.t[t].dtype = FA4_FLOAT32;
 
