@@ -70,8 +70,8 @@ int64_t speed_max_sk(const Problem& pb) {
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
-  if (d.dqk == 64 && masked && speed_max_sq(pb) <= 1024) t = sm90::Tile::short_masked;
-  if (d.dqk == 256 && speed_max_sk(pb) >= 4096) t = sm90::Tile::long_keys;
+  if (d.dqk == 64 && masked && speed_max_sq(pb) <= FA4_SM90_SHORT_MASKED_MAX_SQ) t = sm90::Tile::short_masked;
+  if (d.dqk == 256 && speed_max_sk(pb) >= FA4_SM90_LONG_KEYS_MIN_SK) t = sm90::Tile::long_keys;
   return sm90::has_tile(t, d.dqk, d.dv) ? t : sm90::Tile::standard;
 }
 

@@ -191,13 +191,13 @@ Tol gpu_tol(DType dt, const Case& ref) {
   return t;
 }
 
-// Runs `t` (outputs poisoned) expecting an unsupported error that names `q` (and contains `what`
-// when given), with every output element still poisoned: nothing written.
-void expect_refused_untouched(Case& t, const char* what = nullptr) {
+// Runs `t` (outputs poisoned) expecting an unsupported error that names `argument` (and
+// contains `what` when given), with every output element still poisoned: nothing written.
+void expect_refused_untouched(Case& t, const char* what = nullptr, const char* argument = "q") {
   DeviceCase dc(t);
   const Status st = dc.run();
   EXPECT_EQ(st.code, StatusCode::unsupported) << st.message;
-  EXPECT_EQ(st.argument, "q");
+  EXPECT_EQ(st.argument, argument);
   if (what != nullptr) {
     EXPECT_NE(st.message.find(what), std::string::npos) << st.message;
   }
@@ -778,6 +778,21 @@ TEST(CudaBackend, RejectsFloat8Untouched) {
   Case t = make_case(c, 1);
   t.poison_outputs();
   expect_refused_untouched(t);
+}
+
+// An fp8 KV cache under 16-bit queries (reference / cpu only so far) is refused naming k, in
+// every KV layout, nothing written; the cpu backend runs the same case.
+TEST(CudaBackend, RejectsFloat8KvCacheUntouched) {
+  for (KvMode kv : {KvMode::dense, KvMode::cache, KvMode::paged}) {
+    CaseConfig c;
+    c.dtype = DType::bfloat16, c.fp8_kv = true, c.kv_scale = KvScaleMode::per_token;
+    c.kv = kv, c.batch = 2, c.hq = 4, c.hkv = 2, c.dqk = 64, c.dv = 64, c.sq = 3, c.sk = 40;
+    Case t = make_case(c, 2);
+    t.poison_outputs();
+    SCOPED_TRACE(c.describe());
+    expect_refused_untouched(t, "float8_e4m3", "k");
+    EXPECT_TRUE(t.run(Backend::cpu).ok());
+  }
 }
 
 // ---------------------------------------------------------------- float32 (src/cuda/simt)

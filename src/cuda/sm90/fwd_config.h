@@ -123,6 +123,17 @@
 #ifndef FA4_SM90_BLOCK_N_D256_LONG
 #define FA4_SM90_BLOCK_N_D256_LONG 80
 #endif
+// Where the planner switches tiles (cuda/plan.cpp sm90_tile), for the A/Bs that move the
+// boundaries: the short_masked D = 64 tile up to this many query rows per sequence (masked
+// problems), the long_keys D = 256 tile from this many keys. Measured before the uniform
+// consumer index and the dynamic short tile (sm90-notes.md): short_masked -5 % at causal 2k,
+// long_keys -2 to -6 % at S <= 1k.
+#ifndef FA4_SM90_SHORT_MASKED_MAX_SQ
+#define FA4_SM90_SHORT_MASKED_MAX_SQ 1024
+#endif
+#ifndef FA4_SM90_LONG_KEYS_MIN_SK
+#define FA4_SM90_LONG_KEYS_MIN_SK 4096
+#endif
 // K / V ring stages. D = 128 fits 3 only with O staged in Q (separate_o turns off: 32 + 3 * 64
 // KB + barriers = 226 KB); ncu showed its consumers ~3 % of stall samples waiting on the ring
 // (2ff92ce, sm90-notes.md), to be weighed against the lost Q / epilogue overlap.
