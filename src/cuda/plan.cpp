@@ -383,9 +383,12 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   // costs are not known on the host) and long dense ones left on the global snake (no L2-sized
   // section balances them; where one does, it beat the dynamic walk by 1.7 % at D 128 causal 4k).
   // Its counters are 32-bit.
+  // (FA4_SM90_DYNAMIC_ALL_MASKED, an A/B switch, default 0: every masked problem of such an
+  // instance walks dynamically, short dense ones too, the static orders above left unused.)
   const bool dynamic = FA4_SM90_PERSISTENT && sm90::dynamic_walk(static_cast<int>(pl.dqk), pl.sm90_tile) && masked && dl.sms > 0 &&
-                       pl.grid.x > kMaxPersistentMaskedTiles && total + dl.sms < (int64_t{1} << 31) &&
-                       (pb.varlen_q || pl.sched.section == pairs);
+                       total + dl.sms < (int64_t{1} << 31) &&
+                       (FA4_SM90_DYNAMIC_ALL_MASKED ||
+                        (pl.grid.x > kMaxPersistentMaskedTiles && (pb.varlen_q || pl.sched.section == pairs)));
   if (dynamic) {
     // Long dense: the heavy 65 % (FA4_SM90_HEAVY_PCT) of every sequence's query tiles in L2-sized
     // sections, then the light rest of every pair (common/tile_schedule.h). Varlen: L2-sized sections of heads (each

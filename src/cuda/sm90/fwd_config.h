@@ -102,6 +102,12 @@
 #ifndef FA4_SM90_DYNAMIC_SHORT_D64
 #define FA4_SM90_DYNAMIC_SHORT_D64 1
 #endif
+//   FA4_SM90_DYNAMIC_ALL_MASKED  1: every masked problem of an instance with the walk takes it
+//                          (short dense ones too: the static balanced orders unused); 0: only
+//                          those no static order balances (cuda/plan.cpp schedule_sm90). A/B switch.
+#ifndef FA4_SM90_DYNAMIC_ALL_MASKED
+#define FA4_SM90_DYNAMIC_ALL_MASKED 0
+#endif
 #ifndef FA4_SM90_HEAVY_PCT
 #define FA4_SM90_HEAVY_PCT 65
 #endif
