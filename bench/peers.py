@@ -293,6 +293,95 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=
     return rows
 
 
+FEATURES = {  # name: (hkv divisor, fa4 params, FA3 kwargs); D 128, bf16, H = 16 query heads
+    "gqa4": dict(group=4),
+    "gqa4_causal": dict(group=4, causal=True),
+    "softcap": dict(softcap=30.0),
+    "softcap_causal": dict(softcap=30.0, causal=True),
+    "window1k": dict(causal=True, window_left=1024),
+    "chunk1k": dict(causal=True, chunk=1024),
+}
+
+
+def visible_pairs(s, causal=False, window_left=-1, chunk=0):
+    """(query, key) pairs a square S x S mask keeps (DESIGN.md §1: bottom-right causal, a left
+    window of window_left keys, Llama 4 chunks): the FLOP count of a masked problem."""
+    if not causal:
+        return s * s
+    n = 0
+    for i in range(s):
+        lo = 0
+        if window_left >= 0:
+            lo = max(lo, i - window_left)
+        if chunk > 0:
+            lo = max(lo, i // chunk * chunk)
+        n += i - lo + 1
+    return n
+
+
+def bench_features(fa4, timer, seqs, check, variants=None):
+    """The runtime features beside plain attention (FEATURES) against the peers that have them:
+    FA3 for all (window_size, softcap, attention_chunk, GQA), FA4 CuTe where its call takes them,
+    SDPA (cuDNN / FA2) for GQA only (enable_gqa); a peer without the feature is null."""
+    variants = variants or {}
+    rows = []
+    d, hq = 128, 16
+    for name, f in FEATURES.items():
+        for s in seqs:
+            b = 16384 // s
+            hkv = hq // f.get("group", 1)
+            causal = f.get("causal", False)
+            wl, chunk, cap = f.get("window_left", -1), f.get("chunk", 0), f.get("softcap", 0.0)
+            q = torch.randn(b, s, hq, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16)
+            out = torch.empty_like(q)
+
+            def params(lib, o):
+                p = lib.params(q, k, v, o, causal=causal)
+                p.softcap = cap
+                if wl >= 0:
+                    p.window_left, p.window_right = wl, 0
+                p.chunk_size = chunk
+                return p
+            p = params(fa4, out)
+            fns = {"fa4": lambda: fa4.call(p)}
+            if FA3 is not None:
+                kw = dict(causal=causal, softcap=cap, window_size=(wl, 0 if wl >= 0 else -1), attention_chunk=chunk)
+                fns["fa3"] = lambda: first(FA3.flash_attn_func(q, k, v, **kw))
+            if FA4_CUTE is not None:
+                kw4 = dict(causal=causal, softcap=cap) if cap else dict(causal=causal)
+                if wl >= 0:
+                    kw4["window_size"] = (wl, 0)
+                if not chunk:
+                    fns["fa4_cute"] = lambda: first(FA4_CUTE(q, k, v, **kw4))
+            if wl < 0 and not chunk and not cap:  # SDPA: plain masks only
+                qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+                fns["flash"] = lambda: sdpa(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION, True)
+                fns["cudnn"] = lambda: sdpa(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION, True)
+            outs_ab = {}
+            for vname, lib in variants.items():
+                outs_ab[vname] = torch.empty_like(q)
+                pv = params(lib, outs_ab[vname])
+                fns["ab_" + vname] = (lambda lib, pv: lambda: lib.call(pv))(lib, pv)
+            t = timer.compare_ms(fns)
+            flops = 4 * b * hq * d * visible_pairs(s, causal, wl, chunk)
+            tf = lambda x: None if x is None else flops / x / 1e9
+            r = dict(feature=name, d=d, s=s, b=b, hq=hq, hkv=hkv, fa4=tf(t["fa4"]),
+                     **{n: tf(t.get(n)) for n in PEERS}, **{"ab_" + n: tf(t.get("ab_" + n)) for n in variants})
+            r["best_peer"] = best_peer(r)
+            if check and "fa3" in fns and t.get("fa3") is not None:
+                fa4.call(p)
+                ref = fns["fa3"]()
+                r["max_abs_diff_vs_fa3"] = (out.float() - ref.float()).abs().max().item()
+            rows.append(r)
+            print(f"  feature {name} s={s}: fa4 {fmt(r['fa4'])}  " + "  ".join(f"{n} {fmt(r[n])}" for n in PEERS) +
+                  " TFLOP/s" + (f"  maxdiff vs fa3 {r['max_abs_diff_vs_fa3']:.3g}" if "max_abs_diff_vs_fa3" in r else ""),
+                  flush=True)
+            del q, k, v, out, outs_ab
+    return rows
+
+
 def bench_varlen(fa4, timer, dims, seqs, check, variants=None):
     """Packed variable-length layout ([tokens, H, D] + cu_seqlens) with equal lengths, so the same
     problem runs dense in the peers: what the varlen path costs over dense (B*S = 16384). The
@@ -405,7 +494,7 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
-def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
+def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=(), features=()):
     L = [f"# fa4 vs peers: {meta['gpu']}, {meta['date']}", "",
          f"- commit: `{meta['commit']}`", f"- command: `{meta['command']}`",
          f"- torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}",
@@ -442,6 +531,16 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=()):
                      f"{fmt(ratio(r['fa4_varlen'], r['flash_dense']), 2)} |" +
                      "".join(f" {fmt(r.get('ab_' + n))} | {fmt(ratio(r.get('ab_' + n), r['fa4_varlen']), 3)} |"
                              for n in ab_names))
+    if features:
+        L += ["", "## Features, bf16, D 128, H 16, B*S = 16384, TFLOP/s (visible (query, key) pairs)", "",
+              "| feature | S | Hkv | fa4 | FA3 | FA4 (CuTe) | cuDNN | FA2 | fa4 / best peer |" +
+              "".join(f" {n} | {n}/fa4 |" for n in ab_names),
+              "|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(ab_names)]
+        for r in features:
+            L.append(f"| {r['feature']} | {r['s']} | {r['hkv']} | {fmt(r['fa4'])} | {fmt(r.get('fa3'))} | "
+                     f"{fmt(r.get('fa4_cute'))} | {fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | "
+                     f"**{fmt(ratio(r['fa4'], r.get('best_peer')), 3)}** |" +
+                     "".join(f" {fmt(r.get('ab_' + n))} | {fmt(ratio(r.get('ab_' + n), r['fa4']), 3)} |" for n in ab_names))
     if decode:
         keys = [k for k in decode[0] if k.startswith("fa4_") or k.endswith("_gqa")]
         L += ["", "## Decode, bf16, GB/s of K+V read (B = 32, Hq = 32, Hkv = 8, D = 128, 1 query token)", "",
@@ -464,6 +563,9 @@ def main():
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--skip-prefill", action="store_true")
     ap.add_argument("--skip-varlen", action="store_true")
+    ap.add_argument("--features", action="store_true",
+                    help="also the feature sweep (GQA, softcap, sliding window, chunks; D 128) against FA3 / FA4 CuTe / SDPA")
+    ap.add_argument("--feature-seqs", default="2048,8192", help="lengths of the feature sweep")
     ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated); DQKxDV for a v head dim of its own (192x128)")
     ap.add_argument("--varlen-dims", default="128", help="varlen head dims (comma-separated)")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
@@ -517,10 +619,13 @@ def main():
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
         varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [int(x) for x in args.varlen_dims.split(",")],
                                                           [256, 1024, 4096], check, variants)
+    features = bench_features(fa4, timer, [int(x) for x in args.feature_seqs.split(",")], check,
+                              variants) if args.features else []
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peers.json"), "w") as f:
-        json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode, varlen=varlen), f, indent=1)
-    md = markdown(meta, gemm, prefill, decode, varlen, list(variants))
+        json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode, varlen=varlen, features=features),
+                  f, indent=1)
+    md = markdown(meta, gemm, prefill, decode, varlen, list(variants), features)
     with open(os.path.join(args.out, "peers.md"), "w") as f:
         f.write(md)
     print(md)

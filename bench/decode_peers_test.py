@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""CPU checks of bench/decode_peers.py (no GPU needed): the sweep's points and skips, the byte and
+FLOP counts, the scattered page tables, the groups that share timing rounds, the fp32 reference's
+bottom-right mask, the markdown / summary with nulls, and one whole point end to end with stand-ins
+for fa4, FA3 and the timer (the rows, the poisoned checks, a stand-in fa4 that writes nothing).
+
+Usage: python3 bench/decode_peers_test.py   (needs torch; prints 'N passed, N failed')
+"""
+import inspect
+import json
+import math
+import os
+import sys
+import types
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decode_peers as dp  # noqa: E402
+import peers  # noqa: E402
+
+
+def naive_attention(q, k, v, kv_len, causal):
+    """[Sq, Hq, D] q against [kv_len, Hkv, D] k / v through SDPA's math path with an explicit
+    bottom-right mask: the definition the sweep's Sq > 1 points use."""
+    sq, hq, d = q.shape
+    g = hq // k.shape[1]
+    kk = k[:kv_len].float().repeat_interleave(g, dim=1).transpose(0, 1)  # [Hq, L, D]
+    vv = v[:kv_len].float().repeat_interleave(g, dim=1).transpose(0, 1)
+    qq = q.float().transpose(0, 1)  # [Hq, Sq, D]
+    mask = None
+    if causal:
+        i = torch.arange(sq)[:, None]
+        j = torch.arange(kv_len)[None, :]
+        mask = j <= kv_len - sq + i
+    return F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask).transpose(0, 1)
+
+
+class Shapes(unittest.TestCase):
+    def test_parse(self):
+        self.assertEqual(dp.parse_heads("32/8,64/8"), ((32, 8), (64, 8)))
+        self.assertEqual(dp.parse_heads("32"), ((32, 32),))
+        self.assertEqual(dp.parse_ints("2k,8K,1000"), (2048, 8192, 1000))
+        with self.assertRaises(ValueError):
+            dp.parse_heads("32/5")
+
+    def test_bytes_flops(self):
+        self.assertEqual(dp.kv_bytes(32, 8192, 8), 2 * 32 * 8192 * 8 * 128 * 2)
+        for sq, L in ((1, 7), (4, 10), (8, 8), (3, 50)):
+            brute = sum(1 for i in range(sq) for j in range(L) if j <= L - sq + i)
+            self.assertEqual(dp.visible_pairs(sq, L, True), brute)
+            self.assertEqual(dp.visible_pairs(sq, L, False), sq * L)
+        self.assertEqual(dp.visible_pairs(1, 100, True), 100)  # decode: causal sees everything
+        self.assertEqual(dp.attn_flops(2, 4, 1, 100, False), 4 * 2 * 4 * 128 * 100)
+
+    def test_default_sweep_skips_exactly_the_points_over_the_limit(self):
+        _, args = dp.build_args([])
+        dec, chunk, skipped = dp.sweep(args)
+        limit = 60e9
+        for p in dec:
+            self.assertLessEqual(dp.kv_bytes(p["b"], p["kv_len"], p["hkv"]), limit)
+        for s in skipped:
+            self.assertGreater(dp.kv_bytes(s["b"], s["kv_len"], s["hkv"]), limit)
+        everything = {(b, sq, hq, hkv, L) for b in dp.DEC_B for hq, hkv in dp.DEC_HEADS for sq in dp.DEC_SQ
+                      for L in dp.DEC_KV}
+        ran = {(p["b"], p["sq"], p["hq"], p["hkv"], p["kv_len"]) for p in dec}
+        sk = {(p["b"], p["sq"], p["hq"], p["hkv"], p["kv_len"]) for p in skipped}
+        self.assertEqual(ran | sk, everything)
+        self.assertFalse(ran & sk)
+        self.assertEqual(len(dec), 232)
+        self.assertEqual(len(skipped), 24)  # B128 x (32k, 128k) at Hkv 32, B32 x 128k at Hkv 32, B128 x 128k at Hkv 8
+        for p in dec:
+            self.assertEqual(p["pages"][:4], [0, 16, 64, 256])
+            self.assertEqual(1 in p["pages"], p["sq"] == 1 and (p["hq"], p["hkv"]) == (32, 8))
+        self.assertEqual(len(chunk), 6)
+        self.assertTrue(all(p["pages"] == [0, 64] and p["b"] == 4 for p in chunk))
+
+    def test_quick_and_narrowing(self):
+        _, args = dp.build_args(["--quick"])
+        dec, chunk, skipped = dp.sweep(args)
+        self.assertEqual(len(dec), 12)
+        self.assertTrue(all(p["pages"] == [0, 64] for p in dec))
+        self.assertEqual(skipped, [])
+        _, args = dp.build_args(["--b", "4", "--heads", "64/8", "--sq", "2", "--kv", "8k", "--pages", "0,1", "--skip-chunked"])
+        dec, chunk, _ = dp.sweep(args)
+        self.assertEqual([(p["b"], p["hq"], p["hkv"], p["sq"], p["kv_len"], p["pages"]) for p in dec],
+                         [(4, 64, 8, 2, 8192, [0, 1])])
+        self.assertEqual(chunk, [])
+
+    def test_estimate_under_six_minutes(self):
+        _, args = dp.build_args([])
+        dec, chunk, _ = dp.sweep(args)
+        s, calls = dp.estimate_seconds(dec + chunk, args.reps, args.target_ms, args.idle_ms / 1e3, args.l2_mb * 1e6)
+        self.assertLess(s, 360)
+        self.assertGreater(calls, 0)
+
+    def test_reps(self):
+        self.assertEqual(dp.reps_for(0.01, 100, 40), 100)
+        self.assertEqual(dp.reps_for(4.0, 100, 40), 10)
+        self.assertEqual(dp.reps_for(100.0, 100, 40), 10)
+        self.assertEqual(dp.reps_for(1.0, 5, 40), 5)
+
+
+class Pages(unittest.TestCase):
+    def test_scatter_gathers_back(self):
+        g = torch.Generator().manual_seed(1)
+        for b, L, page in ((3, 256, 16), (2, 256, 64), (2, 256, 256), (2, 40, 1), (2, 1000, 64), (1, 7, 16)):
+            k = torch.randn(b, L, 2, 8, generator=g).to(torch.bfloat16)
+            table = dp.make_page_table(b, L, page, gen=g)
+            per_seq = -(-L // page)
+            self.assertEqual(tuple(table.shape), (b, per_seq))
+            self.assertEqual(table.dtype, torch.int32)
+            self.assertTrue(torch.equal(table.flatten().sort().values, torch.arange(b * per_seq, dtype=torch.int32)))
+            kp = dp.scatter_pages(k, table, page)
+            self.assertEqual(tuple(kp.shape), (b * per_seq, page, 2, 8))
+            self.assertTrue(torch.equal(dp.gather_pages(kp, table, L), k))
+            # by hand: token t of sequence s is row t % page of page table[s, t // page]
+            s, t = b - 1, L - 1
+            self.assertTrue(torch.equal(kp[table[s, t // page].item(), t % page], k[s, t]))
+            if b * per_seq > 4:
+                self.assertFalse(torch.equal(table.flatten(), torch.arange(b * per_seq, dtype=torch.int32)))
+
+    def test_plan_groups(self):
+        G = 1e9
+        self.assertEqual(dp.plan_groups([0, 16, 64, 256], 10 * G, 100 * G, 6 * G), ([[0, 16, 64, 256]], []))
+        self.assertEqual(dp.plan_groups([0, 16, 64, 256], 30 * G, 80 * G, 6 * G), ([[0, 16, 64], [256]], []))
+        self.assertEqual(dp.plan_groups([0, 16, 64], 50 * G, 60 * G, 6 * G), ([[0, 16], [64]], []))
+        self.assertEqual(dp.plan_groups([0, 16, 64], 60 * G, 50 * G, 6 * G), ([[0]], [16, 64]))
+        self.assertEqual(dp.plan_groups([0], 1 * G, 50 * G, 6 * G), ([[0]], []))
+
+
+class Reference(unittest.TestCase):
+    def test_fp32_reference_bottom_right(self):
+        g = torch.Generator().manual_seed(2)
+        for sq, hq, hkv, L, causal in ((1, 4, 2, 33, False), (4, 8, 2, 50, True), (8, 4, 4, 8, True), (5, 6, 3, 64, True)):
+            q = torch.randn(sq, hq, 16, generator=g)
+            k = torch.randn(L + 3, hkv, 16, generator=g)  # capacity beyond kv_len: never read
+            v = torch.randn(L + 3, hkv, 16, generator=g)
+            want = naive_attention(q, k, v, L, causal)
+            for max_elems in (1 << 27, 64):  # one chunk; a few query rows per chunk
+                got = dp.ref_attention_fp32(q, k, v, L, causal, max_elems=max_elems)
+                self.assertLess((got - want).abs().max().item(), 1e-5, (sq, hq, hkv, L, causal, max_elems))
+
+    def test_maxdiff_poison(self):
+        a = torch.zeros(2, 3)
+        b = torch.full((2, 3), float("nan"))
+        self.assertTrue(math.isnan(dp.maxdiff(b, a)))
+        self.assertTrue(dp.bad(dp.jnum(dp.maxdiff(b, a))))
+        self.assertEqual(dp.jnum(float("nan")), "nan")
+        self.assertFalse(dp.bad(0.01))
+        self.assertTrue(dp.bad(0.03))
+        self.assertFalse(dp.bad(None))
+
+
+def _row(page, fa4, fa3=None, cudnn=None, flash=None, **kw):
+    r = dict(kind="decode", b=4, sq=1, hq=32, hkv=8, kv_len=8192, page=page, kv_gb=0.134, fa4=fa4, fa3=fa3,
+             fa3_sched=None, cudnn=cudnn, flash=flash, maxdiff=0.004, ref="fa3")
+    r.update(kw)
+    return r
+
+
+class Tables(unittest.TestCase):
+    def test_best_peer_and_ratios(self):
+        rows = dp.finish_rows({0: _row(0, 3000.0, fa3=2500.0, cudnn=2000.0), 64: _row(64, 2700.0)})
+        self.assertEqual(rows[0]["best_peer_name"], "fa3")
+        self.assertAlmostEqual(rows[0]["fa4_over_best"], 1.2)
+        self.assertEqual(rows[64]["best_peer_name"], "fa3 (c)")  # no paged peer: the contiguous one
+        self.assertAlmostEqual(rows[64]["paged_over_contig"], 0.9)
+        self.assertAlmostEqual(rows[0]["hbm_frac"], 3000 / 4800)
+        rows = dp.finish_rows({0: _row(0, None), 16: _row(16, None)})  # nothing ran
+        self.assertIsNone(rows[0]["fa4_over_best"])
+        self.assertIsNone(rows[16]["paged_over_contig"])
+
+    def test_markdown_with_nulls(self):
+        dec = list(dp.finish_rows({0: _row(0, 3000.0, fa3=3500.0, l2_resident=True),
+                                   16: _row(16, None, error="fa4: page size 16 unsupported"),
+                                   64: _row(64, 2800.0, maxdiff="nan")}).values())
+        chunk = list(dp.finish_rows({0: dict(_row(0, 900.0, fa3=800.0), kind="chunked", sq=512, tflops_fa4=300.0,
+                                             tflops_fa3=270.0)}).values())
+        meta = dict(gpu="H200", date="d", commit="c", command="x", torch="t", cuda="12", cudnn=9, fa3_paged=False,
+                    num_splits=0, hide_launch=True)
+        md = dp.markdown(meta, dec, chunk, [dict(kind="decode", b=128, sq=1, hq=32, hkv=32, kv_len=131072,
+                                                 reason="K+V 275 GB > 60 GB")], ab_names=["x"])
+        self.assertIn("| 4 | 1 | 32/8 | 8k | 0 | 0.134 | 3.00 | 3.50 | - | - | - | fa3 | **0.857** |", md)
+        self.assertIn("| 4 | 1 | 32/8 | 8k | 16 |", md)
+        self.assertIn("**nan**", md)
+        self.assertIn("L2", md)
+        self.assertIn("Skipped (1)", md)
+        self.assertIn("| 4 | 512 | 32/8 | 8k | 0 | 300 | 270 |", md)
+        s = dp.summary(dec, chunk)
+        self.assertIn("2 rows below 1.0x", s)  # contiguous 0.857, page 64 0.8 against fa3 (c)
+        self.assertIn("FAIL", s)
+        self.assertIn("rows without an fa4 time", s)
+        json.dumps(dec)  # strict-JSON safe (nan stored as a string)
+
+
+# ---------------------------------------------------------------- one point, end to end, on CPU
+
+class FakeLib:
+    """Stands in for peers.Fa4: same params() keywords, computes the fp32 reference into out
+    (or writes nothing, to show that the poisoned check catches it)."""
+
+    def __init__(self, writes=True):
+        self.writes = writes
+        self.calls = 0
+
+    def params(self, q, k, v, out, causal=False, lse=None, cache_seqlens=None, page_table=None, num_splits=0,
+               cu_seqlens=None, max_seqlen=0):
+        return dict(q=q, k=k, v=v, out=out, causal=causal, seqlens=cache_seqlens, table=page_table)
+
+    def call(self, p):
+        self.calls += 1
+        if not self.writes:
+            return
+        o = fake_attention(p["q"], p["k"], p["v"], p["seqlens"], p["table"], p["causal"])
+        p["out"].copy_(o)
+
+
+def fake_attention(q, k, v, seqlens, table, causal):
+    b = q.shape[0]
+    L = int(seqlens[0])
+    if table is not None:
+        k, v = dp.gather_pages(k, table, L), dp.gather_pages(v, table, L)
+    return torch.stack([dp.ref_attention_fp32(q[s], k[s], v[s], L, causal) for s in range(b)]).to(q.dtype)
+
+
+def fake_fa3():
+    m = types.SimpleNamespace()
+    m.metadata_calls = []
+
+    def kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, causal=False, scheduler_metadata=None):
+        return fake_attention(q, k_cache, v_cache, cache_seqlens, page_table, causal)
+
+    def md(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim, cache_seqlens, qkv_dtype=None,
+           page_size=None, causal=False):
+        m.metadata_calls.append((batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim, page_size, causal))
+        return torch.zeros(4, dtype=torch.int32)
+
+    m.flash_attn_with_kvcache = kvcache
+    m.get_scheduler_metadata = md
+    return m
+
+
+class FakeTimer:
+    """compare_ms: calls each implementation once; fixed times by name (failures: None)."""
+    MS = {"fa4": 1.0, "ab_x": 0.9, "fa3": 1.25, "fa3_sched": 1.1, "cudnn": 2.0, "flash": 1.5}
+
+    def __init__(self):
+        self.reps, self.max_warmup, self.flushes, self.seen = 100, 2, [], []
+
+    def compare_ms(self, fns, flush=True, rounds=5):
+        self.flushes.append(flush)
+        self.seen.append(sorted(fns))
+        out = {}
+        for name, fn in fns.items():
+            try:
+                fn()
+                base = name.partition("@")[0]
+                out[name] = self.MS[base] * (1.1 if name.endswith("@16") else 1.0)
+            except Exception:
+                out[name] = None
+        return out
+
+
+class EndToEnd(unittest.TestCase):
+    def setUp(self):
+        self.saved = peers.FA3
+        peers.FA3 = fake_fa3()
+
+    def tearDown(self):
+        peers.FA3 = self.saved
+
+    def ctx(self, fa4, variants=None, fa3_paged=False, free=1 << 40):
+        _, args = dp.build_args([])
+        c = dp.Ctx()
+        c.device, c.free_bytes = "cpu", free
+        c.args, c.fa4, c.variants, c.timer = args, fa4, variants or {}, FakeTimer()
+        c.l2_bytes, c.margin_bytes, c.fa3_paged = 60e6, 0, fa3_paged
+        return c
+
+    def test_decode_point(self):
+        self.assertTrue({"causal", "cache_seqlens", "page_table", "num_splits"} <=
+                        set(inspect.signature(peers.Fa4.params).parameters))
+        c = self.ctx(FakeLib(), {"x": FakeLib()})
+        pt = dict(kind="decode", b=2, sq=1, hq=4, hkv=2, kv_len=64, pages=[0, 16, 1])
+        rows = dp.run_point(c, pt, 0)
+        self.assertEqual(sorted(rows), [0, 1, 16])
+        nb = dp.kv_bytes(2, 64, 2)
+        r0, r16 = rows[0], rows[16]
+        self.assertAlmostEqual(r0["fa4"], nb / 1.0 / 1e6)
+        self.assertAlmostEqual(r0["fa3"], nb / 1.25 / 1e6)
+        self.assertEqual(r0["best_peer_name"], "fa3_sched")
+        self.assertIsNone(r16["fa3"])  # FA3 paged off: not run
+        self.assertEqual(r16["best_peer_name"], "fa3_sched (c)")
+        self.assertAlmostEqual(r16["paged_over_contig"], 1 / 1.1)
+        for r in rows.values():
+            self.assertEqual(r["ref"], "fa3")
+            self.assertLess(r["maxdiff"], 1e-2)
+            self.assertLess(r["maxdiff_fp32"], 1e-2)
+            self.assertEqual(r["ab_x_maxdiff_vs_fa4"], 0.0)
+            self.assertTrue(r["flushed"] and r["l2_resident"])
+        self.assertLess(r0["maxdiff_fa3_fp32"], 1e-2)
+        self.assertEqual(r0["maxdiff_fa3_sched_vs_fa3"], 0.0)
+        # cudnn / flash are SDPA on BHSD views: on CPU the flash backend may run, cuDNN cannot
+        self.assertIsNone(r0["cudnn"])
+        self.assertEqual(c.timer.seen, [sorted(["fa4@0", "ab_x@0", "fa3@0", "fa3_sched@0", "cudnn@0", "flash@0",
+                                                "fa4@16", "ab_x@16", "fa4@1", "ab_x@1"])])
+        self.assertEqual(peers.FA3.metadata_calls, [(2, 1, 64, 4, 2, 128, None, False)])
+        json.dumps(list(rows.values()))
+
+    def test_spec_decode_paged_fa3_and_groups(self):
+        c = self.ctx(FakeLib(), fa3_paged=True, free=int(1.5 * dp.kv_bytes(1, 64, 2)))
+        pt = dict(kind="decode", b=1, sq=4, hq=4, hkv=2, kv_len=64, pages=[0, 16, 64])
+        rows = dp.run_point(c, pt, 0)
+        self.assertEqual(len(c.timer.seen), 2)  # room for one paged copy at a time
+        self.assertEqual(rows[0]["causal"], 1)
+        self.assertIsNone(rows[0].get("cudnn"))  # Sq > 1: no SDPA
+        self.assertIsNotNone(rows[16]["fa3"])
+        self.assertEqual(rows[16]["best_peer_name"], "fa3_sched")
+        self.assertEqual(rows[64]["maxdiff_fa3_paged_vs_fa3"], 0.0)
+        self.assertIn((1, 4, 64, 4, 2, 128, 16, True), peers.FA3.metadata_calls)
+
+    def test_chunked_point_tflops(self):
+        c = self.ctx(FakeLib())
+        pt = dict(kind="chunked", b=1, sq=16, hq=4, hkv=2, kv_len=64, pages=[0, 16])
+        rows = dp.run_point(c, pt, 0)
+        fl = dp.attn_flops(1, 4, 16, 64, True)
+        self.assertAlmostEqual(rows[0]["tflops_fa4"], fl / 1.0 / 1e9)
+        self.assertAlmostEqual(rows[16]["tflops_fa4"], fl / 1.1 / 1e9)
+        self.assertLess(rows[16]["maxdiff"], 1e-2)
+
+    def test_kernel_that_writes_nothing_is_caught(self):
+        c = self.ctx(FakeLib(writes=False))
+        pt = dict(kind="decode", b=1, sq=2, hq=4, hkv=2, kv_len=32, pages=[0, 64])
+        rows = dp.run_point(c, pt, 0)
+        for r in rows.values():
+            self.assertEqual(r["maxdiff"], "nan")
+            self.assertTrue(dp.bad(r["maxdiff"]))
+        self.assertIn("FAIL", dp.summary(list(rows.values())))
+
+    def test_no_fa3(self):
+        peers.FA3 = None
+        c = self.ctx(FakeLib())
+        rows = dp.run_point(c, dict(kind="decode", b=1, sq=2, hq=4, hkv=2, kv_len=32, pages=[0]), 0)
+        self.assertEqual(rows[0]["ref"], "fp32")
+        self.assertIsNone(rows[0]["fa4_over_best"])
+        self.assertLess(rows[0]["maxdiff"], 1e-2)
+
+
+if __name__ == "__main__":
+    res = unittest.main(exit=False, verbosity=1).result
+    n = res.testsRun
+    bad = len(res.failures) + len(res.errors)
+    print(f"{n - bad} passed, {bad} failed")
+    sys.exit(1 if bad else 0)
