@@ -11,9 +11,12 @@ Same process, same inputs, same interleaved timing as bench/peers.py, whose piec
   cudnn      cuDNN through torch SDPA (enable_gqa, BHSD views of the same cache); Sq = 1 only
   flash      PyTorch SDPA's flash backend (FlashAttention-2), same views; Sq = 1 only (SDPA's causal
              mask is top-left aligned, which is not the KV-cache mask for Sq > 1)
-FA3 paged KV runs only where the wheel was built with it (fa3_fwd_config: FLASHATTENTION_DISABLE_PAGEDKV
-is set in fa3-fwd 0.0.3, so its paged columns are null; --fa3-paged tries anyway). A peer that is not
-installed or fails on a shape is null in the JSON and "-" in the tables; the run never stops on one.
+FA3 on paged caches is tried on every paged layout (one probe call; --no-fa3-paged skips it): fa3-fwd
+0.0.3 is built with FLASHATTENTION_DISABLE_PAGEDKV, which leaves only its TMA paged path, taken when
+page_size % kBlockN == 0 (kBlockN 128 causal / 176 not, at D = 128) and Sq * Hq / Hkv > kBlockM (128):
+so no decode point and, of the chunked-prefill layouts, page 256 only; the others raise "does not
+support paged KV" and are null ("fa3_note" in the row says why). A peer that is not installed or
+fails on a shape is null in the JSON and "-" in the tables; the run never stops on one.
 
 Sweeps (D = 128, bf16, scale 1/sqrt(D)):
   decode   B {1, 4, 32, 128} x (Hq, Hkv) {32/32, 32/8, 64/8, 128/8} x Sq {1, 2, 4, 8} x kv length
@@ -24,8 +27,8 @@ Sweeps (D = 128, bf16, scale 1/sqrt(D)):
            random order, page_table [B, kv_len / page] int32, so every layout reads the same numbers.
            Points whose K+V exceed --max-gb (60 GB) are skipped (listed in the JSON).
   chunked  chunked prefill against a cache: B = 4, 32/8, Sq {128, 512, 2048}, kv {8k, 64k} (the
-           chunk is the cache's last Sq positions), causal bottom-right, contiguous and page 64;
-           TFLOP/s too (FLOPs = 4 * B * Hq * D * visible (query, key) pairs).
+           chunk is the cache's last Sq positions), causal bottom-right, contiguous, page 64 and page
+           256 (the page size FA3's paged path takes); TFLOP/s too (FLOPs = 4 * B * Hq * D * visible (query, key) pairs).
 Metric: GB/s of K+V bytes read = 2 * B * kv_len * Hkv * D * 2 bytes / time (the same bytes for
 Sq > 1); the tables show TB/s and the fraction of the H200's 4.8 TB/s HBM. Each row is one
 (point, layout): page 0 = contiguous. "best peer" is the fastest peer on the row's layout; on a paged
@@ -79,9 +82,9 @@ DEC_PAGES = (0, 16, 64, 256)
 CHUNK_B, CHUNK_HEADS = 4, (32, 8)
 CHUNK_SQ = (128, 512, 2048)
 CHUNK_KV = (8192, 65536)
-CHUNK_PAGES = (0, 64)
+CHUNK_PAGES = (0, 64, 256)
 QUICK = dict(b=(1, 4, 32), heads=((32, 8),), sq=(1, 4), kv=(8192, 131072), pages=(0, 64))
-QUICK_CHUNK = dict(sq=(512, 2048), kv=(65536,), pages=(0, 64))
+QUICK_CHUNK = dict(sq=(512, 2048), kv=(65536,), pages=(0, 64, 256))
 PEER_COLS = ("fa3", "fa3_sched", "cudnn", "flash")  # "best peer" candidates
 
 
@@ -220,20 +223,28 @@ def est_call_ms(nbytes, flops, gbs=3800.0, tflops=450.0):
     return max(nbytes / gbs / 1e6, flops / tflops / 1e9) + 0.008
 
 
-def impl_names(pt, fa3=True, fa3_paged=False, n_ab=0):
-    """(name, page) pairs timed at a point."""
+def fa3_paged_expected(pt, page):
+    """Whether fa3-fwd 0.0.3 (TMA paged path only) should take this paged layout: page a multiple
+    of kBlockN (128 causal, 176 not, at D = 128), Sq * Hq / Hkv > kBlockM (128). For the estimate:
+    the run tries every paged layout."""
+    block_n = 128 if pt["sq"] > 1 else 176
+    return page > 0 and page % block_n == 0 and pt["sq"] * pt["hq"] // pt["hkv"] > 128
+
+
+def impl_names(pt, fa3=True, fa3_paged=True, n_ab=0):
+    """(name, page) pairs timed at a point (FA3 paged where fa3_paged_expected)."""
     out = []
     for page in pt["pages"]:
         out.append(("fa4", page))
         out += [(f"ab{i}", page) for i in range(n_ab)]
-        if fa3 and (page == 0 or fa3_paged):
+        if fa3 and (page == 0 or (fa3_paged and fa3_paged_expected(pt, page))):
             out += [("fa3", page), ("fa3_sched", page)]
         if page == 0 and pt["sq"] == 1 and pt["kind"] == "decode":
             out += [("cudnn", 0), ("flash", 0)]
     return out
 
 
-def estimate_seconds(points, max_reps, target_ms, idle_s, l2_bytes, fa3=True, fa3_paged=False, n_ab=0,
+def estimate_seconds(points, max_reps, target_ms, idle_s, l2_bytes, fa3=True, fa3_paged=True, n_ab=0,
                      host_us=40.0, warmup=2):
     """(seconds, timed calls) the sweep should take on an H200: kernel time of every call
     (trial + warm-up + reps + checks), the idle before every block, the L2 flushes, the host
@@ -290,6 +301,12 @@ def maxdiff(a, b):
     if torch.isnan(d).any():
         return float("nan")
     return d.max().item()
+
+
+def worst(xs):
+    """The largest of some max-abs diffs, nan if any is nan (Python's max() may skip a nan)."""
+    xs = list(xs)
+    return float("nan") if any(math.isnan(x) for x in xs) else max(xs)
 
 
 def jnum(x):
@@ -354,7 +371,8 @@ def _kv_s(n):
 def markdown(meta, dec, chunk, skipped, ab_names=()):
     L = [f"# fa4 vs peers on KV caches: {meta.get('gpu')}, {meta.get('date')}", "",
          f"- commit: `{meta.get('commit')}`", f"- command: `{meta.get('command')}`",
-         f"- torch {meta.get('torch')}, CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}, FA3 paged: {meta.get('fa3_paged')}",
+         f"- torch {meta.get('torch')}, CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}, FA3 {meta.get('fa3')}"
+         f" (paged layouts tried: {meta.get('fa3_paged')})",
          f"- D = 128, bf16; GB/s of K+V read (2 * B * kv * Hkv * D * 2 bytes), shown in TB/s; %HBM of {HBM_GBS / 1000:.1f} TB/s;"
          f" fa4 num_splits {meta.get('num_splits')}",
          "- timing: bench/peers.py's interleaved rounds (CUDA events, median), launch overhead hidden behind a spin kernel"
@@ -479,21 +497,15 @@ class DecodeTimer(peers.Timer):
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def fa3_paged_supported(force=False):
-    if force:
-        return True
-    try:
-        import fa3_fwd_config
-        return not fa3_fwd_config.CONFIG["build_flags"].get("FLASHATTENTION_DISABLE_PAGEDKV", False)
-    except Exception:
-        return True  # another FA3 build: try it, failures are null
-
-
 class Ctx:
     """What run_point needs: args, fa4, variants, timer, l2_bytes, margin_bytes, fa3_paged, device
     (and free_bytes off CUDA: the tests run the whole point on CPU with stand-ins)."""
     device = "cuda"
     free_bytes = 1 << 40
+    fa3_paged = True
+
+    def __init__(self):
+        self.notes = set()  # messages printed once
 
 
 def _fa4_fn(lib, p):
@@ -569,7 +581,7 @@ def run_point(ctx, pt, seed):
                 ref = peers.first(peers.FA3.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=causal))
                 sync()
                 ref_name = "fa3"
-                d32 = max(maxdiff(ref[s], r) for s, r in zip(sel, ref32))
+                d32 = worst(maxdiff(ref[s], r) for s, r in zip(sel, ref32))
                 rows[0]["maxdiff_fa3_fp32"] = jnum(d32)
             except Exception as e:
                 print(f"    (fa3 reference failed: {type(e).__name__}: {str(e)[:120]})", flush=True)
@@ -620,10 +632,24 @@ def run_point(ctx, pt, seed):
                 params[(n, page)] = pv
                 fns[f"ab_{n}@{page}"] = _fa4_fn(lib, pv)
             if fa3_ok and (page == 0 or ctx.fa3_paged):
-                fns[f"fa3@{page}"] = _fa3_fn(q, kc, vc, seqlens, table, causal)
-                md = fa3_md(page)
-                if md is not None:
-                    fns[f"fa3_sched@{page}"] = _fa3_fn(q, kc, vc, seqlens, table, causal, md)
+                f3 = _fa3_fn(q, kc, vc, seqlens, table, causal)
+                ok = True
+                if page > 0:  # a probe: most paged layouts are refused by this FA3 build (host-side check)
+                    try:
+                        f3()
+                        sync()
+                    except Exception as e:
+                        ok = False
+                        msg = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+                        rows[page]["fa3_note"] = msg
+                        if msg not in ctx.notes:
+                            ctx.notes.add(msg)
+                            print(f"    (fa3 paged, page {page}: {msg}; null wherever it recurs)", flush=True)
+                if ok:
+                    fns[f"fa3@{page}"] = f3
+                    md = fa3_md(page)
+                    if md is not None:
+                        fns[f"fa3_sched@{page}"] = _fa3_fn(q, kc, vc, seqlens, table, causal, md)
             if page == 0 and sq == 1 and pt["kind"] == "decode":
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
                 fns["cudnn@0"] = _sdpa_fn(qt, kt, vt, SDPBackend.CUDNN_ATTENTION)
@@ -645,7 +671,7 @@ def run_point(ctx, pt, seed):
                     ctx.fa4.call(params[page])
                     sync()
                     o = outs[page]
-                    d32 = max(maxdiff(o[s], r32) for s, r32 in zip(sel, ref32))
+                    d32 = worst(maxdiff(o[s], r32) for s, r32 in zip(sel, ref32))
                     r["maxdiff"] = jnum(d32 if ref is None else maxdiff(o, ref))
                     r["ref"] = ref_name
                     r["maxdiff_fp32"] = jnum(d32)
@@ -663,7 +689,7 @@ def run_point(ctx, pt, seed):
                 except Exception as e:
                     r["error"] = f"check: {type(e).__name__}: {str(e)[:120]}"
         del caches, fns, params
-    del q, k, v, outs, outs_ab, ref, md_cache
+    del q, k, v, outs, outs_ab, ref
     return finish_rows(rows)
 
 
@@ -675,6 +701,7 @@ def _print_rows(rows):
         extra = f"  {peers.fmt(r.get('tflops_fa4'))} TFLOP/s" if chunk else ""
         ab = "".join(f"  {k2} {tbs(r.get(k2))}" for k2 in r if k2.startswith("ab_") and "maxdiff" not in k2)
         print(f"  {_label(r)}: {cols} TB/s{extra}{ab}  fa4/best {_ratio_s(r.get('fa4_over_best'), 3)}"
+              f" ({r.get('best_peer_name') or '-'})"
               f"{'  paged/contig ' + _ratio_s(r.get('paged_over_contig'), 3) if page else ''}"
               f"  maxdiff {r.get('maxdiff')} ({r.get('ref')}){flag}" + (f"  [{r['error']}]" if r.get("error") else ""),
               flush=True)
@@ -722,7 +749,7 @@ def build_args(argv=None):
     ap.add_argument("--l2-mb", type=float, default=60.0, help="L2 size: flush before each rep where K+V <= 2x this")
     ap.add_argument("--no-hide-launch", action="store_true", help="eager timing: no spin kernel ahead of the reps")
     ap.add_argument("--no-check", action="store_true")
-    ap.add_argument("--fa3-paged", action="store_true", help="try FA3 on paged caches even if its build disables it")
+    ap.add_argument("--no-fa3-paged", action="store_true", help="do not try FA3 on paged caches")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dry-run", action="store_true", help="print the points and the time estimate; no GPU")
     ap.add_argument("--ab", action="append", default=[], metavar="NAME=LIB",
@@ -757,7 +784,7 @@ def sweep(args):
 def main(argv=None):
     ap, args = build_args(argv)
     dec_pts, chunk_pts, skipped = sweep(args)
-    fa3_paged = fa3_paged_supported(args.fa3_paged) and peers.FA3 is not None
+    fa3_paged = not args.no_fa3_paged and peers.FA3 is not None
     n_ab = len(args.ab)
     est_s, est_calls = estimate_seconds(dec_pts + chunk_pts, args.reps, args.target_ms, args.idle_ms / 1e3,
                                         args.l2_mb * 1e6, fa3=True, fa3_paged=fa3_paged, n_ab=n_ab)
@@ -799,7 +826,7 @@ def main(argv=None):
                 hbm_gbs=HBM_GBS, tol=TOL, estimate_s=round(est_s), command="python3 " + " ".join(sys.argv))
     if ctx.variants and os.path.isfile(os.path.join(staged, "ab_revs")):
         meta["ab_revs"] = open(os.path.join(staged, "ab_revs")).read().split("\n")[:-1]
-    print(f"decode_peers: {meta['gpu']} commit {commit}; FA3 {meta['fa3']} (paged: {fa3_paged})", flush=True)
+    print(f"decode_peers: {meta['gpu']} commit {commit}; FA3 {meta['fa3']} (paged layouts tried: {fa3_paged})", flush=True)
     os.makedirs(args.out, exist_ok=True)
     dec_rows, chunk_rows = [], []
     t0 = time.time()
@@ -817,7 +844,8 @@ def main(argv=None):
             rows = run_point(ctx, pt, args.seed * 100003 + i)
         except Exception as e:  # out of memory, a broken context: the point is recorded, the run goes on
             print(f"  {pt['kind']} point {pt} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
-            rows = finish_rows({page: dict(kind=pt["kind"], b=pt["b"], sq=pt["sq"], hq=pt["hq"], hkv=pt["hkv"],
+            blank = {c: None for c in ("fa4",) + PEER_COLS + tuple("ab_" + n for n in ctx.variants)}
+            rows = finish_rows({page: dict(blank, kind=pt["kind"], b=pt["b"], sq=pt["sq"], hq=pt["hq"], hkv=pt["hkv"],
                                            kv_len=pt["kv_len"], page=page, kv_gb=kv_bytes(pt["b"], pt["kv_len"], pt["hkv"]) / 1e9,
                                            error=f"{type(e).__name__}: {str(e)[:200]}") for page in pt["pages"]})
         try:

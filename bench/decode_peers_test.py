@@ -75,7 +75,7 @@ class Shapes(unittest.TestCase):
             self.assertEqual(p["pages"][:4], [0, 16, 64, 256])
             self.assertEqual(1 in p["pages"], p["sq"] == 1 and (p["hq"], p["hkv"]) == (32, 8))
         self.assertEqual(len(chunk), 6)
-        self.assertTrue(all(p["pages"] == [0, 64] and p["b"] == 4 for p in chunk))
+        self.assertTrue(all(p["pages"] == [0, 64, 256] and p["b"] == 4 for p in chunk))
 
     def test_quick_and_narrowing(self):
         _, args = dp.build_args(["--quick"])
@@ -152,6 +152,9 @@ class Reference(unittest.TestCase):
         self.assertFalse(dp.bad(0.01))
         self.assertTrue(dp.bad(0.03))
         self.assertFalse(dp.bad(None))
+        self.assertTrue(math.isnan(dp.worst([0.1, float("nan")])))
+        self.assertTrue(math.isnan(dp.worst([float("nan"), 0.1])))
+        self.assertEqual(dp.worst([0.1, 0.3]), 0.3)
 
 
 def _row(page, fa4, fa3=None, cudnn=None, flash=None, **kw):
@@ -229,8 +232,11 @@ def fake_attention(q, k, v, seqlens, table, causal):
 def fake_fa3():
     m = types.SimpleNamespace()
     m.metadata_calls = []
+    m.paged_decode = False
 
     def kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, causal=False, scheduler_metadata=None):
+        if page_table is not None and not m.paged_decode and q.shape[1] == 1:  # fa3-fwd 0.0.3's refusal
+            raise RuntimeError("This flash attention build does not support paged KV.")
         return fake_attention(q, k_cache, v_cache, cache_seqlens, page_table, causal)
 
     def md(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim, cache_seqlens, qkv_dtype=None,
@@ -272,7 +278,7 @@ class EndToEnd(unittest.TestCase):
     def tearDown(self):
         peers.FA3 = self.saved
 
-    def ctx(self, fa4, variants=None, fa3_paged=False, free=1 << 40):
+    def ctx(self, fa4, variants=None, fa3_paged=True, free=1 << 40):
         _, args = dp.build_args([])
         c = dp.Ctx()
         c.device, c.free_bytes = "cpu", free
@@ -292,7 +298,8 @@ class EndToEnd(unittest.TestCase):
         self.assertAlmostEqual(r0["fa4"], nb / 1.0 / 1e6)
         self.assertAlmostEqual(r0["fa3"], nb / 1.25 / 1e6)
         self.assertEqual(r0["best_peer_name"], "fa3_sched")
-        self.assertIsNone(r16["fa3"])  # FA3 paged off: not run
+        self.assertIsNone(r16["fa3"])  # the stand-in refuses paged decode, as fa3-fwd 0.0.3 does
+        self.assertIn("does not support paged KV", r16["fa3_note"])
         self.assertEqual(r16["best_peer_name"], "fa3_sched (c)")
         self.assertAlmostEqual(r16["paged_over_contig"], 1 / 1.1)
         for r in rows.values():
@@ -339,6 +346,53 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(r["maxdiff"], "nan")
             self.assertTrue(dp.bad(r["maxdiff"]))
         self.assertIn("FAIL", dp.summary(list(rows.values())))
+
+    def test_nan_in_the_last_sequence_only_is_caught(self):
+        class HalfLib(FakeLib):
+            def call(self, p):
+                super().call(p)
+                p["out"][-1, :, 0, 0] = float("nan")
+        c = self.ctx(HalfLib())
+        peers.FA3 = None  # fp32 reference on sequences 0 and B - 1 only
+        rows = dp.run_point(c, dict(kind="decode", b=3, sq=1, hq=4, hkv=2, kv_len=32, pages=[0]), 0)
+        self.assertIn(rows[0]["ref"], ("flash", "fp32"))
+        self.assertEqual(rows[0]["maxdiff_fp32"], "nan")
+
+    def test_main_writes_json_and_markdown(self):
+        import tempfile
+        saved = (dp.DecodeTimer, peers.Fa4, torch.cuda.get_device_name, dp.Ctx.device, dp.Ctx.free_bytes)
+
+        def timer(reps, hide_launch=True):
+            t = FakeTimer()
+            t.hide_launch = hide_launch
+            return t
+        try:
+            dp.DecodeTimer, peers.Fa4 = timer, (lambda path: FakeLib())
+            torch.cuda.get_device_name = lambda *a: "cpu (test)"
+            dp.Ctx.device, dp.Ctx.free_bytes = "cpu", 1 << 40
+            with tempfile.TemporaryDirectory() as out:
+                rc = dp.main(["--out", out, "--b", "1,2", "--heads", "4/2", "--sq", "1,2", "--kv", "64",
+                              "--pages", "0,16", "--chunk-sq", "16", "--chunk-kv", "64", "--ab", "x=nowhere.so"])
+                self.assertEqual(rc, 0)
+                with open(os.path.join(out, "decode.json")) as f:
+                    js = json.load(f)
+                with open(os.path.join(out, "decode.md")) as f:
+                    md = f.read()
+                if os.environ.get("KEEP_MD"):
+                    with open(os.environ["KEEP_MD"], "w") as f:
+                        f.write(md)
+        finally:
+            dp.DecodeTimer, peers.Fa4, torch.cuda.get_device_name, dp.Ctx.device, dp.Ctx.free_bytes = saved
+        self.assertEqual(len(js["decode"]), 8)  # 4 points x 2 layouts
+        self.assertEqual(len(js["chunked_prefill"]), 3)  # 1 point x (0, 64, 256)
+        for r in js["decode"]:
+            for key in ("b", "sq", "hq", "hkv", "kv_len", "page", "fa4", "fa3", "cudnn", "flash", "maxdiff", "ab_x"):
+                self.assertIn(key, r)
+        self.assertEqual(js["meta"]["gpu"], "cpu (test)")
+        self.assertIn("## Decode", md)
+        self.assertIn("## Chunked prefill", md)
+        self.assertIn("## A/B", md)
+        self.assertIn("## Summary", md)
 
     def test_no_fa3(self):
         peers.FA3 = None
