@@ -282,6 +282,57 @@ __global__ void __launch_bounds__(128, 1)
 #endif
 }
 
+// fp8 e4m3: C[64 x N] = A[64 x 128] * B[N x 128]^T (K = 128: four k32 steps), both operands
+// stored row by row into the 128B-swizzled K-major layout (128 e4m3 per row: the same bytes as a
+// row of 64 16-bit elements, hence store_swizzled on a 16-bit view). kRs: A from registers in
+// the m16n8k32 8-bit A layout (sm90_ptx.cuh), B from shared memory.
+template <int N, bool kRs>
+__global__ void __launch_bounds__(128, 1)
+    wgmma_fp8_kernel(const uint8_t* __restrict__ a, const uint8_t* __restrict__ b, float* __restrict__ c) {
+#if FA4_PTX_SM90A
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* sa = align1024(smem_raw);
+  uint8_t* sb = sa + 64 * 128;
+  store_swizzled(sa, reinterpret_cast<const uint16_t*>(a), 64);
+  store_swizzled(sb, reinterpret_cast<const uint16_t*>(b), N);
+  fence_proxy_async_shared_cta();
+  __syncthreads();
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  const int r = 16 * w + l / 4, cc = 4 * (l % 4);
+  uint32_t af[4][4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {  // 4 e4m3 per register, lowest column in the lowest byte
+    auto word = [&](int row, int col) { return *reinterpret_cast<const uint32_t*>(a + row * 128 + 32 * k + col); };
+    af[k][0] = word(r, cc);
+    af[k][1] = word(r + 8, cc);
+    af[k][2] = word(r, cc + 16);
+    af[k][3] = word(r + 8, cc + 16);
+  }
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = __int_as_float(0x7fc00000);  // NaN: scale_d = 0 must ignore it
+  fence_operands(d);
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) fence_operand(af[k][j]);
+  wgmma_fence();
+  const uint32_t a0 = smem_u32(sa), b0 = smem_u32(sb);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (kRs)
+      wgmma_rs<N, __nv_fp8_e4m3>(d, af[k], make_smem_desc_kmajor_sw128(b0 + 32 * k), k > 0 ? 1 : 0);
+    else
+      wgmma_ss<N, __nv_fp8_e4m3>(d, make_smem_desc_kmajor_sw128(a0 + 32 * k), make_smem_desc_kmajor_sw128(b0 + 32 * k),
+                                 k > 0 ? 1 : 0);
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  fence_operands(d);
+  store_accum<N>(d, c);
+#endif
+}
+
 // Two rounds on two barriers. tx barrier (count 1): thread 0 arrives with expect_tx and issues a
 // TMA of tile `round` (rows 64*round..); arrival barrier (count 128): every thread writes its
 // slot, then arrives. Results per round r (index r):
@@ -619,6 +670,80 @@ TEST(Sm90Wgmma, RS) {
   run_wgmma_rs<__half, 128>(TmaElem::f16);
   run_wgmma_rs<__nv_bfloat16, 256>(TmaElem::bf16);
   run_wgmma_rs<__half, 256>(TmaElem::f16);
+}
+
+// e4m3 bytes -> value (OCP "fn": no infinities; the test never draws the NaN codes).
+double e4m3_value(uint8_t byte) {
+  const int sign = byte >> 7, e = (byte >> 3) & 15, m = byte & 7;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return sign ? -mag : mag;
+}
+
+template <int N, bool kRs>
+void run_wgmma_fp8() {
+  const std::string what = std::string("wgmma ") + (kRs ? "RS" : "SS") + " m64n" + std::to_string(N) + "k32 e4m3";
+  SCOPED_TRACE(what);
+  const uint64_t seed = derive_seed(500 + N * 2 + (kRs ? 1 : 0));
+  FA4_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  auto draw = [&](size_t n) {  // every finite code, both signs, subnormals included
+    std::vector<uint8_t> v(n);
+    for (auto& x : v) {
+      x = static_cast<uint8_t>(rng());
+      if ((x & 0x7f) == 0x7f) x ^= 1;  // 0x7f / 0xff are NaN
+    }
+    return v;
+  };
+  const std::vector<uint8_t> a = draw(64 * 128), b = draw(size_t(N) * 128);
+  DevBuf<uint8_t> da(a.size()), db(b.size());
+  DevBuf<float> dc(size_t(64) * N);
+  ASSERT_TRUE(da.p && db.p && dc.p);
+  CUDA_OK(cudaMemcpy(da.p, a.data(), a.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db.p, b.data(), b.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dc.p, 0xFF, size_t(64) * N * 4));
+  wgmma_fp8_kernel<N, kRs><<<1, 128, 64 * 128 + size_t(N) * 128 + 1024>>>(da.p, db.p, dc.p);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> c(size_t(64) * N);
+  CUDA_OK(cudaMemcpy(c.data(), dc.p, c.size() * 4, cudaMemcpyDeviceToHost));
+  // Products of two e4m3 values are exact in fp32; the tensor cores' fp8 accumulation is not
+  // full fp32 (FA3 reports it), so the bound is loose: 2^-9 of sum |a b|. A layout or descriptor
+  // error moves C by O(|C|).
+  int bad = 0;
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0, sa = 0;
+      for (int k = 0; k < 128; ++k) {
+        const double p = e4m3_value(a[i * 128 + k]) * e4m3_value(b[j * 128 + k]);
+        s += p, sa += std::fabs(p);
+      }
+      const double got = c[size_t(i) * N + j], tol = sa * std::ldexp(1.0, -9) + 1e-6;
+      if (!(std::fabs(got - s) <= tol) && ++bad <= 8)
+        ADD_FAILURE() << what << ": C[" << i << "][" << j << "] = " << got << ", fp64 reference " << s;
+    }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << 64 * N << " elements outside tolerance";
+}
+
+// The fp8 wrappers (issue 15's prefill will use them): SS and RS at the key-tile widths.
+TEST(Sm90Wgmma, Fp8) {
+  SKIP_UNLESS_SM90();
+  run_wgmma_fp8<64, false>();
+  run_wgmma_fp8<128, false>();
+  run_wgmma_fp8<256, false>();
+  run_wgmma_fp8<64, true>();
+  run_wgmma_fp8<128, true>();
+  run_wgmma_fp8<256, true>();
+}
+
+// Host-side check of the e4m3 decoding the fp8 test's reference uses, against CUDA's own
+// conversion (no GPU needed): every one of the 254 finite codes.
+TEST(Sm90Host, E4m3Decoding) {
+  for (int x = 0; x < 256; ++x) {
+    if ((x & 0x7f) == 0x7f) continue;
+    __nv_fp8_e4m3 v;
+    v.__x = static_cast<__nv_fp8_storage_t>(x);
+    EXPECT_EQ(e4m3_value(static_cast<uint8_t>(x)), static_cast<double>(static_cast<float>(v))) << "code " << x;
+  }
 }
 
 // ------------------------------------------------------------------------------ mbarrier test

@@ -31,6 +31,7 @@
 #include <cuda.h>  // CUtensorMap (a 128-byte aligned opaque struct; types only, no libcuda link)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda/ptx>
 
 #include <cstdint>
@@ -456,6 +457,36 @@ FA4_WGMMA_N176(__nv_bfloat16, "bf16")
 FA4_WGMMA_N176(__half, "f16")
 FA4_WGMMA_N192(__nv_bfloat16, "bf16")
 FA4_WGMMA_N192(__half, "f16")
+// fp8 (e4m3 x e4m3, fp32 accumulate): m64nNk32, both operands K-major only (the PTX ISA takes
+// no transpose immediates for 8-bit inputs: O = P V needs V^T in shared memory, keys contiguous).
+// A k32 step is 32 bytes, as a bf16 k16 step is, so the 128B-swizzled K-major tiles and their
+// descriptors are the same as for 16-bit inputs with 128 fp8 elements per 128-byte row (a
+// 64 x 128 fp8 tile = 4 k-steps). RS: a[4] x 4 e4m3 per thread, the mma.sync m16n8k32 A layout
+// per warp: a0 = (r, c..c+3), a1 = (r+8, c..c+3), a2 = (r, c+16..c+19), a3 = (r+8, c+16..c+19)
+// with r = 16*w + l/4, c = 4*(l%4), lowest byte first (device test Sm90Wgmma.Fp8).
+#define FA4_WGMMA_SPECIALIZE_F8(N, ELEM, TY, SHAPE, NREG, REGS, DOUT, SS_P, SS_ARGS, RS_P, RS_ARGS)       \
+  template <>                                                                                          \
+  struct Wgmma<N, ELEM> {                                                                              \
+    template <int TransA, int TransB>                                                                  \
+    __device__ __forceinline__ static void ss(float(&d)[NREG], uint64_t desc_a, uint64_t desc_b, int scale_d) { \
+      static_assert(TransA == 0 && TransB == 0, "fp8 wgmma: K-major operands only");                   \
+      FA4_WGMMA_ASM(SHAPE, TY, SS_P, REGS, SS_ARGS, DOUT, "l"(desc_a), "l"(desc_b), "r"(scale_d));    \
+    }                                                                                                  \
+    template <int TransB>                                                                              \
+    __device__ __forceinline__ static void rs(float(&d)[NREG], const uint32_t(&a)[4], uint64_t desc_b,  \
+                                              int scale_d) {                                           \
+      static_assert(TransB == 0, "fp8 wgmma: K-major operands only");                                  \
+      FA4_WGMMA_ASM(SHAPE, TY, RS_P, REGS, RS_ARGS, DOUT, "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),      \
+                    "l"(desc_b), "r"(scale_d));                                                        \
+    }                                                                                                  \
+  };
+FA4_WGMMA_SPECIALIZE_F8(64, __nv_fp8_e4m3, "e4m3", "m64n64k32", 32, FA4_WGMMA_R32, (FA4_WGMMA_D32(0)), "%34",
+                        "%32, %33, p, 1, 1", "%37", "{%32, %33, %34, %35}, %36, p, 1, 1")
+FA4_WGMMA_SPECIALIZE_F8(128, __nv_fp8_e4m3, "e4m3", "m64n128k32", 64, FA4_WGMMA_R64, (FA4_WGMMA_D64(0)), "%66",
+                        "%64, %65, p, 1, 1", "%69", "{%64, %65, %66, %67}, %68, p, 1, 1")
+FA4_WGMMA_SPECIALIZE_F8(256, __nv_fp8_e4m3, "e4m3", "m64n256k32", 128, FA4_WGMMA_R128, (FA4_WGMMA_D128(0)), "%130",
+                        "%128, %129, p, 1, 1", "%133", "{%128, %129, %130, %131}, %132, p, 1, 1")
+#undef FA4_WGMMA_SPECIALIZE_F8
 #undef FA4_WGMMA_N64
 #undef FA4_WGMMA_N128
 #undef FA4_WGMMA_N256
