@@ -10,11 +10,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
 
+#include "core/numeric.h"
+#include "cpu/cpu_kernels.h"
 #include "test_util.h"
 
 namespace fa4test {
@@ -266,6 +269,116 @@ TEST(CpuIsa, SixteenBitScoresBeyondFp32GiveTheReferenceResult) {
         EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)))
             << "causal " << causal << " softcap " << softcap << " k " << kval;
       }
+}
+
+// ---- e4m3 conversions: every vector path of the table FA4_CPU_ISA selected agrees with the
+// scalar definition (core/numeric.h e4m3_to_f32) on all 256 bytes: NaN (0x7f, 0xff), the
+// subnormals, +-0, +-448. The fp8 KV cache's kernels read e4m3 rows through these.
+namespace cpuk = fa4::core::cpu;
+
+// Same value (NaN for NaN); sign of zero too where `zero_sign` (the products and sums of the
+// kernels below start from +0, so -0 comes out as +0 there).
+bool same(float got, float want, bool zero_sign) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (got != want) return false;
+  return !zero_sign || want != 0.0f || std::signbit(got) == std::signbit(want);
+}
+
+TEST(CpuIsa, E4m3ConversionsAgreeWithTheScalarDefinitionForEveryByte) {
+  const cpuk::Kernels& K = cpuk::best_kernels();
+  SCOPED_TRACE(K.name);
+  float want[256];
+  for (int b = 0; b < 256; ++b) want[b] = fa4::core::e4m3_to_f32(static_cast<uint8_t>(b));
+  ASSERT_TRUE(std::isnan(want[0x7f]) && std::isnan(want[0xff]) && want[0x7e] == 448.0f && want[0xfe] == -448.0f);
+  // The tables.
+  for (int b = 0; b < 256; ++b) {
+    EXPECT_TRUE(same(cpuk::e4m3_lut()[b], want[b], true)) << b;
+    if (b < 128) {
+      EXPECT_TRUE(same(fa4::core::bf16_to_f32(cpuk::e4m3_bf16_lut()[b]), want[b], true)) << b;
+    }
+  }
+  // convert: unit stride (the vector loop plus its tail) and strided.
+  uint8_t bytes[256], strided[3 * 256];
+  for (int b = 0; b < 256; ++b) bytes[b] = strided[3 * b] = static_cast<uint8_t>(b);
+  float got[256];
+  for (int64_t stride : {1, 3}) {
+    K.convert(stride == 1 ? bytes : strided, DType::float8_e4m3, stride, 256, got);
+    for (int b = 0; b < 256; ++b) EXPECT_TRUE(same(got[b], want[b], true)) << "convert stride " << stride << " byte " << b;
+  }
+  // Row-major decode kernels: key n = byte n at every dim of its row (dims 32 and 64 exercise
+  // every lane of the loaders); q one-hot at dim c reads K[n][c], p one-hot reads V[n][*].
+  if (K.qk_rows) {
+    for (int64_t d : {32, 64}) {
+      std::vector<uint8_t> rows(static_cast<size_t>(256 * d));
+      std::vector<const void*> ptr(256);
+      for (int n = 0; n < 256; ++n) {
+        std::fill(rows.begin() + n * d, rows.begin() + (n + 1) * d, static_cast<uint8_t>(n));
+        ptr[static_cast<size_t>(n)] = rows.data() + n * d;
+      }
+      for (int64_t c = 0; c < d; ++c) {  // q rows: row r one-hot at dim (c + r) % d
+        const int64_t R = 4;
+        std::vector<float> q(static_cast<size_t>(R * d), 0.0f), st(256 * 8);
+        for (int64_t r = 0; r < R; ++r) q[static_cast<size_t>(r * d + (c + r) % d)] = 1.0f;
+        // Keys whose other dims would be NaN x 0: the NaN rows hold NaN everywhere, so only
+        // the one-hot dim's value matters for the rest.
+        K.qk_rows(q.data(), R, d, ptr.data(), DType::float8_e4m3, 256, st.data());
+        for (int n = 0; n < 256; ++n)
+          for (int64_t r = 0; r < R; ++r)
+            ASSERT_TRUE(same(st[static_cast<size_t>(n * 8 + r)], want[n], false))
+                << "qk_rows d " << d << " dim " << c << " byte " << n << " got " << st[static_cast<size_t>(n * 8 + r)];
+      }
+      for (int n = 0; n < 256; ++n) {
+        const float pt[8] = {1, 1, 1, 1, 1, 1, 1, 1}, alpha[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        std::vector<float> o(static_cast<size_t>(8 * d), 0.0f);
+        K.pv_rows(pt, 3, 1, &ptr[static_cast<size_t>(n)], DType::float8_e4m3, d, alpha, o.data());
+        for (int64_t i = 0; i < 3 * d; ++i)
+          ASSERT_TRUE(same(o[static_cast<size_t>(i)], want[n], false)) << "pv_rows d " << d << " element " << i << " byte " << n;
+      }
+    }
+  }
+  // Panel packers (16-bit: bf16 bits, lo term 0; fp32 panels): 256 keys x 48 dims, key n =
+  // byte (n + dim) % 256 so every byte lands in every lane position over the dims.
+  const int64_t n = 256, d = 48;
+  std::vector<uint8_t> rows(static_cast<size_t>(n * d));
+  std::vector<const void*> ptr(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < d; ++c) rows[static_cast<size_t>(j * d + c)] = static_cast<uint8_t>((j + c) % 256);
+    ptr[static_cast<size_t>(j)] = rows.data() + j * d;
+  }
+  auto byte_at = [&](int64_t j, int64_t c) { return (j + c) % 256; };
+  for (const cpuk::LowpKernels* L : {K.lowp_bf16, K.lowp_f16}) {
+    if (!L) continue;
+    for (int terms : {1, 2}) {
+      const int64_t dp = (d + 31) / 32 * 32, np = (n + 31) / 32 * 32, dvp = (d + 15) / 16 * 16;
+      std::vector<uint16_t> kb(static_cast<size_t>(terms * np * dp)), vt(static_cast<size_t>(terms * dvp * np));
+      const int kf = L->pack_k(ptr.data(), DType::float8_e4m3, n, d, terms, kb.data());
+      const int vf = L->pack_v(ptr.data(), DType::float8_e4m3, n, d, terms, vt.data());
+      EXPECT_EQ(kf, cpuk::LowpKernels::kNonFinite);  // never kTiny: e4m3's smallest is 2^-9
+      EXPECT_EQ(vf, cpuk::LowpKernels::kNonFinite);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t c = 0; c < d; ++c) {
+          const float w = want[byte_at(j, c)];
+          ASSERT_TRUE(same(fa4::core::bf16_to_f32(kb[static_cast<size_t>(j * dp + c)]), w, true)) << "pack_k " << j << " " << c;
+          ASSERT_TRUE(same(fa4::core::bf16_to_f32(vt[static_cast<size_t>(c * np + j)]), w, true)) << "pack_v " << j << " " << c;
+          if (terms == 2 && !std::isnan(w)) {  // the lo term: 0 (NaN for NaN)
+            EXPECT_EQ(kb[static_cast<size_t>(np * dp + j * dp + c)] & 0x7fff, 0);
+            EXPECT_EQ(vt[static_cast<size_t>(dvp * np + c * np + j)] & 0x7fff, 0);
+          }
+        }
+    }
+  }
+  if (const cpuk::F32Panels* F = K.f32p) {
+    std::vector<float> kp(static_cast<size_t>(cpuk::F32Panels::kp_elems(n, d))),
+        vp(static_cast<size_t>(cpuk::F32Panels::vp_elems(n, d)));
+    F->pack_k(ptr.data(), DType::float8_e4m3, n, d, kp.data());
+    EXPECT_EQ(F->pack_v(ptr.data(), DType::float8_e4m3, n, n, d, vp.data()), cpuk::LowpKernels::kNonFinite);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < d; ++c) {
+        const float w = want[byte_at(j, c)];
+        ASSERT_TRUE(same(kp[static_cast<size_t>((j / 8) * d * 8 + c * 8 + j % 8)], w, true)) << "f32 pack_k " << j << " " << c;
+        ASSERT_TRUE(same(vp[static_cast<size_t>(((c / 8) * n + j) * 8 + c % 8)], w, true)) << "f32 pack_v " << j << " " << c;
+      }
+  }
 }
 
 }  // namespace

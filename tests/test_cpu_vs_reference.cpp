@@ -3,6 +3,7 @@
 // bitwise determinism and thread-count independence.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -497,6 +498,66 @@ TEST(CpuVsReference, Fp8KvCacheEveryLayoutScaleModeMaskAndSplit) {
           c.layout = n % 6 == 5 ? Layout::strided_last : n % 6 == 4 ? Layout::bhsd : Layout::contiguous;
           SCOPED_TRACE(mask.name);
           check_cpu_vs_ref(c, derive_seed(16000 + n++), {n % 4 == 0, false});
+        }
+}
+
+// The factors' folding (cpu_backend.cpp: per-head k into Q's prescale and v into 1 / l,
+// per-token k / v on the columns of S / P) on the paths the shapes above reach less: decode
+// units over several kv heads (GQA 32 / 8), pre-packed panels (packed rows > a query tile), long
+// key ranges (several key tiles of every table), splits, sinks, softcap, outliers, and factor
+// values that are 0, tiny, large, +-inf or NaN in some (token or head) entries: the reference's
+// result wherever those give a finite one, the same non-finite pattern where not.
+TEST(CpuVsReference, Fp8KvCacheFoldedFactorsLongTilesAndSpecialValues) {
+  int n = 0;
+  for (KvMode kv : {KvMode::dense, KvMode::cache, KvMode::paged})
+    for (KvScaleMode m : {KvScaleMode::per_head, KvScaleMode::per_token})
+      for (int shape = 0; shape < 2; ++shape)  // 0: decode GQA 32 / 8; 1: prefill, pre-packed panels
+        for (int special = 0; special < 3; ++special) {
+          CaseConfig c;
+          c.dtype = n % 2 ? DType::float16 : DType::bfloat16;
+          c.fp8_kv = true;
+          c.kv_scale = m;
+          c.kv = kv;
+          c.batch = 2;
+          c.hq = shape == 0 ? 32 : 8;
+          c.hkv = shape == 0 ? 8 : 2;
+          c.dqk = c.dv = shape == 0 ? 128 : 64;
+          c.sq = shape == 0 ? 1 : 60;
+          c.sk = shape == 0 ? 700 : 300;
+          c.page_size = n % 3 == 0 ? 16 : 64;
+          if (kv != KvMode::dense && n % 4 == 1) {
+            c.snew = shape == 0 ? 1 : 4;
+            c.sq = std::max<int64_t>(c.sq, c.snew);
+          }
+          c.causal = n % 3 == 1;
+          if (n % 5 == 2) c.window_left = 90, c.window_right = 0;
+          c.sinks = n % 4 == 3;
+          c.softcap = n % 7 == 2 ? 15.0f : 0.0f;
+          c.num_splits = std::vector<int32_t>{1, 0, 3}[n % 3];
+          c.dist = n % 2 ? Dist::outliers : Dist::normal;
+          const uint64_t seed = derive_seed(16500 + n++);
+          FA4_SEED_TRACE(seed);
+          SCOPED_TRACE(c.describe());
+          Case orig = make_case(c, seed);
+          if (special > 0) {
+            std::mt19937_64 rng(seed);
+            // (0.5 is 4-32x the cases' factors, 1/64 .. 1/8: larger ones scale outputs and lse
+            // past what the absolute tolerances of DESIGN.md section 4 allow on any path.)
+            const float values[] = {0.0f, 1e-30f, 0.5f, std::numeric_limits<float>::infinity(),
+                                    -std::numeric_limits<float>::infinity(), std::nanf("")};
+            for (Tensor* t : {&orig.k_descale, &orig.v_descale}) {
+              const std::vector<int64_t> offs = t->offsets();
+              for (int i = 0; i < 3; ++i) {  // special 1: finite extremes; 2: any of them
+                const float x = values[rng() % (special == 1 ? 3 : 6)];
+                t->set(offs[rng() % offs.size()], x);
+              }
+            }
+          }
+          Case ref = orig, cpu = orig;
+          ASSERT_TRUE(ref.run(Backend::reference).ok());
+          const Status st = cpu.run(Backend::cpu);
+          ASSERT_TRUE(st.ok()) << st.message;
+          EXPECT_TRUE(compare_runs(cpu, ref, tol_for(c.dtype))) << "special " << special;
         }
 }
 

@@ -22,12 +22,22 @@
 // and are merged by the combine code (cpu_merge.h). The sink enters split 0 only.
 //
 // fp8 KV cache (Problem::kv_fp8: 16-bit q, e4m3 K / V with per-head or per-token factors). The
-// driver dequantizes the K / V rows of each key tile it reads, e4m3 x factor rounded once to
-// fp32 (dequant_tile), into per-thread fp32 rows, and every kernel then sees fp32 K / V (kvt):
-// e4m3 x an fp32 factor is not exact in bf16, so the 16-bit products (which would round it) are
-// not used; the fp32 panel products, the row-major decode kernels and the fp32 kernels are.
-// Per-(batch, head) and per-token factors take the same path (a per-head factor could be folded
-// into the scores, but one multiply per element next to the e4m3 decode costs little).
+// kernels read the e4m3 rows in place, as they read an all-fp8 problem's (every e4m3 value is
+// exact in bf16 and fp32: the 16-bit panels, the fp32 panels and the row-major decode kernels
+// convert them vectorized), and the factors are applied where the reference applies them, to
+// the products (reference_row: scale * q.k * factor_k, e4m3 v * factor_v):
+//   per (batch, kv head)  k factor folded into Q's prescale (qscale), v factor into the final
+//                         1 / l of each row (finish), as the all-fp8 descales are;
+//   per token             k factor j multiplies score column j (scale_keys) before the softmax
+//                         and its extreme-score check, v factor j multiplies P column j after the
+//                         softmax (the row sums l keep the unscaled weights) and before P V.
+// So the exact e4m3 values meet fp32 factors once, in fp32, instead of e4m3 x factor being
+// rounded to fp32 per element first (and that product, not exact in bf16, kept the 16-bit
+// products away). The earlier build dequantized each tile's rows element by element into fp32
+// rows: B = 4, Hq 32, Hkv 8, D 128, kv 16k decode ran 2x slower than the bf16 cache it halves
+// (docs/perf/cpu.md). Non-finite factors: a per-token one turns its scores / weights into
+// +-inf / NaN, which the extreme-score check or the non-finite O check sends to the fp64 row
+// (reference_row); a per-head one sends all of the unit's rows there (finish).
 //
 // Scores beyond fp32. A visible fp32 score that is NaN, +-inf or of magnitude >= 2^127 marks
 // its row (flag_extreme_rows): the fp32 dot product or the prescaled query overflowed (|k| =
@@ -238,9 +248,6 @@ void split_range(int64_t klo, int64_t khi, int64_t nsplit, int64_t s, int64_t ti
 // AMX tiles write whole 16-dim blocks); the packed 16-bit panels exist only with lowp kernels.
 struct Workspace {
   int64_t mp_max, nk, dqk, dv, dv_p;
-  // fp8 KV: the tile's K / V rows dequantized to fp32 (kdq [nk][dqk], vdq [nk][dv]); the
-  // tile's kraw / vraw then point into them. Before buf: carve() reads it.
-  bool dequant;
   AlignedBuffer buf;
   float *qt = nullptr, *qt2 = nullptr, *st = nullptr, *ot = nullptr, *kc = nullptr, *vc = nullptr, *m_run = nullptr,
         *l_run = nullptr, *alpha = nullptr, *row = nullptr, *qrow = nullptr, *orow = nullptr;
@@ -248,7 +255,7 @@ struct Workspace {
   int32_t *row_lo_rel = nullptr, *row_hi_rel = nullptr;
   int64_t *row_lo = nullptr, *row_hi = nullptr;
   uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
-  float *kdq = nullptr, *vdq = nullptr;  // fp8 KV only (dequant)
+  float *fk = nullptr, *fv = nullptr;  // [nk] per-token K / V factors of the tile (fp8 KV)
   // Transposed tiles: this unit has run a tile with non-finite V, so O may hold +-inf and a
   // rescale that underflows must go through exact_scale (see pv_visible_only).
   bool o_nonfinite = false;
@@ -289,10 +296,8 @@ struct Workspace {
     pfk = static_cast<const void**>(take(nk, 8));
     pfv = static_cast<const void**>(take(nk, 8));
     redo = static_cast<uint8_t*>(take(mp, 1));
-    if (dequant) {
-      kdq = static_cast<float*>(take(nk * dqk, 4));
-      vdq = static_cast<float*>(take(nk * dv, 4));
-    }
+    fk = static_cast<float*>(take(nk, 4));
+    fv = static_cast<float*>(take(nk, 4));
     if (terms > 0) {
       qt2 = static_cast<float*>(take(dqk * mp, 4));
       qv = static_cast<uint16_t*>(take(terms * dqk_p * mp, 2));
@@ -303,14 +308,20 @@ struct Workspace {
     return off;
   }
   bool ok() const { return buf.p != nullptr; }
-  // terms = 0: no packed panels (fp32 kernels only). dequant_kv: the fp8 KV rows (kdq, vdq).
-  Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_, int terms, bool dequant_kv)
-      : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), dv_p(round_up(dv_, 16)), dequant(dequant_kv),
+  // terms = 0: no packed panels (fp32 kernels only).
+  Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_, int terms)
+      : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), dv_p(round_up(dv_, 16)),
         buf(carve(nullptr, terms)) {
     if (!buf.p) return;  // out of memory: ok() says so
     carve(static_cast<char*>(buf.p), terms);
   }
 };
+
+// The factor of an fp8 KV cache's (batch, kv head) that folds into the whole unit: the
+// per-(batch, kv head) one, or 1 (absent, per token, or no fp8 KV cache).
+float kv_head_factor(const Problem& pb, const KvScale& sc, int64_t b, int64_t hk) {
+  return pb.kv_fp8 && sc.data && !sc.per_token ? pb.kv_scale(sc, b, 0, hk) : 1.0f;
+}
 
 // Element offsets of the K and V rows of one (batch, kv head), hoisted out of the key loops:
 // dense, varlen and contiguous caches are one base + j * step; paged KV looks up the page.
@@ -519,7 +530,7 @@ void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) 
   const Problem& pb = *plan.pb;
   const int64_t g = pb.group, dqk = pb.dqk, rows = u.rows, b = u.b;
   const SeqMask sm = pb.seq_mask(b);
-  const float qscale = pb.scale * pb.descale_q(b, hk) * pb.descale_k(b, hk);
+  const float qscale = pb.scale * pb.descale_q(b, hk) * pb.descale_k(b, hk) * kv_head_factor(pb, pb.k_sc, b, hk);
   const int64_t qesz = static_cast<int64_t>(dtype_size(pb.dtype));
   const Kernels& K = *plan.kern;
   for (int64_t r = 0; r < 8; ++r) {
@@ -543,8 +554,8 @@ void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) 
   std::fill(ws.ot, ws.ot + ws.dv_p * 8, 0.0f);
 }
 
-// Packs panel tile `tile` (its n keys, from rows kr / vr of dtype kvt: storage rows, or fp8 KV
-// rows dequantized to fp32) and records the packers' flags.
+// Packs panel tile `tile` (its n keys, from the storage rows kr / vr of dtype kvt) and records
+// the packers' flags.
 void pack_panel_tile(const Plan& plan, const Panels& pn, int64_t tile, int64_t n, const void* const* kr,
                      const void* const* vr, DType kvt) {
   const Problem& pb = *plan.pb;
@@ -561,22 +572,59 @@ void pack_panel_tile(const Plan& plan, const Panels& pn, int64_t tile, int64_t n
   }
 }
 
-// fp8 KV: the e4m3 rows ws.kraw / ws.vraw [0, n) (keys j0 .. j0 + n of (b, hk); dim strides
-// ks.dim / vs.dim) dequantized into ws.kdq / ws.vdq, each element e4m3 x its row's factor
-// rounded once to fp32, and kraw / vraw pointed at those fp32 rows (unit dim stride).
-void dequant_tile(const Problem& pb, int64_t b, int64_t hk, int64_t j0, int64_t n, Workspace& ws) {
-  const float* lut = e4m3_lut();
-  const int64_t dqk = pb.dqk, dv = pb.dv, ksd = pb.ks.dim, vsd = pb.vs.dim;
+// Per-token factors of an fp8 KV cache, one (batch, kv head): element offsets into k_sc / v_sc,
+// addressed as the K / V rows are (KvRowOffsets): base + j * step, or by page.
+struct KvTokenFactors {
+  const float *k = nullptr, *v = nullptr;  // nullptr: not per token
+  int64_t k0 = 0, v0 = 0, k_step = 0, v_step = 0, k_page = 0, v_page = 0, page_size = 0;
+  const int32_t* table = nullptr;
+  int64_t table_step = 0;
+  KvTokenFactors(const Problem& pb, int64_t b, int64_t hk) {
+    if (!pb.kv_fp8) return;
+    auto one = [&](const KvScale& sc, const float** f, int64_t* f0, int64_t* step, int64_t* page) {
+      if (!sc.data || !sc.per_token) return;
+      *f = sc.data;
+      if (pb.kv == KvLayout::paged) {
+        *f0 = hk * sc.head, *step = sc.s1, *page = sc.s0;
+      } else {
+        const RowAddr r = pb.kv_row(b, 0);
+        *f0 = r.a * sc.s0 + r.b * sc.s1 + hk * sc.head;
+        *step = pb.kv == KvLayout::varlen ? sc.s0 : sc.s1;
+      }
+    };
+    one(pb.k_sc, &k, &k0, &k_step, &k_page);
+    one(pb.v_sc, &v, &v0, &v_step, &v_page);
+    if (pb.kv == KvLayout::paged && (k || v)) {
+      page_size = pb.page_size;
+      const TensorView& t = pb.p->page_table;
+      table = static_cast<const int32_t*>(t.data) + b * t.stride[0];
+      table_step = t.stride[1];
+    }
+  }
+  // fk[t] / fv[t] = the factors of keys j0 + t, t < n (only those that are per token).
+  void gather(int64_t j0, int64_t n, float* fk, float* fv) const {
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t j = j0 + t;
+      int64_t ok = k0 + j * k_step, ov = v0 + j * v_step;
+      if (page_size) {
+        const int64_t pg = table[(j / page_size) * table_step], r = j % page_size;
+        ok = pg * k_page + r * k_step + k0;
+        ov = pg * v_page + r * v_step + v0;
+      }
+      if (k) fk[t] = k[ok];
+      if (v) fv[t] = v[ov];
+    }
+  }
+};
+
+// st[t * mp + r] *= f[t] for keys t < n, rows r0 <= r < r1: a per-token factor on the columns
+// of S (before the softmax) or of P (after it, before P V). One multiply per score, next to the
+// products' dqk (or dv) multiply-adds.
+void scale_keys(float* st, int64_t mp, int64_t r0, int64_t r1, int64_t n, const float* f) {
   for (int64_t t = 0; t < n; ++t) {
-    const auto* kr = static_cast<const uint8_t*>(ws.kraw[t]);
-    const auto* vr = static_cast<const uint8_t*>(ws.vraw[t]);
-    const float fk = pb.k_scale(b, j0 + t, hk), fv = pb.v_scale(b, j0 + t, hk);
-    float* kd = ws.kdq + t * dqk;
-    float* vd = ws.vdq + t * dv;
-    for (int64_t d = 0; d < dqk; ++d) kd[d] = lut[kr[d * ksd]] * fk;
-    for (int64_t d = 0; d < dv; ++d) vd[d] = lut[vr[d * vsd]] * fv;
-    ws.kraw[t] = kd;
-    ws.vraw[t] = vd;
+    float* x = st + t * mp;
+    const float c = f[t];
+    for (int64_t r = r0; r < r1; ++r) x[r] *= c;
   }
 }
 
@@ -597,7 +645,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   const int64_t o_rs = rowwise ? dv : 1, o_es = rowwise ? 1 : mp;
 
   // ---- Q tile, prescaled; per-row mask bounds ----
-  const float dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk);
+  // (fp8 KV: the per-head k factor rides along with the descales, see the top of this file.)
+  const float dq = pb.descale_q(b, hk), dk = pb.descale_k(b, hk) * kv_head_factor(pb, pb.k_sc, b, hk);
   const bool cap = pb.softcap > 0.0f;
   const float qscale = pb.scale * dq * dk;
   // The 16-bit products: the packed Q carries only the power of two 2^e of qscale (an exact
@@ -704,11 +753,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   sm.key_range(i0, i1, &klo, &khi);
   split_range(klo, khi, plan.nsplit, u.split, plan.tile_keys, &lo, &hi);
 
-  // K / V: storage element size esz; the dtype and dim strides the kernels see (kvt, kds, vds):
-  // the storage's, or fp32 rows of unit stride for an fp8 KV cache (dequant_tile).
+  // K / V: storage element size esz; the kernels read the storage rows (dtype kvt, dim strides
+  // kds / vds), e4m3 ones included (fp8 KV cache: factors applied as the top of this file says).
   const int64_t esz = static_cast<int64_t>(dtype_size(pb.kv_dtype));
-  const DType kvt = pb.kv_fp8 ? DType::float32 : pb.dtype;
-  const int64_t kds = pb.kv_fp8 ? 1 : pb.ks.dim, vds = pb.kv_fp8 ? 1 : pb.vs.dim;
+  const DType kvt = pb.kv_dtype;
+  const int64_t kds = pb.ks.dim, vds = pb.vs.dim;
   const char* kbase = static_cast<const char*>(p.k.data);
   const char* vbase = static_cast<const char*>(p.v.data);
   // Bytes of one key / value row. Only when the range has keys: then k and v hold them and
@@ -718,7 +767,13 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   const int64_t k_span = any_keys ? ((dqk - 1) * pb.ks.dim + 1) * esz : 0;
   const int64_t v_span = any_keys ? ((dv - 1) * pb.vs.dim + 1) * esz : 0;
   std::vector<KvRowOffsets> kv_rows;
-  for (int h = 0; h < nh; ++h) kv_rows.emplace_back(pb, b, hk + h);
+  std::vector<KvTokenFactors> kv_tok;  // fp8 KV per-token factors (empty without them)
+  const bool tok_k = pb.kv_fp8 && pb.k_sc.data && pb.k_sc.per_token;
+  const bool tok_v = pb.kv_fp8 && pb.v_sc.data && pb.v_sc.per_token;
+  for (int h = 0; h < nh; ++h) {
+    kv_rows.emplace_back(pb, b, hk + h);
+    if (tok_k || tok_v) kv_tok.emplace_back(pb, b, hk + h);
+  }
   // 1 / softcap overflows for softcap < 2.9e-39: FLT_MAX then stands in for it, so a zero score
   // stays 0 (0 * inf would be NaN) and any other saturates tanh to +-1, as s / softcap does.
   const float cap_in = cap ? std::min(1.0f / pb.softcap, std::numeric_limits<float>::max()) : 0.0f;
@@ -745,7 +800,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
 #endif
   constexpr int64_t pf_dist = kRowsPrefetchSteps;
   // One key tile of one head (several heads: row-major units over kv heads, see Unit::nh).
-  auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, int64_t hkh, int64_t j0, int64_t n, TileKind kind) {
+  auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, const KvTokenFactors* tok, int64_t j0, int64_t n,
+                  TileKind kind) {
     // Storage addresses of this tile's K / V rows. Keys >= j0 + n (and so >= seqlen_k) are
     // never touched.
     // (Not needed with pre-packed panels, unless the tile falls back to fp32 or has non-finite V.)
@@ -761,8 +817,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         ws.kraw[t] = kbase + ko * esz;
         ws.vraw[t] = vbase + vo * esz;
       }
-      if (pb.kv_fp8) dequant_tile(pb, b, hkh, j0, n, ws);
     }
+    if (tok) tok->gather(j0, n, ws.fk, ws.fv);
     if (want == Panels::kMine) {  // n is the panel tile's key count here
       pack_panel_tile(plan, *pan, pan_tile, n, ws.kraw, ws.vraw, kvt);
       pan->publish(pan_tile);
@@ -821,6 +877,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       if (!steady_pf)
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
       K.qk_rows(ws.qt, rows, dqk, ws.kraw, kvt, n, ws.st);
+      if (tok_k) scale_keys(ws.st, 8, 0, rows, n, ws.fk);
       flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
                         ws.redo);
       // A full tile's V is tested only where the softmax saw a weight of 0 (SoftmaxStep::zero_p);
@@ -829,6 +886,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       step.zero_p = kind == TileKind::partial ? nullptr : &zero_p;
       K.softmax(step);
       step.zero_p = nullptr;
+      if (tok_v) scale_keys(ws.st, 8, 0, rows, n, ws.fv);
       rescale_underflowed_rows(ws.ot, dv, rows, ws.alpha);
       if ((kind == TileKind::partial || zero_p) && any_nonfinite_rows(ws.vraw, kvt, n, dv)) {
         if (kind != TileKind::partial) full_bounds();
@@ -857,12 +915,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         const int64_t ld = round_up(n, 32);
         const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, round_up(ws.row_hi_rel[rb - 1], 32)) : n;
         step.nk = ne;
-        if (L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra))
+        const bool extreme = L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra);
+        if (tok_k) scale_keys(ws.st, mp, ra, rb, ne, ws.fk);  // raw or scaled products alike
+        if (extreme || (tok_k && !L->raw_scores))
           flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
                             step.hi ? ws.row_hi_rel : nullptr, ws.redo);
-        // P^T straight into the pv panel, unless the exact P V (non-finite V) needs it in fp32.
+        // P^T straight into the pv panel, unless the exact P V (non-finite V) needs it in fp32,
+        // or per-token V factors scale it first.
         const bool exact_pv = vf & LowpKernels::kNonFinite;
-        step.pp = exact_pv ? nullptr : ws.pp;
+        step.pp = exact_pv || tok_v ? nullptr : ws.pp;
         step.terms = plan.terms;
         if (L->raw_scores) {  // the softmax scales the products and flags extreme rows
           step.scale = qpost;
@@ -872,6 +933,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         step.pp = nullptr;
         step.scale = 1.0f;
         step.redo = nullptr;
+        if (tok_v) scale_keys(ws.st, mp, ra, rb, ne, ws.fv);
         if (ws.o_nonfinite) rescale_underflowed(ws.ot + ra, 1, mp, dv, m, ws.alpha + ra);
         if (exact_pv) {
           for (int64_t t = 0; t < n; ++t) {
@@ -883,7 +945,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
                           ws.ot + ra);
           ws.o_nonfinite = true;
         } else {
-          L->pv(nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
+          L->pv(tok_v ? ws.st + ra : nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
         }
         return;
       }
@@ -919,10 +981,12 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         const int64_t sm = std::min(F->strip_rows, rb - s0);
         const int64_t sn = kind == TileKind::partial ? std::min<int64_t>(ne, ws.row_hi_rel[s0 + sm - 1]) : ne;
         F->qk(ws.qt + s0, mp, sm, dqk, kp, sn, ws.st + s0);
+        if (tok_k) scale_keys(ws.st, mp, s0, s0 + sm, sn, ws.fk);
         aim(s0, sm, sn);
         step.redo = ws.redo + s0;
         K.softmax(step);
         step.redo = nullptr;
+        if (tok_v) scale_keys(ws.st, mp, s0, s0 + sm, sn, ws.fv);
         if (ws.o_nonfinite) rescale_underflowed(ws.ot + s0, 1, mp, dv, sm, ws.alpha + s0);
         if (exact_pv)
           pv_visible_only(ws.st + s0, mp, sm, ws.vrows, dv, ws.alpha + s0, ws.row_lo_rel + s0, ws.row_hi_rel + s0,
@@ -945,10 +1009,12 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       ws.vrows[t] = ws.vc + t * dv;
     }
     K.qk(ws.qt + ra, mp, m, dqk, ws.krows, n, ws.st + ra);
+    if (tok_k) scale_keys(ws.st, mp, ra, rb, n, ws.fk);
     // Padding rows (>= rows) have zero queries and are never written: not flagged.
     flag_extreme_rows(ws.st, mp, n, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
                       step.hi ? ws.row_hi_rel : nullptr, ws.redo);
     K.softmax(step);
+    if (tok_v) scale_keys(ws.st, mp, ra, rb, n, ws.fv);
     if (ws.o_nonfinite) rescale_underflowed(ws.ot + ra, 1, mp, dv, m, ws.alpha + ra);
     if (any_nonfinite_f32(ws.vc, n * dv)) {  // the converted rows are contiguous (and in L1)
       if (kind != TileKind::partial) full_bounds();
@@ -978,7 +1044,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         rows_prefetch_avx512(w.pfk, w.pfv, np, k_span, v_span);
       }
 #endif
-      tile(*wss[h], kv_rows[h], hk + h, j0, n, kind);
+      tile(*wss[h], kv_rows[h], kv_tok.empty() ? nullptr : &kv_tok[h], j0, n, kind);
     }
   }
 #if defined(__x86_64__) || defined(_M_X64)
@@ -989,11 +1055,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // ---- finalize: sink (split 0 only), normalization, empty rows, lse ----
   // Row r's output is ot row r times f[r] (in alpha, free now); lse[r] in l_run.
   auto finish = [&](Workspace& ws, int64_t hk) {
-    const float dvs = pb.descale_v(b, hk);
+    const float fv_head = kv_head_factor(pb, pb.v_sc, b, hk);
+    const float dvs = pb.descale_v(b, hk) * fv_head;
     const bool sink = pb.has_sinks && u.split == 0;
     float* const fr = ws.alpha;
     // O overflowed (|V| near FLT_MAX) or V was not finite: those rows go to the fp64 path.
     flag_nonfinite_o_rows(ws.ot, rowwise ? rows * dv : dv * mp, o_rs, o_es, rows, dv, ws.redo);
+    // A non-finite per-head fp8 KV factor (inf x an e4m3 0 is NaN in the reference, where the
+    // folded factor would give inf or 0): every row in fp64.
+    if (!std::isfinite(fv_head) || !std::isfinite(kv_head_factor(pb, pb.k_sc, b, hk))) std::fill(ws.redo, ws.redo + rows, 1);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t h = hk * g + (u.r0 + r) % g;
       // In double: natural units (m_run may be in log2 units), the sink's weight not rounded.
@@ -1200,8 +1270,8 @@ int64_t tile_rows_for(const Problem& pb, const Kernels& k, const LowpKernels* lo
 // (the packers read whole vectors); nullptr: the fp32 kernels.
 const LowpKernels* lowp_for(const Problem& pb, const Kernels& k, int* terms) {
   *terms = pb.dtype == DType::float16 ? 2 : 1;
-  // fp8 KV: K / V reach the kernels as fp32 rows (e4m3 x factor), not exact in bf16.
-  if (pb.kv_fp8 || pb.ks.dim != 1 || pb.vs.dim != 1 || all_rows_tiles(pb, k)) return nullptr;
+  // (fp8 KV: the e4m3 K / V rows are exact in bf16; their factors act on S and P, not on K / V.)
+  if (pb.ks.dim != 1 || pb.vs.dim != 1 || all_rows_tiles(pb, k)) return nullptr;
   if (pb.dtype == DType::bfloat16 || pb.dtype == DType::float8_e4m3) return k.lowp_bf16;
   if (pb.dtype == DType::float16) return k.lowp_f16;
   return nullptr;
@@ -1344,11 +1414,11 @@ Status forward(const Problem& pb) {
     if (unit_heads > 1) ws.swap(kept_rows_workspaces());  // row-major decode plans: the last call's
     for (size_t h = 0; h < static_cast<size_t>(unit_heads); ++h) {  // kept ones: row-major, terms 0
       if (h < ws.size() && ws[h] && ws[h]->ok() && ws[h]->mp_max == mp && ws[h]->nk == plan.tile_keys &&
-          ws[h]->dqk == pb.dqk && ws[h]->dv == pb.dv && ws[h]->dequant == pb.kv_fp8 && !plan.lowp) {
+          ws[h]->dqk == pb.dqk && ws[h]->dv == pb.dv && !plan.lowp) {
         wsp.push_back(ws[h].get());
         continue;
       }
-      auto w = std::make_unique<Workspace>(mp, plan.tile_keys, pb.dqk, pb.dv, plan.lowp ? plan.terms : 0, pb.kv_fp8);
+      auto w = std::make_unique<Workspace>(mp, plan.tile_keys, pb.dqk, pb.dv, plan.lowp ? plan.terms : 0);
       ok = ok && w->ok();
       wsp.push_back(w.get());
       if (h < ws.size())

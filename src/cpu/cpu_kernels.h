@@ -212,6 +212,11 @@ void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, in
 
 // e4m3 byte -> fp32 for all 256 codes (NaN codes included).
 const float* e4m3_lut();
+// e4m3 magnitude (the byte's low 7 bits) -> the bf16 bits of its value (exact: 3 mantissa bits,
+// exponents inside bf16's normal range, subnormals included; 0x7f -> a quiet NaN), 128 entries,
+// 64-byte aligned: the table the AVX-512 row loader permutes from (cpu_rows_avx512.cpp). Both
+// tables come from e4m3_to_f32 (core/numeric.h), the one definition of the format.
+const uint16_t* e4m3_bf16_lut();
 
 // The best table for this CPU (decided once per process; FA4_CPU_ISA=amx|avx512|avx2|generic
 // caps it: a request for an ISA the CPU or OS lacks gets the best one below it).

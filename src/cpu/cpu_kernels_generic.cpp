@@ -82,6 +82,16 @@ const float* e4m3_lut() {
   return table.v;
 }
 
+const uint16_t* e4m3_bf16_lut() {
+  static const struct Table {
+    alignas(64) uint16_t v[128];
+    Table() {
+      for (int i = 0; i < 128; ++i) v[i] = f32_to_bf16(e4m3_to_f32(static_cast<uint8_t>(i)));
+    }
+  } table;
+  return table.v;
+}
+
 const Kernels& generic_kernels() {
   static const Kernels k{"generic", 8, qk_generic, pv_generic, softmax_generic, nullptr, nullptr, convert_generic,
                          nullptr, nullptr};
