@@ -259,6 +259,8 @@ struct Workspace {
   // Transposed tiles: this unit has run a tile with non-finite V, so O may hold +-inf and a
   // rescale that underflows must go through exact_scale (see pv_visible_only).
   bool o_nonfinite = false;
+  // Row-major tiles: the factor the scores still need after K.qk_rows (rows_q_scale).
+  float rows_post = 1.0f;
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
   const void** qraw = nullptr;                     // [mp] storage addresses of the Q rows
@@ -504,6 +506,23 @@ void flag_nonfinite_o_rows(const float* o, int64_t n_all, int64_t rs, int64_t es
       }
 }
 
+// The factor of the row-major Q rows for the prescale qscale, and in *post what the scores of
+// K.qk_rows still need. The vdpbf16ps rows kernels (AVX512_BF16, e4m3 K) multiply q as bf16
+// and use them only where q is exactly bf16: there q carries the power of two 2^e of qscale (an
+// exact multiply, bf16 queries stay bf16) and the rest (in [1, 2)) scales the fp32 scores.
+float rows_q_scale(const Kernels& K, const Problem& pb, float qscale, float* post) {
+  *post = 1.0f;
+#if defined(__x86_64__) || defined(_M_X64)
+  if (K.qk_rows == qk_rows_avx512bf16 && pb.dtype == DType::bfloat16 && pb.kv_dtype == DType::float8_e4m3 &&
+      std::isnormal(qscale)) {
+    const float p2 = std::ldexp(1.0f, std::ilogb(qscale));
+    *post = qscale / p2;
+    return p2;
+  }
+#endif
+  return qscale;
+}
+
 // Scores at or beyond this magnitude (and NaN, +-inf) send their row to the fp64 path (see the
 // top of this file): below it, the true logit is within fp32 range and the softmax is finite.
 constexpr float kExtremeScore = 0x1p127f;
@@ -533,6 +552,7 @@ void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) 
   const float qscale = pb.scale * pb.descale_q(b, hk) * pb.descale_k(b, hk) * kv_head_factor(pb, pb.k_sc, b, hk);
   const int64_t qesz = static_cast<int64_t>(dtype_size(pb.dtype));
   const Kernels& K = *plan.kern;
+  const float qs = rows_q_scale(K, pb, qscale, &ws.rows_post);
   for (int64_t r = 0; r < 8; ++r) {
     float* q = ws.qt + r * dqk;
     if (r >= rows) {
@@ -541,7 +561,7 @@ void init_rows_head(const Plan& plan, const Unit& u, int64_t hk, Workspace& ws) 
     }
     const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
     K.convert(static_cast<const char*>(pb.p->q.data) + pb.q_offset(b, i, h) * qesz, pb.dtype, pb.qs.dim, dqk, ws.row);
-    for (int64_t d = 0; d < dqk; ++d) q[d] = ws.row[d] * qscale;
+    for (int64_t d = 0; d < dqk; ++d) q[d] = ws.row[d] * qs;
   }
   for (int64_t r = 0; r < 8; ++r) {
     const int64_t i = (u.r0 + std::min(r, rows - 1)) / g;
@@ -660,7 +680,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // the softcap are s log2(e) and the softmax takes 2^(s - m) with no rounding of (s - m) log2 e
   // (half the fp32 output error); finish converts back in double.
   const bool log2u = F != nullptr;
-  const float qt_scale = log2u ? qscale * kLog2e : qscale;
+  ws.rows_post = 1.0f;
+  const float qt_scale = log2u ? qscale * kLog2e : rowwise ? rows_q_scale(K, pb, qscale, &ws.rows_post) : qscale;
   float qpow2 = 1.0f, qpost = 1.0f;
   if (L && std::isnormal(qscale)) {
     qpow2 = std::ldexp(1.0f, std::ilogb(qscale));
@@ -794,11 +815,20 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // steps equal. The next tile's rows in address order (key-major over the heads) instead: 1
   // thread ~5% faster, 2 threads ~10% slower (B = 4 kv 16k), not taken.
 #if defined(__x86_64__) || defined(_M_X64)
-  const bool steady_pf = rowwise && K.qk_rows == qk_rows_avx512;
+  const bool steady_pf = rowwise && (K.qk_rows == qk_rows_avx512 || K.qk_rows == qk_rows_avx512bf16);
 #else
   const bool steady_pf = false;
 #endif
   constexpr int64_t pf_dist = kRowsPrefetchSteps;
+  // The vdpbf16ps rows kernels round P to bf16: within the bf16 tolerances of DESIGN.md section
+  // 4, not fp16's (fp16 queries on an e4m3 cache reached 1.6e-2 max abs error against fp16's
+  // 1e-2 in CpuVsReference.Fp8KvCache*), so they serve bf16 queries only; the others take the
+  // fp32 AVX-512 ones.
+  auto rows_qk = K.qk_rows;
+  auto rows_pv = K.pv_rows;
+#if defined(__x86_64__) || defined(_M_X64)
+  if (rows_qk == qk_rows_avx512bf16 && pb.dtype != DType::bfloat16) rows_qk = qk_rows_avx512, rows_pv = pv_rows_avx512;
+#endif
   // One key tile of one head (several heads: row-major units over kv heads, see Unit::nh).
   auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, const KvTokenFactors* tok, int64_t j0, int64_t n,
                   TileKind kind) {
@@ -876,7 +906,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     if (rowwise) {
       if (!steady_pf)
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-      K.qk_rows(ws.qt, rows, dqk, ws.kraw, kvt, n, ws.st);
+      rows_qk(ws.qt, rows, dqk, ws.kraw, kvt, n, ws.st);
+      if (ws.rows_post != 1.0f)
+        for (int64_t t = 0; t < n * 8; ++t) ws.st[t] *= ws.rows_post;
       if (tok_k) scale_keys(ws.st, 8, 0, rows, n, ws.fk);
       flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
                         ws.redo);
@@ -892,7 +924,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         if (kind != TileKind::partial) full_bounds();
         pv_rows_visible_only(ws.st, rows, ws.vraw, kvt, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
       } else {
-        K.pv_rows(ws.st, rows, n, ws.vraw, kvt, dv, ws.alpha, ws.ot);
+        rows_pv(ws.st, rows, n, ws.vraw, kvt, dv, ws.alpha, ws.ot);
       }
       return;
     }

@@ -992,7 +992,13 @@ const Kernels& avx512_kernels(bool bf16) {
     k.lowp_bf16 = nullptr;
     return k;
   }();
-  return bf16 ? with_bf16 : without_bf16;
+  static const Kernels with_bf16_rows = [] {
+    Kernels k = with_bf16;
+    k.qk_rows = qk_rows_avx512bf16;
+    k.pv_rows = pv_rows_avx512bf16;
+    return k;
+  }();
+  return bf16 ? with_bf16_rows : without_bf16;
 }
 
 }  // namespace fa4::core::cpu

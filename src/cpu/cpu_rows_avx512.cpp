@@ -277,6 +277,187 @@ void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv
   }
 }
 
+// ---- vdpbf16ps variants (AVX512_BF16; e4m3 rows) ----
+// With 4 query rows per K / V element (GQA 32 / 8) the fp32 kernels above spend, per key and
+// 32 dims, the e4m3 -> bf16 lookup (7 ops), 2 widening ops and 2 FMAs per row on q.k, the same
+// on P V. vdpbf16ps multiplies 2 bf16 pairs per fp32 lane and accumulates in fp32 (products
+// exact, sums in fp32): 1 op per row for q.k on the looked-up rows as they come, and for P V 1
+// op per row per 2 keys after one vpunpck[lh]wd per key interleaves two V rows. Measured
+// (B = 4, Hq = 32, Hkv = 8, D = 128, kv 16k, 1 thread, Zen 5, docs/perf/cpu.md): e4m3 11.5 ->
+// 9.9 ms. bf16 rows through the same kernels ran no faster (12.6 -> 14.2 ms, perf: the time
+// sits on the prefetches and loads, i.e. bf16 at twice the bytes is bounded by memory here),
+// so bf16 keeps the fp32 kernels.
+// Facts of the instruction that decide where it may run: it reads bf16 subnormals as 0 and
+// flushes subnormal results, ignoring MXCSR.
+//   - q must be bf16 exactly (the driver hands bf16 queries times a power of two, and applies
+//     the rest of the scale to the scores); a row that is not, or holds a subnormal, or an
+//     element above 2^40, runs the fp32 kernel. With |q| <= 2^40, a flushed product moves a
+//     score by at most d x 2^40 x 2^-126 < 2^-76: nothing a softmax sees.
+//   - P is rounded to bf16 (as the GPU kernels do, DESIGN.md section 4); a flushed p < 2^-126
+//     moves O by < 2^-126 |v|. e4m3 values are never subnormal as bf16 (the smallest is 2^-9).
+struct E4m3Raw {
+  static __m512i load(const void* row, int64_t c) {
+    return e4m3x32_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint8_t*>(row) + c)));
+  }
+};
+
+// q rows [R][d] fp32 -> bf16 (qb), true when every element is exactly a normal bf16 or 0 and
+// |q| <= 2^40.
+template <int R>
+inline bool q_to_bf16(const float* q, int64_t d, uint16_t* qb) {
+  const __m512i lim = _mm512_set1_epi32(0x53800000);  // 2^40
+  __mmask16 bad = 0;
+  for (int64_t i = 0; i < R * d; i += 16) {
+    const __m512i x = _mm512_loadu_si512(q + i);
+    const __m512i a = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    bad |= _mm512_test_epi32_mask(x, _mm512_set1_epi32(0xffff));  // low half: not a bf16
+    bad |= _mm512_mask_cmplt_epi32_mask(_mm512_test_epi32_mask(a, a), a, _mm512_set1_epi32(0x00800000));
+    bad |= _mm512_cmpgt_epi32_mask(a, lim);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+  }
+  return bad == 0;
+}
+
+template <class L, int R, int RP>
+inline void qk_keys_dp(const uint16_t* qb, int64_t d, const void* const* krows, int nk, float* st,
+                       const void* const* pf = nullptr, int npf = 0, int64_t pf_bytes = 0) {
+  constexpr int KB = 16 / RP;
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  const void* k[KB];
+  for (int kb = 0; kb < KB; ++kb) k[kb] = krows[kb < nk ? kb : nk - 1];
+  int ipf = 0;
+  for (int64_t c = 0; c < d; c += 32) {
+    if (ipf < npf) prefetch_row(pf[ipf++], pf_bytes);
+    for (int kb = 0; kb < KB; ++kb) {
+      const __m512bh kv = (__m512bh)L::load(k[kb], c);
+      for (int r = 0; r < R; ++r) {
+        __m512& a = acc[kb * RP + r];
+        a = _mm512_dpbf16_ps(a, kv, (__m512bh)_mm512_loadu_si512(qb + r * d + c));
+      }
+    }
+  }
+  for (; ipf < npf; ++ipf) prefetch_row(pf[ipf], pf_bytes);
+  const __m512 s = hsum16(acc);
+  if (RP == 8) {
+    if (nk == 2)
+      _mm512_storeu_ps(st, s);
+    else
+      _mm256_storeu_ps(st, _mm512_castps512_ps256(s));
+  } else {
+    alignas(64) float sv[16];
+    _mm512_store_ps(sv, s);
+    for (int kb = 0; kb < nk; ++kb)
+      for (int r = 0; r < 8; ++r) st[kb * 8 + r] = r < RP ? sv[kb * RP + r] : 0.0f;
+  }
+}
+
+template <class L, class Raw, int R>
+void qk_rows_dp_t(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
+  constexpr int RP = R <= 4 ? 4 : 8, KB = 16 / RP;
+  alignas(64) uint16_t qb[8 * kMaxDim];
+  if (!q_to_bf16<R>(q, d, qb)) return qk_rows_t<L, R>(q, d, krows, nk, st);
+  const void* const* pf = tl_pf.k;
+  const int64_t npf = pf ? tl_pf.n : 0, pf_bytes = tl_pf.k_bytes;
+  tl_pf.k = nullptr;
+  int64_t j = 0;
+  for (; j + KB <= nk; j += KB)
+    qk_keys_dp<Raw, R, RP>(qb, d, krows + j, KB, st + j * 8, pf + j,
+                           static_cast<int>(std::clamp<int64_t>(npf - j, 0, KB)), pf_bytes);
+  for (int64_t t = j; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
+  if (j < nk) qk_keys_dp<Raw, R, RP>(qb, d, krows + j, static_cast<int>(nk - j), st + j * 8);
+}
+
+// O <-> the order of vpunpck[lh]wd's outputs: lo holds dims {0-3, 8-11, 16-19, 24-27} of the 32,
+// hi {4-7, 12-15, 20-23, 28-31}.
+inline void load_o_dp(const float* o, float alpha, __m512* lo, __m512* hi) {
+  const __m512i il = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i ih = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  const __m512 a = _mm512_set1_ps(alpha), x = _mm512_loadu_ps(o), y = _mm512_loadu_ps(o + 16);
+  *lo = _mm512_mul_ps(a, _mm512_permutex2var_ps(x, il, y));
+  *hi = _mm512_mul_ps(a, _mm512_permutex2var_ps(x, ih, y));
+}
+inline void store_o_dp(float* o, __m512 lo, __m512 hi) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  _mm512_storeu_ps(o, _mm512_permutex2var_ps(lo, i0, hi));
+  _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(lo, i1, hi));
+}
+
+// pp [np][8]: bf16 pairs (p[2i][r], p[2i + 1][r]) of rows r < 8, keys [0, nk) (an odd last key
+// paired with 0 and a zero row).
+template <class Raw, int R, int C>
+inline void pv_chunks_dp(const uint32_t* pp, int64_t nk, const void* const* vrows, int64_t dv, int64_t c0,
+                         const float* alpha, float* o, const void* const* pf, int64_t npf, int64_t pf_bytes) {
+  __m512 lo[C][R], hi[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) load_o_dp(o + r * dv + c0 + 32 * c, alpha[r], &lo[c][r], &hi[c][r]);
+  for (int64_t j = 0; j < nk; j += 2) {
+    if ((j >> 1) < npf) prefetch_row(pf[j >> 1], pf_bytes);
+    const bool two = j + 1 < nk;
+    for (int c = 0; c < C; ++c) {
+      const __m512i a = Raw::load(vrows[j], c0 + 32 * c);
+      const __m512i b = two ? Raw::load(vrows[j + 1], c0 + 32 * c) : _mm512_setzero_si512();
+      const __m512bh vl = (__m512bh)_mm512_unpacklo_epi16(a, b), vh = (__m512bh)_mm512_unpackhi_epi16(a, b);
+      for (int r = 0; r < R; ++r) {
+        const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pp[(j >> 1) * 8 + r]));
+        lo[c][r] = _mm512_dpbf16_ps(lo[c][r], vl, p);
+        hi[c][r] = _mm512_dpbf16_ps(hi[c][r], vh, p);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) store_o_dp(o + r * dv + c0 + 32 * c, lo[c][r], hi[c][r]);
+}
+
+template <class L, class Raw, int R>
+void pv_rows_dp_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
+  constexpr int C = R <= 2 ? 4 : R <= 4 ? 2 : 1;
+  constexpr int64_t kBlock = 512;  // keys per block of bf16 P pairs on the stack (8 KB)
+  const void* const* pf = tl_pf.v;
+  const int64_t npf = pf ? tl_pf.n : 0, pf_bytes = tl_pf.v_bytes;
+  tl_pf.v = nullptr;
+  alignas(64) uint32_t pp[kBlock / 2 * 8];
+  float one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
+    const int64_t n = std::min(kBlock, nk - j0);
+    for (int64_t i = 0; 2 * i < n; ++i) {
+      const __m128bh a = _mm256_cvtneps_pbh(_mm256_loadu_ps(pt + (j0 + 2 * i) * 8));
+      const __m128bh b = 2 * i + 1 < n ? _mm256_cvtneps_pbh(_mm256_loadu_ps(pt + (j0 + 2 * i + 1) * 8))
+                                       : (__m128bh)_mm_setzero_si128();
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pp + i * 8),
+                          _mm256_set_m128i(_mm_unpackhi_epi16((__m128i)a, (__m128i)b), _mm_unpacklo_epi16((__m128i)a, (__m128i)b)));
+    }
+    // The rows of the next call (the first block's job) over its first two passes over dv, a
+    // row per two keys, as pv_rows_t spreads them (all in one pass, the bf16 decode ran ~15%
+    // slower: B = 4, kv 16k, 1 thread, 14.7 ms against 12.8).
+    const int64_t passes = dv / (32 * C) + dv % (32 * C) / 32;
+    const int64_t half = j0 > 0 ? 0 : passes <= 1 ? npf : (npf + 1) / 2;
+    const float* al = j0 == 0 ? alpha : one;
+    int64_t c0 = 0, pass = 0, done = 0;
+    auto share = [&](int64_t* from) {  // this pass's part of pf: [*from, end)
+      const int64_t end = j0 > 0 ? 0 : pass == 0 ? half : pass == 1 ? npf : done;
+      *from = done;
+      done = std::max(done, end);
+      return std::max<int64_t>(0, end - *from);
+    };
+    for (; c0 < dv; ++pass) {
+      int64_t from = 0;
+      const int64_t cnt = share(&from), take = std::min(cnt, (n + 1) / 2);
+      if (c0 + 32 * C <= dv) {
+        pv_chunks_dp<Raw, R, C>(pp, n, vrows + j0, dv, c0, al, o, pf + from, take, pf_bytes);
+        c0 += 32 * C;
+      } else {
+        pv_chunks_dp<Raw, R, 1>(pp, n, vrows + j0, dv, c0, al, o, pf + from, take, pf_bytes);
+        c0 += 32;
+      }
+      for (int64_t t = take; t < cnt; ++t) prefetch_row(pf[from + t], pf_bytes);
+    }
+    if (j0 == 0)
+      for (int64_t t = done; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
+  }
+}
+
 template <template <class, int> class F, class L, class... A>
 void by_rows(int64_t rows, A... a) {
   switch (rows) {
@@ -300,6 +481,23 @@ template <class L, int R>
 struct Pv {
   static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
     pv_rows_t<L, R>(pt, nk, vrows, dv, alpha, o);
+  }
+};
+
+template <class L, int R>
+struct QkDp;
+template <int R>
+struct QkDp<E4m3Rows, R> {
+  static void run(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
+    qk_rows_dp_t<E4m3Rows, E4m3Raw, R>(q, d, krows, nk, st);
+  }
+};
+template <class L, int R>
+struct PvDp;
+template <int R>
+struct PvDp<E4m3Rows, R> {
+  static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
+    pv_rows_dp_t<E4m3Rows, E4m3Raw, R>(pt, nk, vrows, dv, alpha, o);
   }
 };
 
@@ -329,6 +527,20 @@ void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* 
     }
     avx2_kernels().qk_rows(q, rows, d, krows, t, nk, st);
   }
+}
+
+void qk_rows_avx512bf16(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
+                        float* st) {
+  if (d % 32 == 0 && d <= kMaxDim && nk > 0 && t == DType::float8_e4m3)
+    return by_rows<QkDp, E4m3Rows>(rows, q, d, krows, nk, st);
+  qk_rows_avx512(q, rows, d, krows, t, nk, st);
+}
+
+void pv_rows_avx512bf16(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
+                        const float* alpha, float* o) {
+  if (dv % 32 == 0 && nk > 0 && t == DType::float8_e4m3)
+    return by_rows<PvDp, E4m3Rows>(rows, pt, nk, vrows, dv, alpha, o);
+  pv_rows_avx512(pt, rows, nk, vrows, t, dv, alpha, o);
 }
 
 void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, int64_t n, int64_t k_bytes,
