@@ -481,20 +481,11 @@ class DecodeTimer(peers.Timer):
         self.lead_cycles_per_rep = 200_000  # ~100 us at 1.98 GHz: more than any wrapper's host time
 
     def samples_ms(self, fn, reps, flush=True, warmup=5):
-        for _ in range(min(warmup, self.max_warmup)):
-            fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        return super().samples_ms(fn, reps, flush, min(warmup, self.max_warmup))
+
+    def before_reps(self, reps):
         if self.hide_launch:
             torch.cuda._sleep(int(min(reps, 100) * self.lead_cycles_per_rep))
-        for i in range(reps):
-            if flush:
-                self.flush_buf.zero_()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
 class Ctx:

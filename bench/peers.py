@@ -123,11 +123,16 @@ class Timer:
         self.reps = reps
         self.flush_buf = torch.empty(flush_mb * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
 
+    def before_reps(self, reps):
+        """Hook run after the warm-up, right before a block's timed reps (decode_peers.py queues
+        GPU work there so the host's launch time stays out of short kernels' times)."""
+
     def samples_ms(self, fn, reps, flush=True, warmup=5):
         for _ in range(warmup):
             fn()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        self.before_reps(reps)
         for i in range(reps):
             if flush:
                 self.flush_buf.zero_()
@@ -293,7 +298,7 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=
     return rows
 
 
-FEATURES = {  # name: (hkv divisor, fa4 params, FA3 kwargs); D 128, bf16, H = 16 query heads
+FEATURES = {  # name: group (Hq / Hkv), causal, softcap, window_left, chunk; D 128, bf16, H = 16 query heads
     "gqa4": dict(group=4),
     "gqa4_causal": dict(group=4, causal=True),
     "softcap": dict(softcap=30.0),
