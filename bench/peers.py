@@ -298,11 +298,14 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=
     return rows
 
 
-FEATURES = {  # name: group (Hq / Hkv), causal, softcap, window_left, chunk; D 128, bf16, H = 16 query heads
+FEATURES = {  # name: group (Hq / Hkv), causal, softcap, window_left, chunk, d (default 128); bf16, H*D = 2048
     "gqa4": dict(group=4),
     "gqa4_causal": dict(group=4, causal=True),
     "softcap": dict(softcap=30.0),
     "softcap_causal": dict(softcap=30.0, causal=True),
+    "softcap_d64": dict(softcap=30.0, d=64),
+    "softcap_d256": dict(softcap=50.0, d=256),  # Gemma 2's head dim and cap
+    "softcap_d256_causal": dict(softcap=50.0, d=256, causal=True),
     "window1k": dict(causal=True, window_left=1024),
     "chunk1k": dict(causal=True, chunk=1024),
 }
@@ -324,14 +327,40 @@ def visible_pairs(s, causal=False, window_left=-1, chunk=0):
     return n
 
 
-def bench_features(fa4, timer, seqs, check, variants=None):
+def feature_reference(q, k, v, causal, softcap, window_left, chunk):
+    """O of bench_features' problem in fp32 (torch math; bottom-right = top-left masks, S_q = S_k),
+    [B, S, Hq, D] from BSHD q / k / v with Hq a multiple of Hkv."""
+    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))  # B H S D
+    g = qf.shape[1] // kf.shape[1]
+    kf, vf = kf.repeat_interleave(g, dim=1), vf.repeat_interleave(g, dim=1)
+    sc = (qf @ kf.transpose(-1, -2)) * qf.shape[-1] ** -0.5
+    if softcap:
+        sc = softcap * torch.tanh(sc / softcap)
+    n = sc.shape[-1]
+    i = torch.arange(n, device=sc.device)[:, None]
+    j = torch.arange(n, device=sc.device)[None, :]
+    vis = torch.ones(n, n, dtype=torch.bool, device=sc.device)
+    if causal:
+        vis &= j <= i
+    if window_left >= 0:
+        vis &= j >= i - window_left
+    if chunk:
+        vis &= j >= i // chunk * chunk
+    sc = sc.masked_fill(~vis, float("-inf"))
+    return (torch.softmax(sc, dim=-1) @ vf).transpose(1, 2)
+
+
+def bench_features(fa4, timer, seqs, check, variants=None, names=None):
     """The runtime features beside plain attention (FEATURES) against the peers that have them:
     FA3 for all (window_size, softcap, attention_chunk, GQA), FA4 CuTe where its call takes them,
     SDPA (cuDNN / FA2) for GQA only (enable_gqa); a peer without the feature is null."""
     variants = variants or {}
     rows = []
-    d, hq = 128, 16
     for name, f in FEATURES.items():
+        if names and name not in names:
+            continue
+        d = f.get("d", 128)
+        hq = 2048 // d
         for s in seqs:
             b = 16384 // s
             hkv = hq // f.get("group", 1)
@@ -379,10 +408,27 @@ def bench_features(fa4, timer, seqs, check, variants=None):
                 fa4.call(p)
                 ref = fns["fa3"]()
                 r["max_abs_diff_vs_fa3"] = (out.float() - ref.float()).abs().max().item()
+            if check:
+                # Error against an fp32 evaluation of the same function (one batch entry: the
+                # error statistics of S*H rows), for fa4, each --ab build and FA3.
+                exact = feature_reference(q[:1], k[:1], v[:1], causal, cap, wl, chunk)
+                outs = {"fa4": out} | {"ab_" + n: o for n, o in outs_ab.items()}
+                for n in outs:
+                    fns[n]()
+                if "fa3" in fns and t.get("fa3") is not None:
+                    outs["fa3"] = fns["fa3"]()
+                torch.cuda.synchronize()
+                for n, o in outs.items():
+                    e = o[:1].float() - exact
+                    r["rel_l2_" + n] = (e.norm() / exact.norm()).item()
+                    r["max_abs_" + n] = e.abs().max().item()
+                del exact
             rows.append(r)
-            print(f"  feature {name} s={s}: fa4 {fmt(r['fa4'])}  " + "  ".join(f"{n} {fmt(r[n])}" for n in PEERS) +
-                  " TFLOP/s" + (f"  maxdiff vs fa3 {r['max_abs_diff_vs_fa3']:.3g}" if "max_abs_diff_vs_fa3" in r else ""),
-                  flush=True)
+            print(f"  feature {name} d={d} s={s}: fa4 {fmt(r['fa4'])}  " + "  ".join(f"{n} {fmt(r[n])}" for n in PEERS) +
+                  "".join(f"  {n} {fmt(r['ab_' + n])}" for n in variants) + " TFLOP/s" +
+                  (f"  maxdiff vs fa3 {r['max_abs_diff_vs_fa3']:.3g}" if "max_abs_diff_vs_fa3" in r else "") +
+                  "".join(f"  {k[7:]} rel-L2 {r[k]:.3g} max-abs {r['max_abs_' + k[7:]]:.3g}"
+                          for k in r if k.startswith("rel_l2_")), flush=True)
             del q, k, v, out, outs_ab
     return rows
 
@@ -537,12 +583,12 @@ def markdown(meta, gemm, prefill, decode, varlen=(), ab_names=(), features=()):
                      "".join(f" {fmt(r.get('ab_' + n))} | {fmt(ratio(r.get('ab_' + n), r['fa4_varlen']), 3)} |"
                              for n in ab_names))
     if features:
-        L += ["", "## Features, bf16, D 128, H 16, B*S = 16384, TFLOP/s (visible (query, key) pairs)", "",
-              "| feature | S | Hkv | fa4 | FA3 | FA4 (CuTe) | cuDNN | FA2 | fa4 / best peer |" +
+        L += ["", "## Features, bf16, H*D = 2048, B*S = 16384, TFLOP/s (visible (query, key) pairs)", "",
+              "| feature | D | S | Hkv | fa4 | FA3 | FA4 (CuTe) | cuDNN | FA2 | fa4 / best peer |" +
               "".join(f" {n} | {n}/fa4 |" for n in ab_names),
-              "|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(ab_names)]
+              "|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(ab_names)]
         for r in features:
-            L.append(f"| {r['feature']} | {r['s']} | {r['hkv']} | {fmt(r['fa4'])} | {fmt(r.get('fa3'))} | "
+            L.append(f"| {r['feature']} | {r['d']} | {r['s']} | {r['hkv']} | {fmt(r['fa4'])} | {fmt(r.get('fa3'))} | "
                      f"{fmt(r.get('fa4_cute'))} | {fmt(r.get('cudnn'))} | {fmt(r.get('flash'))} | "
                      f"**{fmt(ratio(r['fa4'], r.get('best_peer')), 3)}** |" +
                      "".join(f" {fmt(r.get('ab_' + n))} | {fmt(ratio(r.get('ab_' + n), r['fa4']), 3)} |" for n in ab_names))
@@ -571,6 +617,7 @@ def main():
     ap.add_argument("--features", action="store_true",
                     help="also the feature sweep (GQA, softcap, sliding window, chunks; D 128) against FA3 / FA4 CuTe / SDPA")
     ap.add_argument("--feature-seqs", default="2048,8192", help="lengths of the feature sweep")
+    ap.add_argument("--feature-names", default="", help="a subset of the feature sweep (comma-separated FEATURES keys)")
     ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated); DQKxDV for a v head dim of its own (192x128)")
     ap.add_argument("--varlen-dims", default="128", help="varlen head dims (comma-separated)")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
@@ -624,8 +671,11 @@ def main():
         decode = [] if args.skip_decode else bench_decode(fa4, timer, [4096, 16384, 65536], [16, 64, 256], check)
         varlen = [] if args.skip_varlen else bench_varlen(fa4, timer, [int(x) for x in args.varlen_dims.split(",")],
                                                           [256, 1024, 4096], check, variants)
+    names = [x for x in args.feature_names.split(",") if x]
+    if any(x not in FEATURES for x in names):
+        ap.error(f"--feature-names: expected some of {', '.join(FEATURES)}, got {args.feature_names!r}")
     features = bench_features(fa4, timer, [int(x) for x in args.feature_seqs.split(",")], check,
-                              variants) if args.features else []
+                              variants, names) if args.features else []
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump(dict(meta=meta, gemm_tflops=gemm, prefill=prefill, decode=decode, varlen=varlen, features=features),

@@ -805,6 +805,55 @@ TEST(Sm90Misc, ElectNamedBarriersSetmaxnreg) {
   EXPECT_EQ(r[26], 0) << "register-heavy computation after setmaxnreg.inc gave wrong results";
 }
 
+// ------------------------------------------------------------------------------ MUFU tanh
+
+__global__ void tanh_approx_kernel(const float* x, float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = fa4::cuda::ptx::tanh_approx(x[i]);
+}
+
+// tanh.approx.f32 (the sm90 kernel's bf16 softcap, fwd_config.h FA4_SM90_SOFTCAP) against tanh
+// in fp64, over |y| from 2^-30 to 16 (every exponent, 4096 mantissas each, both signs): within
+// the PTX ISA's bound (max relative error 2^-10.987) everywhere, odd, and a normal tiny
+// argument keeps its value (a softcap of 1e9 must not zero the scores). The error where
+// |tanh| > 0.9 (the saturated scores whose error a cap of 30 multiplies) is printed: it decides
+// whether fp16 can take tanh.approx too (FA4_SM90_SOFTCAP_F16).
+TEST(Sm90Mufu, TanhApprox) {
+  SKIP_UNLESS_SM90();
+  std::vector<float> x;
+  for (int e = -30; e <= 3; ++e)
+    for (int m = 0; m < 4096; ++m) {
+      const float v = std::ldexp(1.f + m / 4096.f, e);
+      x.push_back(v), x.push_back(-v);
+    }
+  const int n = static_cast<int>(x.size());
+  DevBuf<float> dx(n), dy(n);
+  ASSERT_TRUE(dx.p && dy.p);
+  CUDA_OK(cudaMemcpy(dx.p, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  tanh_approx_kernel<<<(n + 255) / 256, 256>>>(dx.p, dy.p, n);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> y(n);
+  CUDA_OK(cudaMemcpy(y.data(), dy.p, n * sizeof(float), cudaMemcpyDeviceToHost));
+  double max_rel = 0, max_rel_sat = 0, sum_rel_sat = 0, max_abs_sat = 0;
+  int n_sat = 0;
+  for (int i = 0; i < n; ++i) {
+    const double t = std::tanh(static_cast<double>(x[i]));
+    const double rel = std::fabs(y[i] - t) / std::fabs(t);
+    max_rel = std::max(max_rel, rel);
+    if (std::fabs(t) > 0.9) {
+      max_rel_sat = std::max(max_rel_sat, rel), sum_rel_sat += rel, ++n_sat;
+      max_abs_sat = std::max(max_abs_sat, std::fabs(y[i] - t));
+    }
+    if (i % 2 == 1) ASSERT_EQ(y[i], -y[i - 1]) << "tanh.approx(" << x[i] << ") is not odd";
+  }
+  std::printf("[ tanh.approx ] max relative error %.3g (2^%.2f); |tanh| > 0.9: max %.3g (2^%.2f), mean %.3g, "
+              "max abs %.3g over %d points\n",
+              max_rel, std::log2(max_rel), max_rel_sat, std::log2(max_rel_sat), sum_rel_sat / n_sat, max_abs_sat, n_sat);
+  EXPECT_LE(max_rel, std::exp2(-10.987)) << "tanh.approx beyond the PTX ISA's bound";
+  EXPECT_NEAR(y[0], x[0], std::fabs(x[0]) * std::exp2(-10.987)) << "tiny arguments must keep their value";
+}
+
 // Host-only: the descriptor encoder against the PTX ISA bit layout, and the tensor-map argument
 // checks (these run everywhere, no device needed beyond the CUDA runtime being linked).
 TEST(Sm90Host, SmemDescriptorBits) {

@@ -88,4 +88,11 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// tanh on the MUFU unit (tanh.approx: relative error 2^-10.99; NaN -> NaN, +-inf -> +-1).
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace fa4::cuda::ptx
