@@ -4,7 +4,8 @@
 # the FlashAttention-2 peer's kernel (PyTorch SDPA flash) on the same shape, for a side-by-side
 # of where each kernel's cycles go (prologue / main loop / epilogue); PEER=fa3 the
 # FlashAttention-3 kernel (its wheel installed: ../shared/PEERS.md).
-#   OUT=/dir [PEER=1|fa3] bash bench/ncu_source.sh "256 1024 1" ...     (D S causal)
+#   OUT=/dir [PEER=1|fa3] [LIB=build-device/lib/libfa4_NAME.so] bash bench/ncu_source.sh "256 1024 1" ...
+#     (D S causal; LIB: a variant build of bench/stage_sm90_variant.sh, profiled as fa4)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DEFAULT=/tmp/fa4-ncu source bench/device_env.sh
@@ -18,11 +19,11 @@ for c in "$@"; do
   for kk in "${kernels[@]}"; do
     name=${kk%%:*} rx=${kk#*:}
     base="$OUT/src_${tag}_$name"
-    [[ $name == fa4 ]] && base="$OUT/src_$tag"
+    [[ $name == fa4 ]] && base="$OUT/src_$tag${LIB:+_$(basename "$LIB" .so)}"
     ncu --clock-control none --kernel-name-base demangled -k regex:"$rx" --launch-skip 1 --launch-count 1 \
       --section SourceCounters --section WarpStateStats --section SpeedOfLight \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables -f -o "$base" \
-      python3 bench/cuda_ncu_case.py --lib "$DIR/lib/libfa4.so" --d $1 --s $2 $cz --reps 2 > "$base.log" 2>&1
+      python3 bench/cuda_ncu_case.py --lib "${LIB:-$DIR/lib/libfa4.so}" --d $1 --s $2 $cz --reps 2 > "$base.log" 2>&1
     ncu --import "$base.ncu-rep" --page source --print-source sass --csv > "$base.csv" 2>> "$base.log"
     ncu --import "$base.ncu-rep" --page details --csv > "$base.details.csv" 2>> "$base.log"
     gzip -f "$base.csv"

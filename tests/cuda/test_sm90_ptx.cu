@@ -812,12 +812,12 @@ __global__ void tanh_approx_kernel(const float* x, float* y, int n) {
   if (i < n) y[i] = fa4::cuda::ptx::tanh_approx(x[i]);
 }
 
-// tanh.approx.f32 (the sm90 kernel's bf16 softcap, fwd_config.h FA4_SM90_SOFTCAP) against tanh
-// in fp64, over |y| from 2^-30 to 16 (every exponent, 4096 mantissas each, both signs): within
-// the PTX ISA's bound (max relative error 2^-10.987) everywhere, odd, and a normal tiny
-// argument keeps its value (a softcap of 1e9 must not zero the scores). The error where
-// |tanh| > 0.9 (the saturated scores whose error a cap of 30 multiplies) is printed: it decides
-// whether fp16 can take tanh.approx too (FA4_SM90_SOFTCAP_F16).
+// tanh.approx.f32 (the GPU kernels' softcap, common/softcap.cuh) against tanh in fp64, over |y|
+// from 2^-30 to 16 (every exponent, 4096 mantissas each, both signs). The PTX ISA promises a
+// relative error of 2^-10.987; fp16 softcap relies on what the H200 measured, 2^-16.6 (5.8e-6
+// absolute where |tanh| > 0.9, the saturated scores a cap multiplies): asserted at 2^-15, so a
+// device with a coarser tanh.approx fails here rather than in fp16 outputs. Also odd, and a
+// normal tiny argument keeps its value (a softcap of 1e9 must not zero the scores).
 TEST(Sm90Mufu, TanhApprox) {
   SKIP_UNLESS_SM90();
   std::vector<float> x;
@@ -850,7 +850,7 @@ TEST(Sm90Mufu, TanhApprox) {
   std::printf("[ tanh.approx ] max relative error %.3g (2^%.2f); |tanh| > 0.9: max %.3g (2^%.2f), mean %.3g, "
               "max abs %.3g over %d points\n",
               max_rel, std::log2(max_rel), max_rel_sat, std::log2(max_rel_sat), sum_rel_sat / n_sat, max_abs_sat, n_sat);
-  EXPECT_LE(max_rel, std::exp2(-10.987)) << "tanh.approx beyond the PTX ISA's bound";
+  EXPECT_LE(max_rel, std::exp2(-15.0)) << "tanh.approx coarser than fp16 softcap assumes (common/softcap.cuh)";
   EXPECT_NEAR(y[0], x[0], std::fabs(x[0]) * std::exp2(-10.987)) << "tiny arguments must keep their value";
 }
 

@@ -26,6 +26,7 @@
 
 #include "cuda/common/fwd_args.h"
 #include "cuda/common/mask.cuh"
+#include "cuda/common/softcap.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/common/seq_info.cuh"
 #include "cuda/ptx/sm80_ptx.cuh"
@@ -345,8 +346,9 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
 
   // ---- per-thread row state ----
   // This thread's accumulator rows: rr = 2 * mt + half -> tile row wm*kWarpRows + mt*16 + g + 8*half.
-  // m_run is in raw score units when the scale is folded into the exponent (sc = scale*log2(e)),
-  // in log2 units otherwise (softcap / non-positive scale: sc = 1).
+  // m_run is in the kept score units: raw scores when the scale is folded into the exponent
+  // (sc = scale * log2(e)), tanh values with softcap (sc = softcap * log2(e)), log2 units with a
+  // non-positive scale (sc = 1).
   float m_run[2 * kMT], l_run[2 * kMT];
   int row_lo[2 * kMT], row_hi[2 * kMT];  // visible keys of the row: [lo, hi) (mask, 32-bit)
 #pragma unroll
@@ -364,8 +366,10 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   const int ph = warp & 1;  // pair_dv: this warp's Dv half
 
   const bool softcap = kGeneral && p.softcap_log2 != 0.f;
-  const bool fold = !softcap && p.scale_log2 > 0.f;
-  const float sc = fold ? p.scale_log2 : 1.f;
+  // Softcap keeps tanh values, softcap * log2(e) (> 0) folded into the exponentials as the
+  // scale is without softcap; a non-positive scale keeps log2 units (the max would flip).
+  const bool fold = softcap || p.scale_log2 > 0.f;
+  const float sc = softcap ? p.softcap_log2 : fold ? p.scale_log2 : 1.f;
   const float softcap_in2 = p.softcap_in * 2.f * 1.4426950408889634f;  // exp2 argument of e^{2y}
   // Conditional rescaling (common/softmax.cuh): warp-uniform, so a skipped rescale skips the
   // whole warp's O multiplies.
@@ -464,12 +468,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            // tanh(y) = 1 - 2 / (e^{2y} + 1): a few ulp with ex2.approx (tanh.approx's 2^-11
-            // relative error, times a softcap of ~30, would be visible in fp16 outputs).
-            const float e2 = ptx::exp2_approx(s[mt][nt][e] * softcap_in2);
-            s[mt][nt][e] = p.softcap_log2 * (1.f - __fdividef(2.f, e2 + 1.f));
-          }
+          for (int e = 0; e < 4; ++e)
+            s[mt][nt][e] = softcap_tanh(s[mt][nt][e], p.softcap_in, softcap_in2);
     } else if (!fold) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)

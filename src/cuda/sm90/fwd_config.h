@@ -69,33 +69,6 @@
 #ifndef FA4_SM90_O_IN_V
 #define FA4_SM90_O_IN_V 1
 #endif
-//   FA4_SM90_SOFTCAP       how the consumers evaluate softcap's tanh (bf16; FA4_SM90_SOFTCAP_F16
-//                          for fp16, whose outputs keep 3 more bits: modelled in fp64 (S 1k, D 128,
-//                          cap 30, every 7th q row x 8, tanh times 1 + a uniform 2^-11 error)
-//                          tanh.approx's error gives fp16 outputs rel-L2 2.9e-3 / max-abs 1.6e-2,
-//                          past DESIGN §4's 2e-3 / 1e-2, so fp16 keeps the ex2 path until the
-//                          MUFU's real error (Sm90Mufu.TanhApprox) says otherwise). An SM's MUFU issues 16 ops
-//                          per clock, its tensor cores 8 scores' worth of D 128 GEMMs (2 x 2 x 128
-//                          FLOP per score at 4096 FLOP / clock), so the softmax's one ex2 per
-//                          score already takes half the MUFU budget:
-//                          0: tanh(y) = 1 - 2 / (2^(2y log2 e) + 1), ex2 and rcp on the MUFU (three
-//                             MUFU ops per score with the softmax's: MUFU-bound, 0.72-0.75 of FA3
-//                             at D 128, peers.py --features, 2026-12-03);
-//                          1: tanh.approx (one MUFU op; relative error 2^-11, FA3's choice);
-//                          2: the 2^x on the FMA pipes (common/exp2.cuh), rcp on the MUFU (two
-//                             MUFU ops per score, ~12 more FMA-pipe ops; error of the ex2 path).
-//                          Same-run A/B (H200, peers.py --features, 2026-12-03, softcap 30 / 50,
-//                          bf16): 1 runs 1.22-1.23x of 0 at D 128, 1.40-1.42x at D 64, 1.08-1.14x
-//                          at D 256; 2 runs 0.71-0.88x (FMA-bound). Error against fp32 math: 0 and 1
-//                          alike and equal to FA3's (rel-L2 2.0-2.3e-3, the bf16 output's rounding),
-//                          2 +7 %. 1 is also right where 0 is not: for |y| < 2^-25 the ex2 path's
-//                          1 - 2 / (e^{2y} + 1) is 0 (a softcap of 1e9 zeroes every score).
-#ifndef FA4_SM90_SOFTCAP
-#define FA4_SM90_SOFTCAP 1
-#endif
-#ifndef FA4_SM90_SOFTCAP_F16
-#define FA4_SM90_SOFTCAP_F16 0
-#endif
 //   FA4_SM90_BALANCED_SECTIONS  1: short masked dense sequences take the static order (section,
 //                          snake) of smallest predicted makespan (cuda/plan.cpp
 //                          balance_static_order); 0: the L2-sized sections, round robin

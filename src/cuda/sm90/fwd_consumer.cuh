@@ -17,11 +17,11 @@
 #pragma once
 
 #include <cmath>
-#include <type_traits>
 
 #include "cuda/common/exp2.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/pipeline.cuh"
+#include "cuda/common/softcap.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
@@ -167,29 +167,11 @@ struct Consumer {
     __device__ __forceinline__ void none() { alpha[0] = alpha[1] = 1.f, grow[0] = grow[1] = false; }
   };
 
-  // tanh(s * softcap_in) of one score (FA4_SM90_SOFTCAP / _F16: the MUFU budget's trade-offs).
-  static constexpr int kSoftcapMode = std::is_same_v<Elem, __half> ? FA4_SM90_SOFTCAP_F16 : FA4_SM90_SOFTCAP;
-  __device__ __forceinline__ float softcap_tanh(float x) const {
-    if constexpr (kSoftcapMode == 1) {
-      return ptx::tanh_approx(x * p.softcap_in);
-    } else if constexpr (kSoftcapMode == 2) {
-      // 1 - 2 / (e^{2y} + 1) with e^{2y} on the FMA pipes: clamped at 2^64 (tanh is 1 in fp32
-      // from e^{2y} ~ 2^25 on; exp2_fma's exponent field would overflow past 2^127), NaN kept.
-      const float y2 = x * softcap_in2;
-      const float t = 1.f - __fdividef(2.f, exp2_fma(fminf(y2, 64.f)) + 1.f);
-      return y2 != y2 ? y2 : t;
-    } else {
-      // tanh(y) = 1 - 2 / (e^{2y} + 1) on ex2 (tanh.approx's 2^-11 relative error, times a
-      // softcap of ~30, would show in fp16 outputs).
-      return 1.f - __fdividef(2.f, ptx::exp2_approx(x * softcap_in2) + 1.f);
-    }
-  }
-
   // ---- softmax of the S tile of keys [n0, n0 + kBlockN); r = O rescale of each row ----
   __device__ __forceinline__ void softmax(int n0, Rescale& r) {
     if (softcap) {
 #pragma unroll
-      for (int i = 0; i < kSRegs; ++i) s[i] = softcap_tanh(s[i]);
+      for (int i = 0; i < kSRegs; ++i) s[i] = softcap_tanh(s[i], p.softcap_in, softcap_in2);
     } else if (!fold) {
 #pragma unroll
       for (int i = 0; i < kSRegs; ++i) s[i] *= p.scale_log2;
