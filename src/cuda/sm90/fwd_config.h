@@ -69,6 +69,14 @@
 #ifndef FA4_SM90_O_IN_V
 #define FA4_SM90_O_IN_V 1
 #endif
+//   FA4_SM90_P_DOUBLE      1: P double-buffered in registers on the two-consumer Dv <= 128 tiles
+//                          (fwd_consumer.cuh kPDouble): the packing of P_t overlaps the P V of
+//                          t - 1 and the P V wait moves behind the next K spin. ncu at D 128 S 16k
+//                          (821fe4b): 12.3 % of the stall samples on that wait, which ptxas had
+//                          placed above the softmax's row max. 0 until an H200 A/B decides.
+#ifndef FA4_SM90_P_DOUBLE
+#define FA4_SM90_P_DOUBLE 0
+#endif
 //   FA4_SM90_BALANCED_SECTIONS  1: short masked dense sequences take the static order (section,
 //                          snake) of smallest predicted makespan (cuda/plan.cpp
 //                          balance_static_order); 0: the L2-sized sections, round robin

@@ -43,6 +43,12 @@ struct Consumer {
   // Where the wait for the P V group in flight goes (mainloop): behind a spin-loop wait on the
   // next V at Dv = 256, where ptxas otherwise hoists it above the softmax's ex2s.
   static constexpr bool kPvWaitBehindV = kDv > 128;
+  // P double-buffered (FA4_SM90_P_DOUBLE, fwd_config.h): P_t packs into one register set while
+  // the P V of t - 1 still reads the other, so the packing needs no wait and the P V wait moves
+  // to the next key tile's top. Two-consumer tiles with the rescale in the turn (Dv <= 128): the
+  // 32 extra registers of D 128 fit the 240-register budget; three consumers have 160.
+  static constexpr bool kPDouble = FA4_SM90_P_DOUBLE && kRescaleInTurn && kConsumers == 2 && FA4_SM90_OVERLAP;
+  static constexpr int kPBufs = kPDouble ? 2 : 1;
   using Ring = PipelineState<kStages>;
 
   typename T::Smem& sh;
@@ -75,7 +81,7 @@ struct Consumer {
 
   float o[kORegs];
   float s[kSRegs];
-  uint32_t pf[kPSteps][4];  // P of the previous tile as wgmma A fragments
+  uint32_t pf[kPBufs][kPSteps][4];  // P of the previous tile(s) as wgmma A fragments
   float m_run[2], l_run[2];
 
   __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_)
@@ -138,6 +144,7 @@ struct Consumer {
   // V slot as the N-major B operand of O += P V (N = Dv, K = keys): 8-key core-matrix groups
   // 1024 bytes apart (SBO), 64-column chunks kBlockN * 128 bytes apart (LBO); a k16 step is
   // 16 rows = 2048 bytes.
+  template <int kB = 0>
   __device__ __forceinline__ void issue_pv(const Ring& st) {
     ptx::fence_operands(o);
     ptx::wgmma_fence();
@@ -145,18 +152,19 @@ struct Consumer {
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk) {
       const uint64_t db = with_hi(vb + kk * (2048 / 16), kVDesc0);
-      ptx::wgmma_rs<kDv, Elem, 1>(o, pf[kk], db, 1);
+      ptx::wgmma_rs<kDv, Elem, 1>(o, pf[kB][kk], db, 1);
     }
     ptx::wgmma_commit_group();
     ptx::fence_operands(o);
   }
   // The P fragments are read by the tensor cores until the P V group completes: keep the
   // compiler from reusing their registers before then.
+  template <int kB = 0>
   __device__ __forceinline__ void hold_p() {
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ptx::fence_operand(pf[kk][e]);
+      for (int e = 0; e < 4; ++e) ptx::fence_operand(pf[kB][kk][e]);
   }
 
   // The O rescale one softmax leaves for the mainloop: alpha per row half, and the warp-uniform
@@ -282,11 +290,12 @@ struct Consumer {
     }
     if (__any_sync(0xffffffffu, r.alpha[0] != 1.f || r.alpha[1] != 1.f)) scale_o_voted(r.alpha);
   }
+  template <int kB = 0>
   __device__ __forceinline__ void pack_p() {
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) pf[kk][e] = ptx::pack2<Elem>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+      for (int e = 0; e < 4; ++e) pf[kB][kk][e] = ptx::pack2<Elem>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
   }
 
   // Q may be overwritten by the next tile's load: one arrival per thread, after its own wait on
@@ -341,6 +350,10 @@ struct Consumer {
     pack_p();
 
     Ring stv = st;  // slot of the tile whose P is in pf
+    if constexpr (kPDouble) {
+      mainloop_double(st, stv, rs, n);
+      return;
+    }
 #pragma unroll 1
     for (int it = 1; it < n; ++it) {
       if (!FA4_SM90_OVERLAP) {  // ablation: P V of tile t - 1 completes before S of tile t issues
@@ -417,6 +430,66 @@ struct Consumer {
     sh.v_ring.release(stv, tid == 0);
     st = stv;
     st.advance();  // the next tile's first slot
+  }
+
+  // The key tiles after the first with P double-buffered (kPDouble): tile it packs its P into
+  // buffer it % 2 while the P V of tile it - 1 reads the other. Per tile:
+  //     K_t landed ; wait P V_{t-2} -> release V_{t-2}         (behind the K spin loop: ptxas
+  //                                                             keeps the wait in that block)
+  //     turn: S_t ; O *= alpha_{t-1} ; O += P_{t-1} V_{t-1} ; pass
+  //     wait S_t -> release K_t ; softmax -> P_t, alpha_t ; pack P_t (buffer t % 2: no wait)
+  // Registers can only be indexed statically, hence the loop unrolled by two.
+  __device__ __forceinline__ void mainloop_double(Ring& st, Ring& stv, Rescale& rs, int n) {
+    Ring stv2 = stv;  // slot of the tile whose P V may still run (valid from the second step)
+#pragma unroll 1
+    for (int it = 1; it < n; it += 2) {
+      double_step<1>(st, stv, stv2, rs, it, n);
+      if (it + 1 < n) double_step<0>(st, stv, stv2, rs, it + 1, n);
+    }
+    ptx::wgmma_wait_group<0>();  // P V of tile n - 2 (unconditional: see double_step)
+    ptx::fence_operands(o);
+    if (n >= 2) sh.v_ring.release(stv2, tid == 0);
+    sh.v_ring.wait(stv);
+    rescale_o(rs);
+    turn_wait();
+    if ((n - 1) % 2) issue_pv<1>(stv);
+    else issue_pv<0>(stv);
+    turn_pass();
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(o);
+    hold_p<0>();
+    hold_p<1>();
+    sh.v_ring.release(stv, tid == 0);
+    st = stv;
+    st.advance();  // the next tile's first slot
+  }
+  // Key tile `it` (kB = it % 2); stv: the previous tile's slot (its P in buffer 1 - kB), stv2: the
+  // one before (its P V in flight from it >= 2).
+  template <int kB>
+  __device__ __forceinline__ void double_step(Ring& st, Ring& stv, Ring& stv2, Rescale& rs, int it, int n) {
+    st.advance();
+    sh.k_ring.wait(st);
+    // P V of tile it - 2 (buffer kB) completes: its V slot and P registers free. Unconditional
+    // (nothing is in flight at it = 1): a wait on one path only made ptxas serialize every wgmma
+    // (C7514, O read by the rescale below with a group possibly in flight).
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(o);
+    hold_p<kB>();
+    if (it >= 2) sh.v_ring.release(stv2, tid == 0);
+    turn_wait();
+    issue_s(st);
+    rescale_o(rs);  // O is idle: its last P V group completed above
+    sh.v_ring.wait(stv);
+    issue_pv<1 - kB>(stv);
+    turn_pass();
+    ptx::wgmma_wait_group<1>();
+    ptx::fence_operands(s);
+    sh.k_ring.release(st, tid == 0);
+    if (T::kQFreeEarly && it == n - 1) release_q();
+    softmax(w.tile_at(it) * kBlockN, rs);
+    pack_p<kB>();
+    stv2 = stv;
+    stv = st;
   }
 };
 
