@@ -45,9 +45,10 @@ struct Consumer {
   static constexpr bool kPvWaitBehindV = kDv > 128;
   // P double-buffered (FA4_SM90_P_DOUBLE, fwd_config.h): P_t packs into one register set while
   // the P V of t - 1 still reads the other, so the packing needs no wait and the P V wait moves
-  // to the next key tile's top. Two-consumer tiles with the rescale in the turn (Dv <= 128): the
-  // 32 extra registers of D 128 fit the 240-register budget; three consumers have 160.
-  static constexpr bool kPDouble = FA4_SM90_P_DOUBLE && kRescaleInTurn && kConsumers == 2 && FA4_SM90_OVERLAP;
+  // to the next key tile's top. Two-consumer tiles with the rescale in the turn and Dqk <= 128
+  // (the (192, 128) tile spilled 116 bytes): D 128's 32 extra registers fit the 240-register
+  // budget (36 bytes spilled outside the key loop); three consumers have 160.
+  static constexpr bool kPDouble = FA4_SM90_P_DOUBLE && kRescaleInTurn && kConsumers == 2 && kDqk <= 128 && FA4_SM90_OVERLAP;
   static constexpr int kPBufs = kPDouble ? 2 : 1;
   using Ring = PipelineState<kStages>;
 
