@@ -73,7 +73,8 @@
 //                          (fwd_consumer.cuh kPDouble): the packing of P_t overlaps the P V of
 //                          t - 1 and the P V wait moves behind the next K spin. ncu at D 128 S 16k
 //                          (821fe4b): 12.3 % of the stall samples on that wait, which ptxas had
-//                          placed above the softmax's row max. 0 until an H200 A/B decides.
+//                          placed above the softmax's row max. 2: the D 256 tiles as well.
+//                          0 until an H200 A/B decides.
 #ifndef FA4_SM90_P_DOUBLE
 #define FA4_SM90_P_DOUBLE 0
 #endif

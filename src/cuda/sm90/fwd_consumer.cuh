@@ -48,7 +48,12 @@ struct Consumer {
   // to the next key tile's top. Two-consumer tiles with the rescale in the turn and Dqk <= 128
   // (the (192, 128) tile spilled 116 bytes): D 128's 32 extra registers fit the 240-register
   // budget (36 bytes spilled outside the key loop); three consumers have 160.
-  static constexpr bool kPDouble = FA4_SM90_P_DOUBLE && kRescaleInTurn && kConsumers == 2 && kDqk <= 128 && FA4_SM90_OVERLAP;
+  // FA4_SM90_P_DOUBLE=2 also takes the standard D 256 tile (64 keys), with the O rescale after
+  // the P V wait, before the turn (128 multiplies inside the turn delayed the other consumer's
+  // GEMMs); local ops 14 -> 43 there, and 8 -> 120 on the 80-key long_keys tile (left out).
+  static constexpr bool kPDouble = FA4_SM90_OVERLAP && kConsumers == 2 &&
+                                   ((FA4_SM90_P_DOUBLE >= 1 && kRescaleInTurn && kDqk <= 128) ||
+                                    (FA4_SM90_P_DOUBLE >= 2 && kDqk == 256 && kBlockN <= 64));
   static constexpr int kPBufs = kPDouble ? 2 : 1;
   using Ring = PipelineState<kStages>;
 
@@ -477,9 +482,10 @@ struct Consumer {
     ptx::fence_operands(o);
     hold_p<kB>();
     if (it >= 2) sh.v_ring.release(stv2, tid == 0);
+    if constexpr (!kRescaleInTurn) rescale_o(rs);  // O is idle: its last P V group completed above
     turn_wait();
     issue_s(st);
-    rescale_o(rs);  // O is idle: its last P V group completed above
+    if constexpr (kRescaleInTurn) rescale_o(rs);
     sh.v_ring.wait(stv);
     issue_pv<1 - kB>(stv);
     turn_pass();
