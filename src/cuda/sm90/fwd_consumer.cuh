@@ -330,6 +330,15 @@ struct Consumer {
     ptx::named_barrier_sync(bar_id(Bar::consumers), 128 * kConsumers);
   }
 
+  // S of key tile `it` (of n) has completed (its wgmma group waited for): release K's slot (and
+  // Q after the last key tile), then the softmax.
+  __device__ __forceinline__ void s_done(const Ring& st, int it, int n, Rescale& rs) {
+    ptx::fence_operands(s);
+    sh.k_ring.release(st, tid == 0);
+    if (T::kQFreeEarly && it == n - 1) release_q();
+    softmax(w.tile_at(it) * kBlockN, rs);
+  }
+
   // The tile's key tiles; `st` is the ring position, which runs on across tiles. Q has landed
   // (q_full waited by the caller).
   __device__ __forceinline__ void mainloop(Ring& st) {
@@ -358,84 +367,78 @@ struct Consumer {
     Ring stv = st;  // slot of the tile whose P is in pf
     if constexpr (kPDouble) {
       mainloop_double(st, stv, rs, n);
-      return;
-    }
+    } else {
 #pragma unroll 1
-    for (int it = 1; it < n; ++it) {
-      if (!FA4_SM90_OVERLAP) {  // ablation: P V of tile t - 1 completes before S of tile t issues
-        sh.v_ring.wait(stv);
-        turn_wait();
-        issue_pv(stv);
-        turn_pass();
-        ptx::wgmma_wait_group<0>();
-        ptx::fence_operands(o);
-        hold_p();
-        sh.v_ring.release(stv, tid == 0);
+      for (int it = 1; it < n; ++it) {
+        if (!FA4_SM90_OVERLAP) {  // ablation: P V of tile t - 1 completes before S of tile t issues
+          sh.v_ring.wait(stv);
+          turn_wait();
+          issue_pv(stv);
+          turn_pass();
+          ptx::wgmma_wait_group<0>();
+          ptx::fence_operands(o);
+          hold_p();
+          sh.v_ring.release(stv, tid == 0);
+          st.advance();
+          sh.k_ring.wait(st);
+          turn_wait();
+          issue_s(st);
+          turn_pass();
+          ptx::wgmma_wait_group<0>();
+          s_done(st, it, n, rs);
+          rescale_o(rs);
+          rs.none();  // applied: the rescale before the last P V must not repeat it
+          pack_p();
+          stv = st;
+          continue;
+        }
         st.advance();
         sh.k_ring.wait(st);
         turn_wait();
         issue_s(st);
+        // The previous softmax's O rescale, while S runs on the tensor cores: O is idle here (its
+        // last P V group was waited for), and the turn window is where the consumer would otherwise
+        // only wait (FA3 places it there too). Not at Dv = 256: 128 multiplies there hold the turn
+        // long enough to delay the other consumer's GEMMs (measured -5 to -10 %, sm90-notes.md).
+        if constexpr (kRescaleInTurn) rescale_o(rs);
+        if constexpr (!kPvWaitBehindV) sh.v_ring.wait(stv);  // else waited after the softmax
+        issue_pv(stv);
         turn_pass();
+        ptx::wgmma_wait_group<1>();
+        s_done(st, it, n, rs);
+        // The wait for the P V group in flight has no register dependence on S, so ptxas hoists
+        // it (a WARPGROUP.DEPBAR) to the top of its basic block: in the softmax's block, above the
+        // row max and the ex2s, and the consumer idles until P V completes (D = 256: 13 % of all
+        // stall samples at that DEPBAR, ncu, 2ff92ce). At Dv = 256 the spin loop of the wait for
+        // this tile's V (needed by the next turn's P V anyway) ends the block first: same-run A/B
+        // +1-3.6 % at D = 256, but -3-6 % at D = 64 (and +-0.5 % at D = 128), where the early wait
+        // stays (docs/perf/sm90-notes.md). One wait instruction for the whole warpgroup:
+        // wgmma.wait_group is .aligned, every warp must execute the same one (a wait in each arm of
+        // a per-warp branch was UB: synccheck's "mismatching warpgroup instruction pc").
+        if constexpr (kPvWaitBehindV) sh.v_ring.wait(st);
         ptx::wgmma_wait_group<0>();
-        ptx::fence_operands(s);
-        sh.k_ring.release(st, tid == 0);
-        if (T::kQFreeEarly && it == n - 1) release_q();
-        softmax(w.tile_at(it) * kBlockN, rs);
-        rescale_o(rs);
-        rs.none();  // applied: the rescale before the last P V must not repeat it
+        ptx::fence_operands(o);
+        if constexpr (!kRescaleInTurn) {
+          rescale_o(rs);
+          rs.none();
+        }
+        hold_p();
+        sh.v_ring.release(stv, tid == 0);
         pack_p();
         stv = st;
-        continue;
       }
-      st.advance();
-      sh.k_ring.wait(st);
+      sh.v_ring.wait(stv);
+      rescale_o(rs);
       turn_wait();
-      issue_s(st);
-      // The previous softmax's O rescale, while S runs on the tensor cores: O is idle here (its
-      // last P V group was waited for), and the turn window is where the consumer would otherwise
-      // only wait (FA3 places it there too). Not at Dv = 256: 128 multiplies there hold the turn
-      // long enough to delay the other consumer's GEMMs (measured -5 to -10 %, sm90-notes.md).
-      if constexpr (kRescaleInTurn) rescale_o(rs);
-      if constexpr (!kPvWaitBehindV) sh.v_ring.wait(stv);  // else waited after the softmax
       issue_pv(stv);
       turn_pass();
-      ptx::wgmma_wait_group<1>();
-      ptx::fence_operands(s);
-      sh.k_ring.release(st, tid == 0);
-      if (T::kQFreeEarly && it == n - 1) release_q();
-      softmax(w.tile_at(it) * kBlockN, rs);
-      // The wait for the P V group in flight has no register dependence on S, so ptxas hoists
-      // it (a WARPGROUP.DEPBAR) to the top of its basic block: in the softmax's block, above the
-      // row max and the ex2s, and the consumer idles until P V completes (D = 256: 13 % of all
-      // stall samples at that DEPBAR, ncu, 2ff92ce). At Dv = 256 the spin loop of the wait for
-      // this tile's V (needed by the next turn's P V anyway) ends the block first: same-run A/B
-      // +1-3.6 % at D = 256, but -3-6 % at D = 64 (and +-0.5 % at D = 128), where the early wait
-      // stays (docs/perf/sm90-notes.md). One wait instruction for the whole warpgroup:
-      // wgmma.wait_group is .aligned, every warp must execute the same one (a wait in each arm of
-      // a per-warp branch was UB: synccheck's "mismatching warpgroup instruction pc").
-      if constexpr (kPvWaitBehindV) sh.v_ring.wait(st);
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(o);
-      if constexpr (!kRescaleInTurn) {
-        rescale_o(rs);
-        rs.none();
-      }
       hold_p();
       sh.v_ring.release(stv, tid == 0);
-      pack_p();
-      stv = st;
+      st = stv;
+      st.advance();  // the next tile's first slot
     }
-    sh.v_ring.wait(stv);
-    rescale_o(rs);
-    turn_wait();
-    issue_pv(stv);
-    turn_pass();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(o);
-    hold_p();
-    sh.v_ring.release(stv, tid == 0);
-    st = stv;
-    st.advance();  // the next tile's first slot
   }
 
   // The key tiles after the first with P double-buffered (kPDouble): tile it packs its P into
@@ -490,10 +493,7 @@ struct Consumer {
     issue_pv<1 - kB>(stv);
     turn_pass();
     ptx::wgmma_wait_group<1>();
-    ptx::fence_operands(s);
-    sh.k_ring.release(st, tid == 0);
-    if (T::kQFreeEarly && it == n - 1) release_q();
-    softmax(w.tile_at(it) * kBlockN, rs);
+    s_done(st, it, n, rs);
     pack_p<kB>();
     stv2 = stv;
     stv = st;
