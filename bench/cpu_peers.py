@@ -77,6 +77,11 @@ def parse_args():
     ap.add_argument("--json", default=None)
     ap.add_argument("--base-lib", default=None,
                     help="a second libfa4 (e.g. an older build) timed in the same rounds: adds fa4 / base columns")
+    ap.add_argument("--acc-seeds", type=int, default=0,
+                    help="accuracy only: N seeds per prefill shape (S <= --acc-max-s), error distributions of fa4 "
+                         "(and --base-lib) and torch against fp64; no timing")
+    ap.add_argument("--acc-dist", choices=("normal", "outlier"), default="normal",
+                    help="--acc-seeds inputs: randn, or randn with 1%% of K rows x 8 (rescales, large logits)")
     return ap.parse_args()
 
 
@@ -220,6 +225,96 @@ def decode_shapes():
             yield dict(dt="bf16", B=b, Hq=32, Hkv=8, Sk=kv, D=128)
 
 
+def rounded_like(ref, dt):
+    """ref (fp64) rounded once to the output dtype and back: the best any implementation can return."""
+    return ref.to(dt).double()
+
+
+def acc_errors(q, k, v, causal, outs):
+    """Per output: rel-L2 and max-abs against fp64 attention, and for 16-bit outputs the error beyond
+    one output rounding: rel-L2 of (out - round(ref)) and the fraction of elements != round(ref)."""
+    B, H, S, D = q.shape
+    Hk = k.shape[1]
+    dt = next(iter(outs.values())).dtype
+    acc = {n: dict(num=0.0, mx=0.0, ex=0.0, miss=0) for n in outs}
+    den = 0.0
+    cnt = 0
+    for b in range(B):
+        for h in range(H):
+            qd, kd, vd = q[b, h].double(), k[b, h * Hk // H].double(), v[b, h * Hk // H].double()
+            s = (qd @ kd.T) / math.sqrt(D)
+            if causal:
+                Sk = kd.shape[0]
+                mask = torch.ones(S, Sk, dtype=torch.bool).tril(Sk - S)
+                s = s.masked_fill(~mask, float("-inf"))
+            ref = torch.softmax(s, dim=-1) @ vd
+            den += float((ref * ref).sum())
+            cnt += ref.numel()
+            rr = rounded_like(ref, dt)
+            # one ulp of the output dtype at |ref| (spacing of the format there)
+            for n, o in outs.items():
+                od = o[b, h].double()
+                d = od - ref
+                a = acc[n]
+                a["num"] += float((d * d).sum())
+                a["mx"] = max(a["mx"], float(d.abs().max()))
+                if dt != torch.float32:
+                    e = od - rr
+                    a["ex"] += float((e * e).sum())
+                    a["miss"] += int((e != 0).sum())
+    out = {}
+    for n, a in acc.items():
+        r = dict(rel_l2=math.sqrt(a["num"] / den), max_abs=a["mx"])
+        if dt != torch.float32:
+            r.update(excess_rel_l2=math.sqrt(a["ex"] / den), miss=a["miss"] / cnt)
+        out[n] = r
+    return out
+
+
+def accuracy_sweep(fa4, base):
+    """--acc-seeds: the error distributions over seeds, per prefill shape (no timing)."""
+    impls = ["fa4", "torch"] + (["base"] if base else [])
+    print("| dtype | S | D | causal | seeds | metric | " + " | ".join(f"{n} median [min, max]" for n in impls) +
+          " | fa4 / torch median | seeds fa4 > torch |" + (" fa4 / base median |" if base else ""))
+    print("|---|---|---|---|---|---|" + "---|" * len(impls) + "---|---|" + ("---|" if base else ""), flush=True)
+    rows = []
+    for sh in prefill_shapes():
+        if sh["S"] > args.acc_max_s:
+            continue
+        dt = DT[sh["dt"]]
+        B, H, S, D = sh["B"], sh["H"], sh["S"], sh["D"]
+        per = []
+        for seed in range(args.acc_seeds):
+            g = torch.Generator().manual_seed(1000003 * seed + 7919 * S + 131 * D + (1 if sh["causal"] else 0))
+            q, k, v = (torch.randn(B, H, S, D, generator=g, dtype=torch.float32) for _ in range(3))
+            if args.acc_dist == "outlier":
+                sel = torch.rand(B, H, S, 1, generator=g) < 0.01
+                k = torch.where(sel, k * 8, k)
+            q, k, v = q.to(dt), k.to(dt), v.to(dt)
+            outs = {}
+            o = torch.empty(B, S, H, D, dtype=dt).transpose(1, 2)
+            fa4.call(fa4.params(q, k, v, o, sh["causal"]))
+            outs["fa4"] = o
+            if base:
+                ob = torch.empty(B, S, H, D, dtype=dt).transpose(1, 2)
+                base.call(base.params(q, k, v, ob, sh["causal"]))
+                outs["base"] = ob
+            outs["torch"] = F.scaled_dot_product_attention(q, k, v, is_causal=sh["causal"])
+            per.append(acc_errors(q, k, v, sh["causal"], outs))
+        metrics = ["rel_l2", "max_abs"] + (["excess_rel_l2", "miss"] if dt != torch.float32 else [])
+        for m in metrics:
+            vals = {n: [e[n][m] for e in per] for n in impls}
+            med = {n: statistics.median(x) for n, x in vals.items()}
+            worse = sum(1 for e in per if e["fa4"][m] > e["torch"][m])
+            ratio = med["fa4"] / med["torch"] if med["torch"] else float("nan")
+            print(f"| {sh['dt']} | {S} | {D} | {'yes' if sh['causal'] else 'no'} | {len(per)} | {m} | " +
+                  " | ".join(f"{med[n]:.3g} [{min(vals[n]):.3g}, {max(vals[n]):.3g}]" for n in impls) +
+                  f" | {ratio:.3f} | {worse} / {len(per)} |" +
+                  (f" {med['fa4'] / med['base']:.3f} |" if base and med["base"] else (" - |" if base else "")), flush=True)
+            rows.append(dict(sh, metric=m, seeds=len(per), **{n: vals[n] for n in impls}))
+    return rows
+
+
 def main():
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -239,6 +334,13 @@ def main():
                 threads=threads, torch=torch.__version__, torch_isa=torch.backends.cpu.get_cpu_capability(),
                 fa4_isa=os.environ.get("FA4_CPU_ISA", "best"), load=os.getloadavg()[0], base_lib=args.base_lib)
     print("# " + json.dumps(meta), flush=True)
+    if args.acc_seeds:
+        rows = accuracy_sweep(fa4, base)
+        print(f"load average now {os.getloadavg()[0]:.1f}", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(meta, acc_seeds=args.acc_seeds, acc_dist=args.acc_dist, rows=rows), f, indent=1)
+        return
     gemm0 = gemm_rate(args.gemm)
     print(f"torch bf16 matmul {args.gemm}^3: {gemm0:.1f} GFLOP/s", flush=True)
     rows = []

@@ -679,15 +679,33 @@ inline void outer8(__m512 (&c)[8][MV], const float* a, int64_t lda, const float*
   }
 }
 
-// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d.
+// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d, in chunks of dims each
+// summed from 0 and then added to the block's sum in st (a two-level sum, as pvp_block's over
+// keys): a dot product carried through all d dims in one FMA chain has a rounding error that grows
+// with d (partial sums of ~sqrt(k) |q| |k| for k = 1 .. d), and fp32 attention's output error
+// follows the scores' (p = 2^s). Measured against fp64 (bench/cpu_peers.py --acc-seeds, normal
+// inputs, S 512 / 2048, 8 seeds, docs/perf/cpu.md 2026-12-03 evening): one chain gave rel-L2
+// 3.6 / 4.4 / 5.9e-7 at D 64 / 128 / 256, above torch 2.15's CPU SDPA at D 256 (4.0e-7) in
+// every seed; chunks of 64 dims (32 at D <= 64): 2.8-3.2e-7 at every D, for at most ~1.5% of
+// the fp32 prefill time at D 256 (a load, add and store per accumulator per chunk; chunks of
+// 32 at D 128 / 256 cost 1.6-2.2%).
 template <int MV>
 inline void qkp_block(const float* qt, int64_t mp, int64_t d, const float* kb, float* st) {
+  const int64_t chunk = d <= 64 ? 32 : 64;
   __m512 c[8][MV];
-  outer8<MV>(c, qt, mp, kb, d);
+  outer8<MV>(c, qt, mp, kb, std::min(d, chunk));
 #pragma GCC unroll 8
   for (int n = 0; n < 8; ++n)
 #pragma GCC unroll 3
     for (int v = 0; v < MV; ++v) _mm512_storeu_ps(st + n * mp + 16 * v, c[n][v]);
+  for (int64_t d0 = chunk; d0 < d; d0 += chunk) {
+    outer8<MV>(c, qt + d0 * mp, mp, kb + d0 * 8, std::min(chunk, d - d0));
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n)
+#pragma GCC unroll 3
+      for (int v = 0; v < MV; ++v)
+        _mm512_storeu_ps(st + n * mp + 16 * v, _mm512_add_ps(_mm512_loadu_ps(st + n * mp + 16 * v), c[n][v]));
+  }
 }
 
 template <int MV>
