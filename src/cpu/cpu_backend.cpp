@@ -99,7 +99,7 @@ constexpr int64_t kTileRows = 192;
 // Row-major (decode) plans keep 32-key tiles as well: 64 / 128 keys per (head, tile) step halve
 // the per-step work outside the kernels and ran an L3-resident decode 1.06-1.12x faster, but
 // DRAM-bound ones 0.92-0.97x (B 4, kv 16k / 64k, 1 and 2 threads, also with the prefetch one
-// step ahead instead of two, docs/perf/cpu.md 2026-12-03 evening): a step's K / V plus the
+// step ahead instead of two; docs/perf/cpu.md, branch cpu16-gaps): a step's K / V plus the
 // steps prefetched ahead then exceed the 48 KB L1 that the prefetches fill.
 constexpr int64_t kTileKeys = 32;
 // Kv heads per unit of the row-major decode plans (Unit::nh). Measured (B = 4, Hq = 32, Hkv = 8,

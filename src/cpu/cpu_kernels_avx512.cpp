@@ -702,11 +702,11 @@ inline void outer8(__m512 (&c)[8][MV], const float* a, int64_t lda, const float*
 // keys): a dot product carried through all d dims in one FMA chain has a rounding error that grows
 // with d (partial sums of ~sqrt(k) |q| |k| for k = 1 .. d), and fp32 attention's output error
 // follows the scores' (p = 2^s). Measured against fp64 (bench/cpu_peers.py --acc-seeds, normal
-// inputs, S 512 / 2048, 8 seeds, docs/perf/cpu.md 2026-12-03 evening): one chain gave rel-L2
+// inputs, S 512 / 2048, 8 seeds, docs/perf/cpu.md, branch cpu16-gaps): one chain gave rel-L2
 // 3.6 / 4.4 / 5.9e-7 at D 64 / 128 / 256, above torch 2.15's CPU SDPA at D 256 (4.0e-7) in
-// every seed; chunks of 64 dims (32 at D <= 64): 2.8-3.2e-7 at every D, for at most ~1.5% of
-// the fp32 prefill time at D 256 (a load, add and store per accumulator per chunk; chunks of
-// 32 at D 128 / 256 cost 1.6-2.2%).
+// every seed; chunks of 64 dims (32 at D <= 64): 2.8-3.3e-7 at every D (0.69-0.77x torch's),
+// for 0-3% of the fp32 prefill time (a load, add and store per accumulator per chunk: S 2048
+// 1.00x, S 512 D 256 0.97x; chunks of 32 at D 128 / 256 cost 1.6-2.2%).
 template <int MV>
 inline void qkp_block(const float* qt, int64_t mp, int64_t d, const float* kb, float* st) {
   const int64_t chunk = d <= 64 ? 32 : 64;
