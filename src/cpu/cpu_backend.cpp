@@ -96,6 +96,11 @@ constexpr double kLn2d = 0.6931471805599453;
 // P^T strip of the P·V kernel in L1. The 16-bit product kernels (LowpKernels) name their own key
 // tile (512 keys x 96 rows on AMX: cpu_kernels_amx.cpp).
 constexpr int64_t kTileRows = 192;
+// Row-major (decode) plans keep 32-key tiles as well: 64 / 128 keys per (head, tile) step halve
+// the per-step work outside the kernels and ran an L3-resident decode 1.06-1.12x faster, but
+// DRAM-bound ones 0.92-0.97x (B 4, kv 16k / 64k, 1 and 2 threads, also with the prefetch one
+// step ahead instead of two; docs/perf/cpu.md, branch cpu16-gaps): a step's K / V plus the
+// steps prefetched ahead then exceed the 48 KB L1 that the prefetches fill.
 constexpr int64_t kTileKeys = 32;
 // Kv heads per unit of the row-major decode plans (Unit::nh). Measured (B = 4, Hq = 32, Hkv = 8,
 // D = 128, kv 16k bf16, 1 thread, loaded machine): one head per unit streamed K / V at ~3.4 GB/s,
@@ -259,6 +264,10 @@ struct Workspace {
   // Transposed tiles: this unit has run a tile with non-finite V, so O may hold +-inf and a
   // rescale that underflows must go through exact_scale (see pv_visible_only).
   bool o_nonfinite = false;
+  // Row-major units over several kv heads: kraw / vraw already hold the rows of the key tile
+  // starting at rows_at (rows_n keys) of this workspace's head, filled by an earlier step's
+  // software-prefetch list (run_unit's steady_pf); -1: not filled.
+  int64_t rows_at = -1, rows_n = 0;
   // Row-major tiles: the factor the scores still need after K.qk_rows (rows_q_scale).
   float rows_post = 1.0f;
   const float **krows = nullptr, **vrows = nullptr;
@@ -768,6 +777,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   std::fill(ws.ot, ws.ot + ws.dv_p * mp, 0.0f);
   ws.o_nonfinite = false;
   for (int h = 1; h < nh; ++h) init_rows_head(plan, u, hk + h, *wss[h]);
+  for (int h = 0; h < nh; ++h) wss[h]->rows_at = -1;  // nothing carried over from another unit
 
   // ---- key range of this tile and split ----
   int64_t klo, khi, lo, hi;
@@ -840,7 +850,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     const int64_t pan_tile = pan ? pan->first[b * pb.hkv + hk] + j0 / ws.nk : -1;
     const int want = pan ? pan->want(pan_tile) : Panels::kBusy;
     const Panels* tp = want == Panels::kBusy ? nullptr : pan;
-    if (!tp || want == Panels::kMine || tp->flags[pan_tile] != 0) {
+    if (rowwise && ws.rows_at == j0 && ws.rows_n == n) {
+      // filled by the prefetch list of an earlier step (steady_pf below)
+    } else if (!tp || want == Panels::kMine || tp->flags[pan_tile] != 0) {
       for (int64_t t = 0; t < n; ++t) {
         int64_t ko, vo;
         kv_rows.at(j0 + t, &ko, &vo);
@@ -910,14 +922,20 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       if (ws.rows_post != 1.0f)
         for (int64_t t = 0; t < n * 8; ++t) ws.st[t] *= ws.rows_post;
       if (tok_k) scale_keys(ws.st, 8, 0, rows, n, ws.fk);
-      flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
-                        ws.redo);
+      // The extreme-score check: inside the softmax's max pass where the table's softmax does it
+      // (padding rows, zero queries, may get flagged too: finish never reads them).
+      if (K.softmax_flags_extreme)
+        step.redo = ws.redo;
+      else
+        flag_extreme_rows(ws.st, mp, n, 0, rows, step.lo ? ws.row_lo_rel : nullptr, step.hi ? ws.row_hi_rel : nullptr,
+                          ws.redo);
       // A full tile's V is tested only where the softmax saw a weight of 0 (SoftmaxStep::zero_p);
       // a partial tile's masked keys have p = 0 anyway.
       uint8_t zero_p = 0;
       step.zero_p = kind == TileKind::partial ? nullptr : &zero_p;
       K.softmax(step);
       step.zero_p = nullptr;
+      step.redo = nullptr;
       if (tok_v) scale_keys(ws.st, 8, 0, rows, n, ws.fv);
       rescale_underflowed_rows(ws.ot, dv, rows, ws.alpha);
       if ((kind == TileKind::partial || zero_p) && any_nonfinite_rows(ws.vraw, kvt, n, dv)) {
@@ -1066,14 +1084,27 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         const int64_t at = h + pf_dist, jj = j0 + at / nh * ws.nk;
         const int hh = static_cast<int>(at % nh);
         const int64_t np = jj < hi ? std::min(ws.nk, hi - jj) : 0;
+        // The list is the rows of (head hh, tile jj), which that step reads: with hh != h they go
+        // straight into head hh's own row arrays (its tile() then skips computing them again:
+        // the per-key address computations were ~11% of an L3-resident decode's samples, half of
+        // them this list); hh == h (units of 1 or 2 heads) keeps a separate list, as the arrays
+        // of this step are still to be read.
         Workspace& w = *wss[h];
+        Workspace& o = *wss[hh];
+        const bool own = hh != h;
+        const void** lk = own ? o.kraw : w.pfk;
+        const void** lv = own ? o.vraw : w.pfv;
         for (int64_t t = 0; t < np; ++t) {
           int64_t ko, vo;
           kv_rows[hh].at(jj + t, &ko, &vo);
-          w.pfk[t] = kbase + ko * esz;
-          w.pfv[t] = vbase + vo * esz;
+          lk[t] = kbase + ko * esz;
+          lv[t] = vbase + vo * esz;
         }
-        rows_prefetch_avx512(w.pfk, w.pfv, np, k_span, v_span);
+        if (own) {
+          o.rows_at = np > 0 ? jj : -1;
+          o.rows_n = np;
+        }
+        rows_prefetch_avx512(lk, lv, np, k_span, v_span);
       }
 #endif
       tile(*wss[h], kv_rows[h], kv_tok.empty() ? nullptr : &kv_tok[h], j0, n, kind);

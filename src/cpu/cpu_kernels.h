@@ -180,6 +180,10 @@ struct Kernels {
   // The fp32 panel products (nullptr: qk / pv above on converted rows); they serve every dtype
   // that the 16-bit tables above do not.
   const F32Panels* f32p = nullptr;
+  // softmax honours SoftmaxStep::redo on every step (scale 1 included), so the driver's
+  // separate extreme-score pass can be left out (softmax_avx512; the other tables' softmax
+  // ignores redo).
+  bool softmax_flags_extreme = false;
 };
 
 const Kernels& generic_kernels();

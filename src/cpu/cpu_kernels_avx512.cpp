@@ -221,12 +221,22 @@ inline __m512i bf16_pairs(__m512 a, __m512 b) {
 // The row-major decode tiles (st [nk][8], all 8 rows, no mask / softcap / raw scores, nk
 // even): two keys per vector instead of one key in a half vector. Through the general loop
 // below this step was 37% of an in-cache decode (B = 1, 4 query rows, 2048 keys, 1 thread),
-// more than the q.k and p.v kernels; same operations, same results.
-void softmax_rows8(const SoftmaxStep& s) {
+// more than the q.k and p.v kernels; same operations, same results. With s.redo, the driver's
+// extreme-score check (a visible score NaN or of magnitude >= 2^127) rides on the max pass: a
+// min beside the max, and the row sum for NaN (as the general loop below does it); the separate
+// scalar pass over the tile (flag_extreme_rows) was ~5% of a decode's kernel time (perf, B 4,
+// kv 16k, 1 thread).
+template <bool kCheck>
+void softmax_rows8_t(const SoftmaxStep& s) {
   const __m512 log2e = _mm512_set1_ps(1.4426950408889634f);
   const int64_t nv = s.nk / 2;
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t v = 0; v < nv; ++v) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s.st + 16 * v));
+  __m512 mn = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int64_t v = 0; v < nv; ++v) {
+    const __m512 x = _mm512_loadu_ps(s.st + 16 * v);
+    mx = _mm512_max_ps(mx, x);
+    if constexpr (kCheck) mn = _mm512_min_ps(mn, x);
+  }
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4e));  // both 8-row halves: the row max
   const __m512 m_old = _mm512_broadcast_f32x8(_mm256_loadu_ps(s.m_run));
   const __m512 m_new = _mm512_max_ps(mx, m_old);
@@ -254,6 +264,14 @@ void softmax_rows8(const SoftmaxStep& s) {
   __m512 sum = _mm512_add_ps(sum0, sum1);
   sum = _mm512_add_ps(sum, _mm512_shuffle_f32x4(sum, sum, 0x4e));
   const __mmask16 lanes = 0xff;
+  if constexpr (kCheck) {
+    mn = _mm512_min_ps(mn, _mm512_shuffle_f32x4(mn, mn, 0x4e));
+    const __mmask16 ext = (_mm512_cmp_ps_mask(mx, _mm512_set1_ps(0x1p127f), _CMP_GE_OQ) |
+                           _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-0x1p127f), _CMP_LE_OQ) |
+                           _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) & lanes;
+    for (int i = 0; i < 8; ++i)
+      if (ext >> i & 1) s.redo[i] = 1;
+  }
   const __m512 a = exp2_512(_mm512_mul_ps(_mm512_sub_ps(m_old, m_use), log2e));
   _mm512_mask_storeu_ps(s.alpha, lanes, a);
   const __m512 l = _mm512_maskz_loadu_ps(lanes, s.l_run);
@@ -262,9 +280,9 @@ void softmax_rows8(const SoftmaxStep& s) {
 }
 
 void softmax_avx512(const SoftmaxStep& s) {
-  if (s.mp == 8 && s.m == 8 && s.nk % 2 == 0 && s.softcap_in == 0.0f && !s.lo && !s.pp && !s.redo &&
-      s.scale == 1.0f && !s.log2_units)
-    return softmax_rows8(s);
+  if (s.mp == 8 && s.m == 8 && s.nk % 2 == 0 && s.softcap_in == 0.0f && !s.lo && !s.pp && s.scale == 1.0f &&
+      !s.log2_units)
+    return s.redo ? softmax_rows8_t<true>(s) : softmax_rows8_t<false>(s);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 pos_inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const bool cap = s.softcap_in != 0.0f, check = s.redo != nullptr;
@@ -679,15 +697,33 @@ inline void outer8(__m512 (&c)[8][MV], const float* a, int64_t lda, const float*
   }
 }
 
-// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d.
+// S^T block: keys [0, 8) of one K block x queries [0, 16 MV), over d, in chunks of dims each
+// summed from 0 and then added to the block's sum in st (a two-level sum, as pvp_block's over
+// keys): a dot product carried through all d dims in one FMA chain has a rounding error that grows
+// with d (partial sums of ~sqrt(k) |q| |k| for k = 1 .. d), and fp32 attention's output error
+// follows the scores' (p = 2^s). Measured against fp64 (bench/cpu_peers.py --acc-seeds, normal
+// inputs, S 512 / 2048, 8 seeds, docs/perf/cpu.md, branch cpu16-gaps): one chain gave rel-L2
+// 3.6 / 4.4 / 5.9e-7 at D 64 / 128 / 256, above torch 2.15's CPU SDPA at D 256 (4.0e-7) in
+// every seed; chunks of 64 dims (32 at D <= 64): 2.8-3.3e-7 at every D (0.69-0.77x torch's),
+// for 0-3% of the fp32 prefill time (a load, add and store per accumulator per chunk: S 2048
+// 1.00x, S 512 D 256 0.97x; chunks of 32 at D 128 / 256 cost 1.6-2.2%).
 template <int MV>
 inline void qkp_block(const float* qt, int64_t mp, int64_t d, const float* kb, float* st) {
+  const int64_t chunk = d <= 64 ? 32 : 64;
   __m512 c[8][MV];
-  outer8<MV>(c, qt, mp, kb, d);
+  outer8<MV>(c, qt, mp, kb, std::min(d, chunk));
 #pragma GCC unroll 8
   for (int n = 0; n < 8; ++n)
 #pragma GCC unroll 3
     for (int v = 0; v < MV; ++v) _mm512_storeu_ps(st + n * mp + 16 * v, c[n][v]);
+  for (int64_t d0 = chunk; d0 < d; d0 += chunk) {
+    outer8<MV>(c, qt + d0 * mp, mp, kb + d0 * 8, std::min(chunk, d - d0));
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n)
+#pragma GCC unroll 3
+      for (int v = 0; v < MV; ++v)
+        _mm512_storeu_ps(st + n * mp + 16 * v, _mm512_add_ps(_mm512_loadu_ps(st + n * mp + 16 * v), c[n][v]));
+  }
 }
 
 template <int MV>
@@ -983,9 +1019,11 @@ const Kernels& avx512_kernels(bool bf16) {
   static const F32Panels f32p{128, 0, 48, pack_k_f32, pack_v_f32, qk_f32p, pv_f32p};
   static const Kernels with_bf16 = [] {
     const Kernels& a = avx2_kernels();
-    return Kernels{"avx512",       16,        qk_avx512,        pv_avx512,        softmax_avx512,
-                   qk_rows_avx512, pv_rows_avx512, a.convert,   &avx512_lowp(),   nullptr,
-                   transpose_avx512, store_row_avx512, &f32p};
+    Kernels k{"avx512",       16,        qk_avx512,        pv_avx512,        softmax_avx512,
+              qk_rows_avx512, pv_rows_avx512, a.convert,   &avx512_lowp(),   nullptr,
+              transpose_avx512, store_row_avx512, &f32p};
+    k.softmax_flags_extreme = true;
+    return k;
   }();
   static const Kernels without_bf16 = [] {
     Kernels k = with_bf16;
