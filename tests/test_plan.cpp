@@ -33,6 +33,7 @@ struct Shape {
   int64_t total_q = 0;
   int32_t num_splits = 0;
   bool paged = false;
+  int64_t page_size = 16;     // paged: rows per page (k / v: [batch x pages per sequence, page, Hkv, D])
   int64_t q_head_stride = 0;  // 0: contiguous BSHD (dqk)
   bool causal = false;
   int64_t window_right = -1;  // >= 0: a sliding window (what the planner reads of it)
@@ -67,6 +68,12 @@ class Planned {
     pb_.qs = {s.varlen ? s.hq * qh : s.sq * s.hq * qh, s.hq * qh, qh, 1};
     pb_.ks = {s.sk * s.hkv * s.dqk, s.hkv * s.dqk, s.dqk, 1};
     pb_.vs = {s.sk * s.hkv * s.dv, s.hkv * s.dv, s.dv, 1};
+    if (s.paged) {  // every sequence in pages of its own
+      pb_.page_size = s.page_size, pb_.max_pages = (s.sk + s.page_size - 1) / s.page_size;
+      pb_.kv_slot = pb_.max_pages * s.page_size;
+      params_.k.shape[0] = params_.v.shape[0] = s.batch * pb_.max_pages;
+      pb_.ks.s0 = s.page_size * s.hkv * s.dqk, pb_.vs.s0 = s.page_size * s.hkv * s.dv;
+    }
   }
   Plan on(const DeviceLimits& dl) const { return make_plan(pb_, dl); }
   const Problem& problem() const { return pb_; }
@@ -704,6 +711,36 @@ TEST(TileSchedule, RoundsCoverEveryTileOnce) {
     }
 }
 
+// Paged KV on sm90 (FA4_SM90_PAGED): only page sizes that are multiples of the tile's key block,
+// so no key tile straddles two pages (the producer reads one page-table entry per key tile); the
+// D = 256 80-key tile gives way to the 64-key one where 80 does not divide the page.
+TEST(CudaPlan, Sm90PagedWholeKeyTilesPerPage) {
+  using fa4::cuda::sm90::Tile;
+  const Kernel on = FA4_SM90_PAGED ? Kernel::sm90 : Kernel::sm80;
+  auto plan = [](int64_t d, int64_t page, int64_t sk) {
+    return Planned({.batch = 4, .hq = 16, .hkv = 4, .dqk = d, .dv = d, .sq = 2048, .sk = sk, .paged = true, .page_size = page})
+        .on(h200_auto());
+  };
+  EXPECT_EQ(plan(128, 256, 8192).kernel, on);
+  EXPECT_EQ(plan(128, 128, 8192).kernel, on);
+  EXPECT_EQ(plan(64, 128, 8192).kernel, on);
+  EXPECT_EQ(plan(128, 64, 8192).kernel, Kernel::sm80);  // 128-key tiles
+  EXPECT_EQ(plan(128, 16, 8192).kernel, Kernel::sm80);
+  EXPECT_EQ(plan(128, 1, 8192).kernel, Kernel::sm80);
+  const Plan d256 = plan(256, 256, 8192);  // dense keys this long take the 80-key tile
+  EXPECT_EQ(d256.kernel, on);
+  if (FA4_SM90_PAGED) {
+    EXPECT_EQ(std::make_tuple(d256.sm90_tile, d256.n), std::make_tuple(Tile::standard, 64));
+  }
+  // 80-row pages: the 80-key tile fits them (long keys), the 64-key one does not (short keys).
+  const Plan p80 = plan(256, 80, 8192);
+  EXPECT_EQ(p80.kernel, on);
+  if (FA4_SM90_PAGED) {
+    EXPECT_EQ(p80.sm90_tile, Tile::long_keys);
+  }
+  EXPECT_EQ(plan(256, 80, 1024).kernel, Kernel::sm80);
+}
+
 TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   {  // no keys: a tensor map has no empty dimension
     DeviceLimits pref = h200_auto();
@@ -713,7 +750,7 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   const Shape big{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096};
   auto kernel = [](Shape s, DeviceLimits dl) { return Planned(s).on(dl).kernel; };
   Shape s = big;
-  s.paged = true;  // paged KV: the inference issue
+  s.paged = true;  // 16-row pages: a key tile would straddle pages (Sm90PagedWholeKeyTilesPerPage)
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
   s = big, s.num_splits = 2;  // forced split-KV
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);

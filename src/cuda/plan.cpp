@@ -66,36 +66,45 @@ int64_t speed_max_sk(const Problem& pb) {
 
 // The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):
 // two consumers at D = 64 for masked query sequences of <= 1024 rows, 80-key tiles at D = 256
-// from 4096 keys, the standard tile everywhere else.
+// from 4096 keys, the standard tile everywhere else -- and in a paged cache a tile whose key block
+// divides the page size (a key tile must not straddle two pages), the standard one if that does.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
   if (d.dqk == 64 && masked && speed_max_sq(pb) <= FA4_SM90_SHORT_MASKED_MAX_SQ) t = sm90::Tile::short_masked;
   if (d.dqk == 256 && speed_max_sk(pb) >= FA4_SM90_LONG_KEYS_MIN_SK) t = sm90::Tile::long_keys;
-  return sm90::has_tile(t, d.dqk, d.dv) ? t : sm90::Tile::standard;
+  if (!sm90::has_tile(t, d.dqk, d.dv)) t = sm90::Tile::standard;
+  if (pb.kv == core::KvLayout::paged && pb.page_size % sm90::tile_cfg(d.dqk, d.dv, t).block_n != 0) t = sm90::Tile::standard;
+  return t;
 }
 
 }  // namespace
 
 // The sm90 kernel's feature set: a compute capability 9.0 device (its sm_90a image runs there
-// only), fp16 / bf16, head dims with an instance (sm90/fwd_config.h), a shared-memory fit, no
-// paged KV and no split-KV (the inference issue's work), prefill-shaped tiles (decode-sized
-// query tiles take sm80's PackGQA tiles), and strides TMA can address.
+// only), fp16 / bf16, head dims with an instance (sm90/fwd_config.h), a shared-memory fit, paged
+// KV only with page sizes that are multiples of the key block (FA4_SM90_PAGED), no split-KV (the
+// inference issue's work), prefill-shaped tiles (decode-sized query tiles take sm80's PackGQA
+// tiles), and strides TMA can address.
 bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !is_16bit(pb.dtype)) return false;
   if (!sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return false;
-  if (sm90::smem_bytes(d.dqk, d.dv, sm90_tile(pb, d)) > dl.smem_optin) return false;
-  if (pb.kv == core::KvLayout::paged || pb.p->num_splits > 1) return false;
+  const sm90::Tile tile = sm90_tile(pb, d);
+  if (sm90::smem_bytes(d.dqk, d.dv, tile) > dl.smem_optin) return false;
+  const bool paged = pb.kv == core::KvLayout::paged;
+  // Paged (FA4_SM90_PAGED): page sizes that are multiples of the key block (sm90_tile).
+  if (paged && (!FA4_SM90_PAGED || pb.page_size % sm90::tile_cfg(d.dqk, d.dv, tile).block_n != 0)) return false;
+  if (pb.p->num_splits > 1) return false;
   if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer) return false;
   const bool vq = pb.varlen_q, vk = pb.kv == core::KvLayout::varlen;
   const AttentionParams& p = *pb.p;
+  // k / v rows per batch-like index: tokens (varlen), a page's rows (paged), the slot (dense, cache).
+  const int64_t k_rows = vk ? p.k.shape[0] : paged ? pb.page_size : pb.kv_slot;
+  const int64_t v_rows = vk ? p.v.shape[0] : paged ? pb.page_size : pb.kv_slot;
   return tma_fits(pb.dqk, pb.hq, vq ? p.q.shape[0] : pb.sq_dense, vq ? 1 : pb.batch, pb.qs.head, vq ? pb.qs.s0 : pb.qs.s1,
                   pb.qs.s0) &&
-         tma_fits(pb.dqk, pb.hkv, vk ? p.k.shape[0] : pb.kv_slot, vk ? 1 : p.k.shape[0], pb.ks.head,
-                  vk ? pb.ks.s0 : pb.ks.s1, pb.ks.s0) &&
-         tma_fits(pb.dv, pb.hkv, vk ? p.v.shape[0] : pb.kv_slot, vk ? 1 : p.v.shape[0], pb.vs.head,
-                  vk ? pb.vs.s0 : pb.vs.s1, pb.vs.s0);
+         tma_fits(pb.dqk, pb.hkv, k_rows, vk ? 1 : p.k.shape[0], pb.ks.head, vk ? pb.ks.s0 : pb.ks.s1, pb.ks.s0) &&
+         tma_fits(pb.dv, pb.hkv, v_rows, vk ? 1 : p.v.shape[0], pb.vs.head, vk ? pb.vs.s0 : pb.vs.s1, pb.vs.s0);
 }
 
 namespace {

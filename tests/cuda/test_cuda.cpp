@@ -446,6 +446,27 @@ TEST(CudaBackend, UnalignedRowsStaged) {
   for (int64_t o : t.out.offsets()) ASSERT_TRUE(t.out.is_poison(o));
 }
 
+// Chunked prefill against paged caches whose page holds whole key tiles (128 / 256 rows): what
+// the sm90 kernel takes with FA4_SM90_PAGED (cuda/plan.cpp sm90_supports; the rest stays on
+// sm80), under FA4_CUDA_KERNEL=sm90 in the device suite. Scattered pages, garbage in the unused
+// page-table entries, GQA 4, a ragged last page, with and without appending the chunk.
+TEST(CudaBackend, PagedPrefillWholeKeyTiles) {
+  int k = 0;
+  for (int64_t d : {64, 128, 256})
+    for (int64_t page : {128, 256})
+      for (int variant = 0; variant < 2; ++variant) {
+        CaseConfig c;
+        c.dtype = (k & 1) ? DType::float16 : DType::bfloat16;
+        c.batch = 2, c.hq = 8, c.hkv = 2, c.dqk = c.dv = d;
+        c.kv = KvMode::paged, c.page_size = page;
+        c.sq = 192, c.sk = 777;
+        c.causal = variant == 1;
+        c.snew = variant == 1 ? c.sq : 0;  // chunked prefill: the chunk is appended, then attended
+        c.lse = true;
+        check_case(c, derive_seed(31500 + k++), false);
+      }
+}
+
 TEST(CudaBackend, DecodeShapes) {
   const int64_t pages[] = {1, 3, 16, 64, 256};
   int k = 0;

@@ -78,6 +78,16 @@
 #ifndef FA4_SM90_P_DOUBLE
 #define FA4_SM90_P_DOUBLE 0
 #endif
+//   FA4_SM90_PAGED         1: paged KV caches whose page size is a multiple of the tile's key
+//                          block run on the sm90 kernel (the issue-13 path "TMA with the page id as
+//                          a coordinate": the producer reads one page-table entry per key tile,
+//                          the K / V tensor maps address (head dim, head, row in page, page));
+//                          0: they stay on the sm80 kernel (chunked prefill against a paged cache
+//                          ran there at 0.42-0.44 of FA3 on the contiguous one, H200 2026-12-03).
+//                          0 until the device tests and an A/B have run it.
+#ifndef FA4_SM90_PAGED
+#define FA4_SM90_PAGED 0
+#endif
 //   FA4_SM90_BALANCED_SECTIONS  1: short masked dense sequences take the static order (section,
 //                          snake) of smallest predicted makespan (cuda/plan.cpp
 //                          balance_static_order); 0: the L2-sized sections, round robin

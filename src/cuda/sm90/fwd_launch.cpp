@@ -50,9 +50,10 @@ bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Param
   if (!encode(&P->tm_q, a.q, bf16, a.dqk, a.hq, vq ? a.total_q : a.sq_dense, vq ? 1 : a.batch, a.q_sh, vq ? a.q_s0 : a.q_s1,
               a.q_s0, kRowsPerConsumer, "q", why))
     return false;
-  // k / v: dense (B, Sk), varlen (tokens), cache (cache sequences, slot rows).
+  // k / v: dense (B, Sk), varlen (tokens), cache (cache sequences, slot rows), paged (pages,
+  // rows of a page).
   const bool vk = a.kv_mode == kKvVarlen;
-  const int64_t rows = vk ? a.kv_rows0 : a.kv_slot;
+  const int64_t rows = vk ? a.kv_rows0 : a.kv_mode == kKvPaged ? a.page_size : a.kv_slot;
   const int64_t bl = vk ? 1 : a.kv_rows0;
   if (!encode(&P->tm_k, a.k, bf16, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, block_n, "k", why))
     return false;

@@ -39,21 +39,21 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     const int n = w.n_tiles();
     trace::stamp(tr, 0, tiles_done, trace::tile_start);
     trace::key_tiles(tr, 0, tiles_done, n);
-    auto load_k = [&](int it) {
-      const int row = w.kv_row0 + w.tile_at(it) * kBlockN;
+    // K / V of a key tile at TMA coordinates (row, batch-like index bl) from w.kv_coords (paged:
+    // one page-table read per key tile, shared by its K and V).
+    auto load_k = [&](int row, int bl) {
       uint64_t* kb = sh.k_ring.acquire(st, kKBytes, leader);
       if (leader) {
 #pragma unroll
-        for (int ch = 0; ch < T::kDqk / 64; ++ch) ptx::tma_load_4d(sh.k[st.index][ch], &P.tm_k, kb, ch * 64, w.hk, row, w.kv_b);
+        for (int ch = 0; ch < T::kDqk / 64; ++ch) ptx::tma_load_4d(sh.k[st.index][ch], &P.tm_k, kb, ch * 64, w.hk, row, bl);
       }
       __syncwarp();
     };
-    auto load_v = [&](int it) {  // and on to the next ring slot
-      const int row = w.kv_row0 + w.tile_at(it) * kBlockN;
+    auto load_v = [&](int row, int bl) {  // and on to the next ring slot
       uint64_t* vb = sh.v_ring.acquire(st, kVBytes, leader);
       if (leader) {
 #pragma unroll
-        for (int ch = 0; ch < T::kDv / 64; ++ch) ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, ch * 64, w.hk, row, w.kv_b);
+        for (int ch = 0; ch < T::kDv / 64; ++ch) ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, ch * 64, w.hk, row, bl);
       }
       __syncwarp();
       st.advance();
@@ -90,17 +90,29 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     auto wait_o = [&]() {
       if (T::kOInV && tiles_done > 0) ptx::mbarrier_wait_parity(&sh.o_empty, (tiles_done - 1) & 1u);
     };
-    if (n > 0) load_k(0);
+    // (Tile 0's coordinates are computed again for its V rather than kept across the Q load:
+    // live there, they spilled in the producer's 24 registers.)
+    auto load_kv0 = [&](bool k) {
+      int row, bl;
+      w.kv_coords(P.a, w.tile_at(0) * kBlockN, &row, &bl);
+      if (k) load_k(row, bl);
+      else load_v(row, bl);
+    };
+    if (n > 0) load_kv0(true);
     if (T::kQFreeEarly) {
       load_q();
       wait_o();
-      if (n > 0) load_v(0);
+      if (n > 0) load_kv0(false);
     } else {
-      if (n > 0) load_v(0);
+      if (n > 0) load_kv0(false);
       load_q();
     }
     trace::stamp(tr, 0, tiles_done, trace::q_issued);
-    for (int it = 1; it < n; ++it) load_k(it), load_v(it);
+    for (int it = 1; it < n; ++it) {
+      int row, bl;
+      w.kv_coords(P.a, w.tile_at(it) * kBlockN, &row, &bl);
+      load_k(row, bl), load_v(row, bl);
+    }
     trace::stamp(tr, 0, tiles_done, trace::loads_issued);
     ++tiles_done;
   };

@@ -23,7 +23,8 @@ struct TileWork {
   int sk = 0;             // keys of this sequence
   int n_lo = 0, n_hi = 0; // key tiles [n_lo, n_hi) the tile's rows see
   // TMA coordinates (fwd_params.h): q rows start at q_row0 + i in batch-like index q_b; keys at
-  // kv_row0 + j in kv_b.
+  // kv_row0 + j in kv_b -- except in a paged cache, where key j is row j % page of the page its
+  // page-table row names (kv_coords).
   int q_row0 = 0, q_b = 0, kv_row0 = 0, kv_b = 0;
 
   // Tile t of the schedule. False (uniform over the CTA) when it has no rows to compute.
@@ -48,6 +49,23 @@ struct TileWork {
     if (p.kv_mode == kKvVarlen) kv_row0 = static_cast<int>(si.kv_a), kv_b = 0;
     else kv_row0 = 0, kv_b = static_cast<int>(si.kv_a);
     return true;
+  }
+  // The TMA (row, batch-like) coordinates of the key tile starting at key j0. Paged: the planner
+  // takes only page sizes that are multiples of the key block (cuda/plan.cpp sm90_supports), so a
+  // tile never straddles two pages; the entry is clamped to the cache's pages as every kernel
+  // clamps it (common/seq_info.cuh KvRows): a bad page table reads wrong rows, never out of bounds.
+  // (Compiled out without FA4_SM90_PAGED, which keeps the default kernels' SASS as it was; the
+  // producer has 24 registers.)
+  __device__ __forceinline__ void kv_coords(const FwdArgs& p, int j0, int* row, int* bl) const {
+    if (!FA4_SM90_PAGED || p.kv_mode != kKvPaged) {
+      *row = kv_row0 + j0, *bl = kv_b;
+      return;
+    }
+    const int ps = static_cast<int>(p.page_size);
+    const int pi = j0 / ps;
+    const int32_t page = p.page_table[static_cast<int64_t>(batch) * p.pt_s0 + static_cast<int64_t>(pi) * p.pt_s1];
+    *bl = page < 0 ? 0 : (page >= p.kv_rows0 ? static_cast<int>(p.kv_rows0 - 1) : page);
+    *row = j0 - pi * ps;
   }
   __device__ __forceinline__ int n_tiles() const { return n_hi - n_lo; }
   // Key tiles are walked from the last one down: the tiles that need a mask (the causal
