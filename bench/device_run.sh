@@ -63,24 +63,35 @@ if [[ $TESTS == 1 ]]; then
   # The same suite once per kernel: FA4_CUDA_KERNEL makes the library prefer that kernel wherever
   # it supports a case (the rest takes the automatic choice); the log's last line counts the
   # cases each kernel ran.
+  # The suites run side by side (one process per kernel, and the 99 KB emulation): they wait
+  # mostly on the host's fp64 references, not on the GPU, and one after another the sm80 + sm90
+  # suites ran past 7 minutes (2026-12-03), more than a device call can spare.
+  start=$(date +%s)
+  declare -A PIDS
   for kernel in $KERNELS; do
-    start=$(date +%s)
-    FA4_CUDA_KERNEL=$kernel FA4_CUDA_CASES=$CASES timeout 420 "$TEST_BIN" > "$OUT/tests_$kernel.log" 2>&1
-    rc=$?
-    SUMMARY+=("tests FA4_CUDA_KERNEL=$kernel ($CASES random cases + fixed sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_$kernel.log" | tr '\n' ' ')$(grep -E '^cases per kernel' "$OUT/tests_$kernel.log" | sed 's/^cases per kernel ([^)]*):/; cases per kernel:/') ($(( $(date +%s) - start )) s)")
+    FA4_CUDA_KERNEL=$kernel FA4_CUDA_CASES=$CASES timeout 420 "$TEST_BIN" > "$OUT/tests_$kernel.log" 2>&1 &
+    PIDS[$kernel]=$!
   done
   # A 99 KB GPU (sm_86 / sm_89 opt-in per block) emulated by the planner's cap: D = 192 / 256 then
-  # run on the compact tile, the other dims on tiles that fit.
-  start=$(date +%s)
-  FA4_CUDA_SMEM_OPTIN=101376 FA4_CUDA_CASES=$((CASES / 4)) timeout 300 "$TEST_BIN" \
-    --gtest_filter='CudaBackend.RandomVsReference:CudaBackend.PrefillShapes:CudaBackend.WideHeadDecode:CudaBackend.SingleBufferPrefill' \
-    > "$OUT/tests_99kb.log" 2>&1
+  # run on the compact tile, the other dims on tiles that fit; and a 60,000-byte cap: D = 256
+  # must be refused cleanly, D = 64 prefill runs on its decode tile.
+  (
+    FA4_CUDA_SMEM_OPTIN=101376 FA4_CUDA_CASES=$((CASES / 4)) timeout 300 "$TEST_BIN" \
+      --gtest_filter='CudaBackend.RandomVsReference:CudaBackend.PrefillShapes:CudaBackend.WideHeadDecode:CudaBackend.SingleBufferPrefill'
+    r=$?
+    FA4_CUDA_SMEM_OPTIN=60000 timeout 60 "$TEST_BIN" --gtest_filter='CudaBackend.SharedMemoryCap'
+    exit $(( r | $? ))
+  ) > "$OUT/tests_99kb.log" 2>&1 &
+  PIDS[99kb]=$!
+  for kernel in $KERNELS; do
+    wait "${PIDS[$kernel]}"
+    rc=$?
+    SUMMARY+=("tests FA4_CUDA_KERNEL=$kernel ($CASES random cases + fixed sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_$kernel.log" | tr '\n' ' ')$(grep -E '^cases per kernel' "$OUT/tests_$kernel.log" | sed 's/^cases per kernel ([^)]*):/; cases per kernel:/')")
+  done
+  wait "${PIDS[99kb]}"
   rc=$?
-  # and a 60,000-byte cap: D = 256 must be refused cleanly, D = 64 prefill runs on its decode tile
-  FA4_CUDA_SMEM_OPTIN=60000 timeout 60 "$TEST_BIN" --gtest_filter='CudaBackend.SharedMemoryCap' \
-    >> "$OUT/tests_99kb.log" 2>&1
-  rc=$(( rc | $? ))
-  SUMMARY+=("tests as a 99 KB GPU ($((CASES / 4)) random cases + D >= 192 sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_99kb.log" | tr '\n' ' ') ($(( $(date +%s) - start )) s)")
+  SUMMARY+=("tests as a 99 KB GPU ($((CASES / 4)) random cases + D >= 192 sets): rc=$rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_99kb.log" | tr '\n' ' ')")
+  SUMMARY+=("test suites side by side: $(( $(date +%s) - start )) s")
   if [[ -x "$DIR/test_sm90_ptx" ]]; then
     start=$(date +%s)
     timeout 120 "$DIR/test_sm90_ptx" > "$OUT/sm90_ptx.log" 2>&1
