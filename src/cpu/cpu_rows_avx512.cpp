@@ -129,6 +129,39 @@ inline __m512 hsum16(const __m512* a) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88), _mm512_shuffle_f32x4(v01, v23, 0xdd));
 }
 
+// The 16 accumulators of a key block (acc[kb * RP + r]: key kb, row r; rows R..RP zero sums)
+// summed and stored as st[kb * 8 + r] for kb < nk, rows RP..8 as 0.
+template <int RP>
+inline void store_key_sums(const __m512* acc, int nk, float* st) {
+  const __m512 s = hsum16(acc);
+  if (RP == 8) {
+    if (nk == 2)
+      _mm512_storeu_ps(st, s);
+    else
+      _mm256_storeu_ps(st, _mm512_castps512_ps256(s));
+  } else {
+    alignas(64) float sv[16];
+    _mm512_store_ps(sv, s);
+    for (int kb = 0; kb < nk; ++kb)
+      for (int r = 0; r < 8; ++r) st[kb * 8 + r] = r < RP ? sv[kb * RP + r] : 0.0f;
+  }
+}
+
+// The key blocks of a row of nk keys: blk(krows, n, st, pf, npf, pf_bytes) on each block of KB
+// keys (the last one shorter), handing the full blocks their share of the thread's pending
+// prefetch list (tl_pf) and prefetching what is left of it after them.
+template <int KB, class Blk>
+inline void over_key_blocks(const void* const* krows, int64_t nk, float* st, Blk&& blk) {
+  const void* const* pf = tl_pf.k;
+  const int64_t npf = pf ? tl_pf.n : 0, pf_bytes = tl_pf.k_bytes;
+  tl_pf.k = nullptr;
+  int64_t j = 0;
+  for (; j + KB <= nk; j += KB)
+    blk(krows + j, KB, st + j * 8, pf + j, static_cast<int>(std::clamp<int64_t>(npf - j, 0, KB)), pf_bytes);
+  for (int64_t t = j; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
+  if (j < nk) blk(krows + j, static_cast<int>(nk - j), st + j * 8, nullptr, 0, int64_t{0});
+}
+
 // KB = 16 / RP keys x RP (>= R) rows of dot products; st[(kb) * 8 + r] for kb < nk (<= KB),
 // rows R..8 of st get 0. qp: R rows of d, in the loader's order per 32 dims ([16 even][16 odd]
 // for bf16, natural otherwise).
@@ -156,18 +189,7 @@ inline void qk_keys(const float* qp, int64_t d, const void* const* krows, int nk
     }
   }
   for (; ipf < npf; ++ipf) prefetch_row(pf[ipf], pf_bytes);
-  const __m512 s = hsum16(acc);  // lane kb * RP + r; rows R..RP are zero sums
-  if (RP == 8) {
-    if (nk == 2)
-      _mm512_storeu_ps(st, s);
-    else
-      _mm256_storeu_ps(st, _mm512_castps512_ps256(s));
-  } else {
-    alignas(64) float sv[16];
-    _mm512_store_ps(sv, s);
-    for (int kb = 0; kb < nk; ++kb)
-      for (int r = 0; r < 8; ++r) st[kb * 8 + r] = r < RP ? sv[kb * RP + r] : 0.0f;
-  }
+  store_key_sums<RP>(acc, nk, st);
 }
 
 template <class L, int R>
@@ -184,15 +206,10 @@ void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, 
         }
     qp = qeo;
   }
-  const void* const* pf = tl_pf.k;
-  const int64_t npf = pf ? tl_pf.n : 0, pf_bytes = tl_pf.k_bytes;
-  tl_pf.k = nullptr;
-  int64_t j = 0;
-  for (; j + KB <= nk; j += KB)
-    qk_keys<L, R, RP>(qp, d, krows + j, KB, st + j * 8, pf + j, static_cast<int>(std::clamp<int64_t>(npf - j, 0, KB)),
-                      pf_bytes);
-  for (int64_t t = j; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
-  if (j < nk) qk_keys<L, R, RP>(qp, d, krows + j, static_cast<int>(nk - j), st + j * 8);
+  over_key_blocks<KB>(krows, nk, st,
+                      [&](const void* const* kr, int n, float* sb, const void* const* pf, int npf, int64_t pfb) {
+                        qk_keys<L, R, RP>(qp, d, kr, n, sb, pf, npf, pfb);
+                      });
 }
 
 // O rows [R][dv] natural order <-> the loader's order of each 32 dims (scaled by alpha on load).
@@ -338,18 +355,7 @@ inline void qk_keys_dp(const uint16_t* qb, int64_t d, const void* const* krows, 
     }
   }
   for (; ipf < npf; ++ipf) prefetch_row(pf[ipf], pf_bytes);
-  const __m512 s = hsum16(acc);
-  if (RP == 8) {
-    if (nk == 2)
-      _mm512_storeu_ps(st, s);
-    else
-      _mm256_storeu_ps(st, _mm512_castps512_ps256(s));
-  } else {
-    alignas(64) float sv[16];
-    _mm512_store_ps(sv, s);
-    for (int kb = 0; kb < nk; ++kb)
-      for (int r = 0; r < 8; ++r) st[kb * 8 + r] = r < RP ? sv[kb * RP + r] : 0.0f;
-  }
+  store_key_sums<RP>(acc, nk, st);
 }
 
 template <class L, class Raw, int R>
@@ -357,15 +363,10 @@ void qk_rows_dp_t(const float* q, int64_t d, const void* const* krows, int64_t n
   constexpr int RP = R <= 4 ? 4 : 8, KB = 16 / RP;
   alignas(64) uint16_t qb[8 * kMaxDim];
   if (!q_to_bf16<R>(q, d, qb)) return qk_rows_t<L, R>(q, d, krows, nk, st);
-  const void* const* pf = tl_pf.k;
-  const int64_t npf = pf ? tl_pf.n : 0, pf_bytes = tl_pf.k_bytes;
-  tl_pf.k = nullptr;
-  int64_t j = 0;
-  for (; j + KB <= nk; j += KB)
-    qk_keys_dp<Raw, R, RP>(qb, d, krows + j, KB, st + j * 8, pf + j,
-                           static_cast<int>(std::clamp<int64_t>(npf - j, 0, KB)), pf_bytes);
-  for (int64_t t = j; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
-  if (j < nk) qk_keys_dp<Raw, R, RP>(qb, d, krows + j, static_cast<int>(nk - j), st + j * 8);
+  over_key_blocks<KB>(krows, nk, st,
+                      [&](const void* const* kr, int n, float* sb, const void* const* pf, int npf, int64_t pfb) {
+                        qk_keys_dp<Raw, R, RP>(qb, d, kr, n, sb, pf, npf, pfb);
+                      });
 }
 
 // O <-> the order of vpunpck[lh]wd's outputs: lo holds dims {0-3, 8-11, 16-19, 24-27} of the 32,
