@@ -330,6 +330,19 @@ struct Consumer {
     ptx::named_barrier_sync(bar_id(Bar::consumers), 128 * kConsumers);
   }
 
+  // O += P V of the tile in ring slot `stv` (its V landed) with nothing else in flight: a turn of
+  // its own, waited for, V's slot released.
+  template <int kB = 0>
+  __device__ __forceinline__ void pv_alone(const Ring& stv) {
+    turn_wait();
+    issue_pv<kB>(stv);
+    turn_pass();
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(o);
+    hold_p<kB>();
+    sh.v_ring.release(stv, tid == 0);
+  }
+
   // S of key tile `it` (of n) has completed (its wgmma group waited for): release K's slot (and
   // Q after the last key tile), then the softmax.
   __device__ __forceinline__ void s_done(const Ring& st, int it, int n, Rescale& rs) {
@@ -372,13 +385,7 @@ struct Consumer {
       for (int it = 1; it < n; ++it) {
         if (!FA4_SM90_OVERLAP) {  // ablation: P V of tile t - 1 completes before S of tile t issues
           sh.v_ring.wait(stv);
-          turn_wait();
-          issue_pv(stv);
-          turn_pass();
-          ptx::wgmma_wait_group<0>();
-          ptx::fence_operands(o);
-          hold_p();
-          sh.v_ring.release(stv, tid == 0);
+          pv_alone(stv);
           st.advance();
           sh.k_ring.wait(st);
           turn_wait();
@@ -429,13 +436,7 @@ struct Consumer {
       }
       sh.v_ring.wait(stv);
       rescale_o(rs);
-      turn_wait();
-      issue_pv(stv);
-      turn_pass();
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(o);
-      hold_p();
-      sh.v_ring.release(stv, tid == 0);
+      pv_alone(stv);
       st = stv;
       st.advance();  // the next tile's first slot
     }
@@ -460,15 +461,8 @@ struct Consumer {
     if (n >= 2) sh.v_ring.release(stv2, tid == 0);
     sh.v_ring.wait(stv);
     rescale_o(rs);
-    turn_wait();
-    if ((n - 1) % 2) issue_pv<1>(stv);
-    else issue_pv<0>(stv);
-    turn_pass();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(o);
-    hold_p<0>();
-    hold_p<1>();
-    sh.v_ring.release(stv, tid == 0);
+    if ((n - 1) % 2) pv_alone<1>(stv);
+    else pv_alone<0>(stv);
     st = stv;
     st.advance();  // the next tile's first slot
   }
