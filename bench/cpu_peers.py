@@ -162,11 +162,8 @@ def reps_for(fns):
     return max(args.min_reps, min(50, int(args.budget_s / max(worst, 1e-6))))
 
 
-def fp64_errors(q, k, v, causal, outs):
-    """rel-L2 / max-abs of each output against fp64 attention, one head at a time."""
-    num = {n: 0.0 for n in outs}
-    mx = {n: 0.0 for n in outs}
-    den = 0.0
+def fp64_refs(q, k, v, causal):
+    """(b, h, O) of every query head in fp64 (GQA: kv head h * Hk // H; causal bottom-right)."""
     B, H, S, D = q.shape
     Hk = k.shape[1]
     for b in range(B):
@@ -177,12 +174,20 @@ def fp64_errors(q, k, v, causal, outs):
                 Sk = kd.shape[0]
                 mask = torch.ones(S, Sk, dtype=torch.bool).tril(Sk - S)
                 s = s.masked_fill(~mask, float("-inf"))
-            ref = torch.softmax(s, dim=-1) @ vd
-            den += float((ref * ref).sum())
-            for n, o in outs.items():
-                d = o[b, h].double() - ref
-                num[n] += float((d * d).sum())
-                mx[n] = max(mx[n], float(d.abs().max()))
+            yield b, h, torch.softmax(s, dim=-1) @ vd
+
+
+def fp64_errors(q, k, v, causal, outs):
+    """rel-L2 / max-abs of each output against fp64 attention, one head at a time."""
+    num = {n: 0.0 for n in outs}
+    mx = {n: 0.0 for n in outs}
+    den = 0.0
+    for b, h, ref in fp64_refs(q, k, v, causal):
+        den += float((ref * ref).sum())
+        for n, o in outs.items():
+            d = o[b, h].double() - ref
+            num[n] += float((d * d).sum())
+            mx[n] = max(mx[n], float(d.abs().max()))
     return {n: (math.sqrt(num[n] / den), mx[n]) for n in outs}
 
 
@@ -246,35 +251,24 @@ def rounded_like(ref, dt):
 def acc_errors(q, k, v, causal, outs):
     """Per output: rel-L2 and max-abs against fp64 attention, and for 16-bit outputs the error beyond
     one output rounding: rel-L2 of (out - round(ref)) and the fraction of elements != round(ref)."""
-    B, H, S, D = q.shape
-    Hk = k.shape[1]
     dt = next(iter(outs.values())).dtype
     acc = {n: dict(num=0.0, mx=0.0, ex=0.0, miss=0) for n in outs}
     den = 0.0
     cnt = 0
-    for b in range(B):
-        for h in range(H):
-            qd, kd, vd = q[b, h].double(), k[b, h * Hk // H].double(), v[b, h * Hk // H].double()
-            s = (qd @ kd.T) / math.sqrt(D)
-            if causal:
-                Sk = kd.shape[0]
-                mask = torch.ones(S, Sk, dtype=torch.bool).tril(Sk - S)
-                s = s.masked_fill(~mask, float("-inf"))
-            ref = torch.softmax(s, dim=-1) @ vd
-            den += float((ref * ref).sum())
-            cnt += ref.numel()
-            rr = rounded_like(ref, dt)
-            # one ulp of the output dtype at |ref| (spacing of the format there)
-            for n, o in outs.items():
-                od = o[b, h].double()
-                d = od - ref
-                a = acc[n]
-                a["num"] += float((d * d).sum())
-                a["mx"] = max(a["mx"], float(d.abs().max()))
-                if dt != torch.float32:
-                    e = od - rr
-                    a["ex"] += float((e * e).sum())
-                    a["miss"] += int((e != 0).sum())
+    for b, h, ref in fp64_refs(q, k, v, causal):
+        den += float((ref * ref).sum())
+        cnt += ref.numel()
+        rr = rounded_like(ref, dt)
+        for n, o in outs.items():
+            od = o[b, h].double()
+            d = od - ref
+            a = acc[n]
+            a["num"] += float((d * d).sum())
+            a["mx"] = max(a["mx"], float(d.abs().max()))
+            if dt != torch.float32:
+                e = od - rr
+                a["ex"] += float((e * e).sum())
+                a["miss"] += int((e != 0).sum())
     out = {}
     for n, a in acc.items():
         r = dict(rel_l2=math.sqrt(a["num"] / den), max_abs=a["mx"])
