@@ -64,14 +64,31 @@ int64_t speed_max_sk(const Problem& pb) {
   return pb.seqlen_k.empty() && h > 0 && h < pb.max_sk ? h : pb.max_sk;
 }
 
+// PackGQA on the sm90 kernel (FA4_SM90_DECODE): a group's query heads share the tile rows of
+// their kv head where that fills the block_m-row tiles better (FA3's rule: packed tiles more than
+// 1 / 0.9 as full), for groups dividing 64 (fwd_work.cuh: one TMA box per consumer) and packed
+// sequences of < 2^24 rows.
+bool sm90_packs(const Problem& pb, int64_t block_m) {
+  if (!FA4_SM90_DECODE || pb.group <= 1 || sm90::kRowsPerConsumer % pb.group != 0) return false;
+  const int64_t sq = speed_max_sq(pb);
+  if (sq < 1 || sq * pb.group >= (int64_t{1} << 24)) return false;
+  auto fill = [&](int64_t rows) { return static_cast<double>(rows) / static_cast<double>((rows + block_m - 1) / block_m * block_m); };
+  return fill(sq) < 0.9 * fill(sq * pb.group);
+}
+
 // The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):
-// two consumers at D = 64 for masked query sequences of <= 1024 rows, 80-key tiles at D = 256
-// from 4096 keys, the standard tile everywhere else -- and in a paged cache a tile whose key block
-// divides the page size (a key tile must not straddle two pages), the standard one if that does.
+// two consumers at D = 64 for masked query sequences of <= 1024 rows and for decode-sized ones
+// (<= 128 rows per kv head packed: a third consumer would have nothing to do), 80-key tiles at
+// D = 256 from 4096 keys, the standard tile everywhere else -- and in a paged cache a tile whose
+// key block divides the page size (a key tile must not straddle two pages), the standard one if
+// that does.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
   if (d.dqk == 64 && masked && speed_max_sq(pb) <= FA4_SM90_SHORT_MASKED_MAX_SQ) t = sm90::Tile::short_masked;
+  if (d.dqk == 64 && FA4_SM90_DECODE &&
+      speed_max_sq(pb) * (sm90_packs(pb, sm90::tile_cfg(64, 64).block_m()) ? pb.group : 1) <= 2 * sm90::kRowsPerConsumer)
+    t = sm90::Tile::short_masked;
   if (d.dqk == 256 && speed_max_sk(pb) >= FA4_SM90_LONG_KEYS_MIN_SK) t = sm90::Tile::long_keys;
   if (!sm90::has_tile(t, d.dqk, d.dv)) t = sm90::Tile::standard;
   if (pb.kv == core::KvLayout::paged && pb.page_size % sm90::tile_cfg(d.dqk, d.dv, t).block_n != 0) t = sm90::Tile::standard;
@@ -82,9 +99,9 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
 
 // The sm90 kernel's feature set: a compute capability 9.0 device (its sm_90a image runs there
 // only), fp16 / bf16, head dims with an instance (sm90/fwd_config.h), a shared-memory fit, paged
-// KV only with page sizes that are multiples of the key block (FA4_SM90_PAGED), no split-KV (the
-// inference issue's work), prefill-shaped tiles (decode-sized query tiles take sm80's PackGQA
-// tiles), and strides TMA can address.
+// KV only with page sizes that are multiples of the key block (FA4_SM90_PAGED), split-KV and
+// PackGQA with FA4_SM90_DECODE (else prefill-shaped tiles only: decode-sized query tiles of a GQA
+// group take sm80's PackGQA tiles), and strides TMA can address.
 bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !is_16bit(pb.dtype)) return false;
@@ -94,8 +111,10 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   const bool paged = pb.kv == core::KvLayout::paged;
   // Paged (FA4_SM90_PAGED): page sizes that are multiples of the key block (sm90_tile).
   if (paged && (!FA4_SM90_PAGED || pb.page_size % sm90::tile_cfg(d.dqk, d.dv, tile).block_n != 0)) return false;
-  if (pb.p->num_splits > 1) return false;
-  if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer) return false;
+  if (pb.p->num_splits > 1 && !FA4_SM90_DECODE) return false;
+  if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer &&
+      !sm90_packs(pb, sm90::tile_cfg(d.dqk, d.dv, tile).block_m()))
+    return false;
   const bool vq = pb.varlen_q, vk = pb.kv == core::KvLayout::varlen;
   const AttentionParams& p = *pb.p;
   // k / v rows per batch-like index: tokens (varlen), a page's rows (paged), the slot (dense, cache).
@@ -110,7 +129,8 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
 namespace {
 
 // Automatic choice: sm90 where its unsplit grid fills the device at least once; below that
-// (few query tiles, long keys) sm80's split-KV spreads the keys over the idle SMs instead.
+// (few query tiles, long keys) sm80's split-KV spreads the keys over the idle SMs instead --
+// unless the sm90 kernel splits too (FA4_SM90_DECODE).
 bool sm90_fills_device(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
@@ -132,7 +152,7 @@ bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
 // (Inputs no kernel takes, float8, are planned as sm80; cuda_check refuses them first.)
 Kernel choose_kernel(const Problem& pb, const DeviceLimits& dl) {
   if (dl.prefer && supports(*dl.prefer, pb, dl)) return *dl.prefer;
-  if (sm90_supports(pb, dl) && sm90_fills_device(pb, dl)) return Kernel::sm90;
+  if (sm90_supports(pb, dl) && (FA4_SM90_DECODE || sm90_fills_device(pb, dl))) return Kernel::sm90;
   return pb.dtype == DType::float32 ? Kernel::simt : Kernel::sm80;
 }
 
@@ -374,7 +394,9 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   const int64_t l2 = dl.l2_bytes > 0 ? dl.l2_bytes : (int64_t{40} << 20);
   const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * 2);  // one KV head, one sequence
   const int64_t pairs = pl.grid.y * pl.grid.z;
-  const int64_t l2_section = std::clamp<int64_t>(l2 / 2 / kv_bytes * pb.group, 1, std::max<int64_t>(pairs, 1));
+  // (a pair is one query head, or with PackGQA one kv head: group pairs share K / V)
+  const int64_t l2_section =
+      std::clamp<int64_t>(l2 / 2 / kv_bytes * (pl.pack_gqa ? 1 : pb.group), 1, std::max<int64_t>(pairs, 1));
   if (lpt) {
     pl.sched.section = std::max<int64_t>(pairs, 1);
     pl.sched.snake = 1;
@@ -412,8 +434,9 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   }
 }
 
-// sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs,
-// no PackGQA, no split-KV yet (sm90_supports).
+// sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs;
+// with FA4_SM90_DECODE PackGQA (sm90_packs) and split-KV: one CTA per SM, >= 2 key tiles per
+// split, the split count from the shared heuristic (core/splits.h) over the unsplit tiles.
 Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   Plan pl;
   pl.kernel = Kernel::sm90;
@@ -424,9 +447,13 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   pl.m = sm90::tile_cfg(d.dqk, d.dv, pl.sm90_tile).block_m();
   pl.n = sm90::tile_cfg(d.dqk, d.dv, pl.sm90_tile).block_n;
   pl.smem = sm90::smem_bytes(d.dqk, d.dv, pl.sm90_tile);
-  pl.pack_gqa = false;
+  pl.pack_gqa = sm90_packs(pb, pl.m);
   decompose(pb, pl);
-  pl.grid.z = z_per_split(pb, pl);
+  if (FA4_SM90_DECODE) {
+    plan_splits(pb, dl, 1, (pb.max_sk + pl.n - 1) / pl.n / 2, pl);
+  } else {
+    pl.grid.z = z_per_split(pb, pl);
+  }
   schedule_sm90(pb, dl, pl);
   return pl;
 }

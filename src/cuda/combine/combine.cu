@@ -1,6 +1,6 @@
 // The split-KV combine kernel: one warp per (row, head); the lanes first reduce the split lse
-// (max, then sum of exponentials), then each lane owns Dv/32-ish columns and accumulates the
-// weighted partials. Memory-bound and small next to the attention itself (splits x Dv x 4 bytes
+// (max, then sum of exponentials), then each lane owns every 32nd column and accumulates the
+// weighted partials, all splits' loads in flight together. Memory-bound and small next to the attention itself (splits x Dv x 4 bytes
 // read per output row), so it is kept simple and generic in its strides: the same kernel serves
 // the internal split-KV merge and the public combine_partials on device tensors.
 #include <cuda_bf16.h>
@@ -49,14 +49,38 @@ __global__ void __launch_bounds__(32 * kWarps) combine_kernel(const __grid_const
   const bool empty = !(sum > 0.f);
   const float lse = empty ? -INFINITY : m_use + __logf(sum);
 
-  for (int d = lane; d < a.dv; d += 32) {
-    float acc = 0.f;
-    if (!empty)
-      for (int s = 0; s < a.splits; ++s) {
-        const float w = __expf(lp[s * a.lp_s] - lse);
-        if (w != 0.f) acc += w * op[s * a.op_s + d];  // a split that saw nothing adds nothing
+  // O = sum_s w_s O_s, w_s = exp(lse_s - lse): lane j of a 32-split chunk computes w_j once and
+  // the warp broadcasts it; each lane owns kCols columns of a pass (lane + 32 c: every load of
+  // the warp is 128 contiguous bytes), and the loads of a split (and of the next ones, unrolled)
+  // are independent of the sums, so they are in flight together. (The first form looped the
+  // splits one column at a time behind a branch on w: one dependent load after another, ~21 us
+  // for a decode row of 14 splits on the H200 -- as long as the attention kernel before it.)
+  constexpr int kCols = 8;
+  for (int d0 = 0; d0 < a.dv; d0 += 32 * kCols) {
+    float acc[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] = 0.f;
+    for (int s0 = 0; s0 < a.splits && !empty; s0 += 32) {
+      const int s = s0 + lane;
+      const float w_lane = s < a.splits ? __expf(lp[s * a.lp_s] - lse) : 0.f;
+      const int count = a.splits - s0 < 32 ? a.splits - s0 : 32;
+#pragma unroll 4
+      for (int j = 0; j < count; ++j) {
+        const float w = __shfl_sync(0xffffffffu, w_lane, j);
+        const float* src = op + (s0 + j) * a.op_s;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int d = d0 + lane + 32 * c;
+          const float x = d < a.dv ? src[d] : 0.f;
+          acc[c] += w != 0.f ? w * x : 0.f;  // a split that saw nothing adds nothing (not even 0 * NaN)
+        }
       }
-    store_out(a.out, b * a.o_b + i * a.o_i + h * a.o_h + d, a.out_dtype, acc);
+    }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int d = d0 + lane + 32 * c;
+      if (d < a.dv) store_out(a.out, b * a.o_b + i * a.o_i + h * a.o_h + d, a.out_dtype, acc[c]);
+    }
   }
   if (lane == 0 && a.lse != nullptr) a.lse[b * a.l_b + i * a.l_i + h * a.l_h] = lse;
 }

@@ -84,9 +84,19 @@
 //                          the K / V tensor maps address (head dim, head, row in page, page));
 //                          0: they stay on the sm80 kernel (chunked prefill against a paged cache
 //                          ran there at 0.42-0.44 of FA3 on the contiguous one, H200 2026-12-03).
-//                          0 until the device tests and an A/B have run it.
+//                          H200 2026-12-04 (docs/perf/h200-2026-12-04-session.md): device tests
+//                          pass, chunked prefill at page 256 2.3x the sm80 path (= contiguous).
 #ifndef FA4_SM90_PAGED
-#define FA4_SM90_PAGED 0
+#define FA4_SM90_PAGED 1
+#endif
+//   FA4_SM90_DECODE        1: the sm90 kernel takes decode-shaped problems too (issue 13): PackGQA
+//                          (a group's query heads share one kv head's tile rows: fwd_work.cuh),
+//                          split-KV with fp32 partials merged by cuda/combine (fwd_epilogue.cuh),
+//                          and the planner routes to it wherever it supports the problem, not only
+//                          where its unsplit grid fills the GPU (cuda/plan.cpp). 0: those stay on
+//                          the sm80 kernel. 0 until the device tests and an A/B have run it.
+#ifndef FA4_SM90_DECODE
+#define FA4_SM90_DECODE 0
 #endif
 //   FA4_SM90_BALANCED_SECTIONS  1: short masked dense sequences take the static order (section,
 //                          snake) of smallest predicted makespan (cuda/plan.cpp

@@ -106,12 +106,19 @@ struct Consumer {
     softcap_in2 = p.softcap_in * 2.f * kLog2e;
     RowMask32 rm;
     rm.init(p.mask, w.si.sq, w.sk);
-    const int i0 = w.m0 + c * kRowsPerConsumer;
-    const int i_last = i0 + kRowsPerConsumer - 1 < w.rows_seq - 1 ? i0 + kRowsPerConsumer - 1 : w.rows_seq - 1;
-    full.init(rm, i0, i_last >= i0 ? i_last : i0);
+    // Tile rows -> query rows (PackGQA: m / group, fwd_work.cuh); the mask is the query row's.
+    int i0 = w.m0 + c * kRowsPerConsumer;
+    int i_last = i0 + kRowsPerConsumer - 1 < w.rows_seq - 1 ? i0 + kRowsPerConsumer - 1 : w.rows_seq - 1;
+    if (i_last < i0) i_last = i0;
+    int i_row[2] = {i0 + row_of(0), i0 + row_of(1)};
+    if (p.pack_gqa) {
+      i0 /= p.group, i_last /= p.group;
+      i_row[0] /= p.group, i_row[1] /= p.group;
+    }
+    full.init(rm, i0, i_last);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      rm.bounds(i0 + row_of(h), lo[h], hi[h]);
+      rm.bounds(i_row[h], lo[h], hi[h]);
       m_run[h] = -INFINITY, l_run[h] = 0.f;
     }
 #pragma unroll

@@ -21,21 +21,62 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   const FwdArgs& p = cs.p;
   const TileWork& w = cs.w;
   const int c = cs.c, tid = cs.tid;
-  const int row0 = w.m0 + c * kRowsPerConsumer;  // query row of this consumer's row 0
-  const float sink2 = p.sinks != nullptr ? p.sinks[w.head * p.sinks_st] * kLog2e : -INFINITY;
+  const int row0 = w.m0 + c * kRowsPerConsumer;  // tile row of this consumer's row 0
+  // Split-KV: this split's normalized O and lse go to the fp32 partials (o_part / lse_part, one
+  // row per (split, token, head)), merged by cuda/combine; the sinks join once, in split 0.
+  const bool partials = p.num_splits > 1;
+  const bool sinks = p.sinks != nullptr && w.split == 0;
+  const float sink_head = sinks ? p.sinks[w.head * p.sinks_st] * kLog2e : -INFINITY;
 
   float scale[2];
+  int64_t prow[2];  // (partials) the partial row of this thread's row half h
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    // Tile row m -> (query row i, head): PackGQA tile rows interleave the group's heads.
+    const int m = row0 + cs.row_of(h);
+    int i = m, head = w.head;
+    float sink2 = sink_head;
+    if (p.pack_gqa) {
+      i = m / p.group;
+      head += m - i * p.group;
+      if (sinks) sink2 = p.sinks[head * p.sinks_st] * kLog2e;
+    }
     const float l = quad_sum(cs.l_run[h]);
     const float m2 = cs.m_run[h] == -INFINITY ? -INFINITY : cs.m_run[h] * cs.sc;
     const RowFinal f = finalize_row(m2, l, sink2);
     scale[h] = f.scale;
-    const int i = row0 + cs.row_of(h);
-    if (cs.t4 == 0 && i < w.rows_seq && p.lse != nullptr) {
-      const int64_t lo = p.varlen_q ? (w.si.token0 + i) * p.lse_si : w.batch * p.lse_sb + i * p.lse_si;
-      p.lse[lo + w.head * p.lse_sh] = f.lse;
+    prow[h] = (static_cast<int64_t>(w.split) * p.rows_total + w.si.token0 + i) * p.hq + head;
+    if (cs.t4 == 0 && m < w.rows_seq) {
+      if (partials) {
+        p.lse_part[prow[h]] = f.lse;
+      } else if (p.lse != nullptr) {
+        const int64_t lo = p.varlen_q ? (w.si.token0 + i) * p.lse_si : w.batch * p.lse_sb + i * p.lse_si;
+        p.lse[lo + head * p.lse_sh] = f.lse;
+      }
     }
+  }
+
+  if (partials) {
+    // Straight from the accumulator fragments (element pair (i, i + 1) is row row_of(h), columns
+    // 8 cb + 2 t4 .. + 1): a quad writes 32 contiguous bytes per column block, whole sectors.
+    // Every kDv column: the partials' row stride is the kernel's Dv (plan dv).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (row0 + cs.row_of(h) >= w.rows_seq) continue;
+      float* dst = p.o_part + prow[h] * p.dv_pad + 2 * cs.t4;
+#pragma unroll
+      for (int cb = 0; cb < kDv / 8; ++cb)
+        *reinterpret_cast<float2*>(dst + 8 * cb) = make_float2(cs.o[4 * cb + 2 * h] * scale[h], cs.o[4 * cb + 2 * h + 1] * scale[h]);
+    }
+    // Nothing was staged in shared memory; hand back what the staged path would release (the O
+    // staging space over the V ring, the Q tile).
+    if (T::kOInV) {
+      ptx::named_barrier_sync(bar_id(Bar::epilogue0) + c, 128);
+      if (tid == 0) ptx::mbarrier_arrive(&cs.sh.o_empty);
+    } else if (!T::kSeparateO) {
+      cs.release_q();
+    }
+    return;
   }
 
   // Stage: element pair (i, i + 1) of O is (row_of(h), 8 cb + 2 t4 .. + 1), h = (i / 2) % 2.
@@ -57,7 +98,8 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
     *reinterpret_cast<uint32_t*>(stage + off) = ptx::pack2<Elem>(cs.o[i] * scale[h], cs.o[i + 1] * scale[h]);
   }
   // TMA (dense: rows past the sequence are past the map's extent and not written; varlen: only
-  // whole 64-row tiles, the next sequence's rows follow in the same map) or 16-byte stores.
+  // whole 64-row tiles, the next sequence's rows follow in the same map; never with PackGQA, whose
+  // rows are not one head's: make_params) or 16-byte stores.
   const bool tma = T::kTmaStore && P.tma_store && (!p.varlen_q || row0 + kRowsPerConsumer <= w.rows_seq);
   if (tma) ptx::fence_proxy_async_shared_cta();  // the staged writes -> the TMA unit's reads
   ptx::named_barrier_sync(bar, 128);
@@ -73,13 +115,19 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   }
 
   constexpr int kPieces = kDv / 8;  // 16-byte pieces of a row
-  Elem* out = static_cast<Elem*>(p.out) + w.si.o_base + static_cast<int64_t>(w.head) * p.o_sh;
+  Elem* const out = static_cast<Elem*>(p.out) + w.si.o_base + static_cast<int64_t>(w.head) * p.o_sh;
 #pragma unroll 1
   for (int idx = tid; idx < kRowsPerConsumer * kPieces; idx += 128) {
     const int r = idx / kPieces, pc = idx % kPieces;
     if (row0 + r >= w.rows_seq) break;  // rows ascend with idx
     const uint8_t* piece = stage + (pc / 8) * kChunkBytes + ptx::swizzle128_offset(r, (pc % 8) * 16);
-    Elem* dst = out + static_cast<int64_t>(row0 + r) * w.si.o_step + pc * 8;
+    Elem* dst;
+    if (p.pack_gqa) {
+      const int i = (row0 + r) / p.group;
+      dst = out + static_cast<int64_t>(i) * w.si.o_step + static_cast<int64_t>(row0 + r - i * p.group) * p.o_sh + pc * 8;
+    } else {
+      dst = out + static_cast<int64_t>(row0 + r) * w.si.o_step + pc * 8;
+    }
     const int valid = p.dv - pc * 8;
     if (valid >= 8) {
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(piece);

@@ -1,6 +1,8 @@
 // Host side of the sm90 forward kernel: head-dim padding, tensor-map encoding, dispatch.
 #include "cuda/sm90/fwd_launch.h"
 
+#include <string>
+
 #include "cuda/common/tensor_map.h"
 #include "cuda/sm90/fwd_config.h"
 
@@ -9,10 +11,11 @@ namespace fa4::cuda::sm90 {
 namespace {
 
 // One 4-d map (fwd_params.h): (cols, heads, rows, batch-like) with element strides (head, row,
-// batch-like); boxes of 64 columns x box_rows rows. Extent-1 dimensions get a placeholder stride
+// batch-like); boxes of 64 columns x box_heads heads x box_rows rows. Extent-1 dimensions get a placeholder stride
 // (never stepped, but TMA still wants a 16-byte multiple).
 bool encode(CUtensorMap* m, const void* base, bool bf16, int64_t cols, int64_t heads, int64_t rows, int64_t bl,
-            int64_t s_head, int64_t s_row, int64_t s_bl, uint32_t box_rows, const char* name, std::string* why) {
+            int64_t s_head, int64_t s_row, int64_t s_bl, uint32_t box_heads, uint32_t box_rows, const char* name,
+            std::string* why) {
   TmaTiledDesc d;
   d.base = base;
   d.elem = bf16 ? TmaElem::bf16 : TmaElem::f16;
@@ -30,7 +33,7 @@ bool encode(CUtensorMap* m, const void* base, bool bf16, int64_t cols, int64_t h
     const int64_t bytes = st[i] * 2;
     d.strides_bytes[i] = ext[i + 1] == 1 ? 16 : (bytes > 0 ? static_cast<uint64_t>(bytes) : 1);  // 1: rejected below
   }
-  d.box[0] = 64, d.box[1] = 1, d.box[2] = box_rows, d.box[3] = 1;
+  d.box[0] = 64, d.box[1] = box_heads, d.box[2] = box_rows, d.box[3] = 1;
   d.swizzle = TmaSwizzle::b128;
   std::string e;
   if (!encode_tma_tiled(m, d, &e)) {
@@ -45,25 +48,34 @@ bool encode(CUtensorMap* m, const void* base, bool bf16, int64_t cols, int64_t h
 bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Params* P, std::string* why) {
   const uint32_t block_n = static_cast<uint32_t>(tile_cfg(dims.dqk, dims.dv, tile).block_n);
   P->a = a;
-  // q: dense rows along dim 1 per batch; varlen tokens along dim 0.
+  // q: dense rows along dim 1 per batch; varlen tokens along dim 0. A consumer's 64 tile rows:
+  // 64 query rows of one head, or with PackGQA 64 / group query rows x the group's heads
+  // (fwd_work.cuh; the planner packs only groups dividing 64).
   const bool vq = a.varlen_q != 0;
+  const uint32_t gq = a.pack_gqa ? static_cast<uint32_t>(a.group) : 1u;
+  if (gq == 0 || kRowsPerConsumer % gq != 0) {
+    if (why) *why = "q: PackGQA group " + std::to_string(gq) + " does not divide 64";
+    return false;
+  }
   if (!encode(&P->tm_q, a.q, bf16, a.dqk, a.hq, vq ? a.total_q : a.sq_dense, vq ? 1 : a.batch, a.q_sh, vq ? a.q_s0 : a.q_s1,
-              a.q_s0, kRowsPerConsumer, "q", why))
+              a.q_s0, gq, kRowsPerConsumer / gq, "q", why))
     return false;
   // k / v: dense (B, Sk), varlen (tokens), cache (cache sequences, slot rows), paged (pages,
   // rows of a page).
   const bool vk = a.kv_mode == kKvVarlen;
   const int64_t rows = vk ? a.kv_rows0 : a.kv_mode == kKvPaged ? a.page_size : a.kv_slot;
   const int64_t bl = vk ? 1 : a.kv_rows0;
-  if (!encode(&P->tm_k, a.k, bf16, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, block_n, "k", why))
+  if (!encode(&P->tm_k, a.k, bf16, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, 1, block_n, "k", why))
     return false;
-  if (!encode(&P->tm_v, a.v, bf16, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, block_n, "v", why))
+  if (!encode(&P->tm_v, a.v, bf16, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, 1, block_n, "v", why))
     return false;
   // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
-  // (Only the instances that store through TMA: fwd_kernel.cuh kTmaStore.)
-  P->tma_store = FA4_SM90_TMA_STORE && o_staging(dims.dqk, dims.dv, tile) == OStaging::own &&
+  // (Only the instances that store through TMA: fwd_kernel.cuh kTmaStore; not PackGQA rows, which
+  // are several heads', nor split partials, which are fp32 rows of the workspace.)
+  P->tma_store = FA4_SM90_TMA_STORE && o_staging(dims.dqk, dims.dv, tile) == OStaging::own && !a.pack_gqa &&
+                 a.num_splits <= 1 &&
                  encode(&P->tm_o, a.out, bf16, a.dv, a.hq, vq ? a.total_q : a.sq_dense, vq ? 1 : a.batch, a.o_sh,
-                        vq ? a.o_s0 : a.o_s1, a.o_s0, kRowsPerConsumer, "out", nullptr);
+                        vq ? a.o_s0 : a.o_s1, a.o_s0, 1, kRowsPerConsumer, "out", nullptr);
   return true;
 }
 

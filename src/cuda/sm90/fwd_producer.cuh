@@ -75,7 +75,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
         for (int c = 0; c < T::kConsumers; ++c)
 #pragma unroll
           for (int ch = 0; ch < T::kDqk / 64; ++ch)
-            ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row0 + w.m0 + c * kRowsPerConsumer, w.q_b);
+            ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row + c * TileWork::q_step(P.a), w.q_b);
       }
       __syncwarp();
     };
