@@ -279,23 +279,26 @@ TEST(CudaPlan, Fp32RunsTheSimtKernel) {
 }
 
 TEST(CudaPlan, KernelPreferenceAppliesWhereTheKernelSupportsTheProblem) {
+  // 8 query tiles of 128 rows: the automatic choice is sm90 where it splits keys itself
+  // (FA4_SM90_DECODE), else sm80 (its split-KV spreads so few tiles over the SMs).
+  const Kernel auto_bf16 = FA4_SM90_DECODE ? Kernel::sm90 : Kernel::sm80;
   const Planned bf16({.hq = 4, .hkv = 4, .sq = 256, .sk = 256});
   const Planned f32({.dtype = DType::float32, .hq = 4, .hkv = 4, .sq = 256, .sk = 256});
-  DeviceLimits dl = h200();
+  DeviceLimits dl = h200();  // (prefers sm80)
   EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
   EXPECT_EQ(f32.on(dl).kernel, Kernel::simt);
   dl.prefer = Kernel::sm80;  // f32 has no sm80 instance: the automatic choice
   EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
   EXPECT_EQ(f32.on(dl).kernel, Kernel::simt);
-  dl.prefer = Kernel::simt;  // the simt kernel takes fp32 only
-  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
-  dl.prefer = Kernel::sm90;  // 8 CTAs: the automatic choice is sm80 (splits), the preference wins
+  dl.prefer = Kernel::simt;  // the simt kernel takes fp32 only: the automatic choice
+  EXPECT_EQ(bf16.on(dl).kernel, auto_bf16);
+  dl.prefer = Kernel::sm90;  // 8 CTAs; 256 keys = 2 key tiles: too few to split (>= 2 per split)
   EXPECT_TRUE(fa4::cuda::sm90_supports(bf16.problem(), dl));
   EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm90);
   EXPECT_EQ(bf16.on(dl).splits, 1);
   EXPECT_EQ(f32.on(dl).kernel, Kernel::simt);
   dl.prefer.reset();
-  EXPECT_EQ(bf16.on(dl).kernel, Kernel::sm80);
+  EXPECT_EQ(bf16.on(dl).kernel, auto_bf16);
 }
 
 // sm90 (src/cuda/sm90/fwd_config.h): D = 64: 192 query rows (three consumers) x 128 keys, 3 K/V
@@ -413,11 +416,13 @@ TEST(CudaPlan, Sm90PersistentSchedule) {
   EXPECT_EQ(small.kernel, Kernel::sm90);
   EXPECT_EQ(small.ctas, 132);
   DeviceLimits pref = dl;
-  pref.prefer = Kernel::sm90;  // (automatic: sm80 splits the keys of so few tiles)
+  pref.prefer = Kernel::sm90;  // (without FA4_SM90_DECODE the automatic choice is sm80's split-KV)
   const Plan one = Planned({.batch = 1, .hq = 2, .hkv = 2, .sq = 4096, .sk = 4096}).on(pref);
   EXPECT_EQ(one.kernel, Kernel::sm90);
-  EXPECT_EQ(one.sched.total(), 64);
-  EXPECT_EQ(one.ctas, 64);
+  // 64 tiles on 132 SMs: (FA4_SM90_DECODE) 2 splits of 16 key tiles, 128 tiles and CTAs.
+  EXPECT_EQ(one.splits, FA4_SM90_DECODE ? 2 : 1);
+  EXPECT_EQ(one.sched.total(), 64 * one.splits);
+  EXPECT_EQ(one.ctas, 64 * one.splits);
 }
 
 // The schedule visits every tile of the virtual grid exactly once, sections of `section` (y, z)
@@ -741,6 +746,56 @@ TEST(CudaPlan, Sm90PagedWholeKeyTilesPerPage) {
   EXPECT_EQ(plan(256, 80, 1024).kernel, Kernel::sm80);
 }
 
+// Decode on the sm90 kernel (FA4_SM90_DECODE): PackGQA where the group divides 64 and packed
+// tiles are fuller, split-KV over one persistent CTA per SM, and the decode shapes left to sm80.
+TEST(CudaPlan, Sm90DecodePacksAndSplits) {
+  if (!FA4_SM90_DECODE) GTEST_SKIP() << "built with FA4_SM90_DECODE=0: decode stays on sm80";
+  // B 1, 32 / 8, one token, 8192 keys: 8 packed tiles of 4 rows (one per kv head); 64 key tiles of
+  // 128 allow 32 splits; 8 s / 132 slots: s = 16 and 32 fill 97 %, the first count within 85 % of
+  // that is 14 (112 CTAs, 85 %).
+  const Plan dec = Planned({.hq = 32, .hkv = 8, .sq = 1, .sk = 8192}).on(h200_auto());
+  EXPECT_EQ(dec.kernel, Kernel::sm90);
+  EXPECT_TRUE(dec.pack_gqa);
+  EXPECT_EQ(dec.rows, 4);
+  EXPECT_EQ(dec.grid.x, 1);
+  EXPECT_EQ(dec.grid.y, 8);
+  EXPECT_EQ(dec.splits, 14);
+  EXPECT_EQ(dec.grid.z, 14);
+  EXPECT_EQ(dec.sched.total(), 112);
+  EXPECT_EQ(dec.ctas, 112);
+  EXPECT_EQ(dec.workspace, size_t{14} * 1 * 32 * (128 + 1) * 4);
+  // Speculative decode, 4 tokens x group 16 = 64 rows: still one consumer's worth, packed.
+  const Plan spec = Planned({.batch = 2, .hq = 128, .hkv = 8, .sq = 4, .sk = 4096, .causal = true}).on(h200_auto());
+  EXPECT_EQ(spec.kernel, Kernel::sm90);
+  EXPECT_TRUE(spec.pack_gqa);
+  EXPECT_EQ(spec.rows, 64);
+  EXPECT_GT(spec.splits, 1);
+  // A group that does not divide 64 (3): no packed tile, so sm80's PackGQA decode tile.
+  EXPECT_EQ(Planned({.hq = 24, .hkv = 8, .sq = 1, .sk = 8192}).on(h200_auto()).kernel, Kernel::sm80);
+  // B 32: 256 packed tiles fill the SMs unsplit: sm80's decode tiles (measured 0.7-2 % ahead).
+  EXPECT_EQ(Planned({.batch = 32, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192}).on(h200_auto()).kernel, Kernel::sm80);
+  // ... unless preferred: then sm90 packs and does not split (>= 80 % of the slots filled).
+  DeviceLimits pref = h200_auto();
+  pref.prefer = Kernel::sm90;
+  const Plan b32 = Planned({.batch = 32, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192}).on(pref);
+  EXPECT_EQ(b32.kernel, Kernel::sm90);
+  EXPECT_TRUE(b32.pack_gqa);
+  EXPECT_EQ(b32.splits, 1);
+  EXPECT_EQ(b32.ctas, 132);
+  // Chunked prefill, B 4 x 32 heads x one 128-row tile = 128 tiles: sm90 (it took sm80's
+  // split-KV before, at 0.52-0.56 of FA3), no pack (full tiles), no split (97 % of the slots).
+  const Plan chunk = Planned({.batch = 4, .hq = 32, .hkv = 8, .sq = 128, .sk = 65536, .causal = true}).on(h200_auto());
+  EXPECT_EQ(chunk.kernel, Kernel::sm90);
+  EXPECT_FALSE(chunk.pack_gqa);
+  EXPECT_EQ(chunk.splits, 1);
+  // Forced splits are honoured on a prefill shape: grid.z = batch x splits.
+  const Plan forced = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096, .num_splits = 3}).on(h200_auto());
+  EXPECT_EQ(forced.kernel, Kernel::sm90);
+  EXPECT_EQ(forced.splits, 3);
+  EXPECT_EQ(forced.grid.z, 6);
+  EXPECT_EQ(forced.workspace, size_t{3} * 2 * 4096 * 16 * (128 + 1) * 4);
+}
+
 TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   {  // no keys: a tensor map has no empty dimension
     DeviceLimits pref = h200_auto();
@@ -752,8 +807,8 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   Shape s = big;
   s.paged = true;  // 16-row pages: a key tile would straddle pages (Sm90PagedWholeKeyTilesPerPage)
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
-  s = big, s.num_splits = 2;  // forced split-KV
-  EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
+  s = big, s.num_splits = 2;  // forced split-KV: sm90 splits with FA4_SM90_DECODE
+  EXPECT_EQ(kernel(s, h200_auto()), FA4_SM90_DECODE ? Kernel::sm90 : Kernel::sm80);
   s = big, s.dqk = 192, s.dv = 192;  // (192, 192) pads to 256; (192, 128) has its own instance
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm90);
   s = big, s.dqk = 64, s.dv = 128;  // no instance for dqk < dv
@@ -762,9 +817,11 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
   s = big, s.dtype = DType::float32;
   EXPECT_EQ(kernel(s, h200_auto()), Kernel::simt);
-  // Decode-shaped GQA (PackGQA tiles), and a grid below one wave (split-KV on sm80 fills it).
-  EXPECT_EQ(kernel({.batch = 4, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192}, h200_auto()), Kernel::sm80);
-  EXPECT_EQ(kernel({.batch = 1, .hq = 8, .hkv = 8, .sq = 1024, .sk = 1024}, h200_auto()), Kernel::sm80);
+  // Decode-shaped GQA, and a grid below one wave: without FA4_SM90_DECODE sm80's PackGQA tiles
+  // and split-KV take them; with it sm90 packs and splits (Sm90DecodePacksAndSplits).
+  const Kernel dec = FA4_SM90_DECODE ? Kernel::sm90 : Kernel::sm80;
+  EXPECT_EQ(kernel({.batch = 4, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192}, h200_auto()), dec);
+  EXPECT_EQ(kernel({.batch = 1, .hq = 8, .hkv = 8, .sq = 1024, .sk = 1024}, h200_auto()), dec);
   // Not a compute capability 9.0 device (the sm_90a image runs nowhere else).
   DeviceLimits a100 = h200_auto();
   a100.cc_major = 8;

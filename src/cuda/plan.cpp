@@ -139,6 +139,21 @@ bool sm90_fills_device(const Problem& pb, const DeviceLimits& dl) {
   return tiles * pb.hq >= dl.sms;
 }
 
+// Decode-shaped (FA4_SM90_DECODE): at most one consumer's 64 rows per (sequence, kv head) when
+// packed, and enough such tiles to fill every SM without a split. There sm80's PackGQA decode
+// tiles (several CTAs per SM) read K / V level with cuDNN and the sm90 kernel (one CTA per SM, a
+// 128-row tile for <= 64 rows) 0.7-2 % behind (H200 2026-12-04, B 32, 32 / 8, Sq 1 / 4,
+// kv 8k / 128k: docs/perf/h200-2026-12-04-session.md); below that the sm90 split-KV won 2-17 %.
+bool sm80_takes_decode(const Problem& pb, const DeviceLimits& dl) {
+  sm90::DimPair d{};
+  sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
+  const int64_t m = sm90::tile_cfg(d.dqk, d.dv, sm90_tile(pb, d)).block_m();
+  const bool pack = sm90_packs(pb, m);
+  const int64_t rows = speed_max_sq(pb) * (pack ? pb.group : 1);
+  if (rows > sm90::kRowsPerConsumer) return false;
+  return pb.batch * (pack ? pb.hkv : pb.hq) >= dl.sms;
+}
+
 bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
   switch (k) {
     case Kernel::sm90: return sm90_supports(pb, dl);
@@ -152,7 +167,10 @@ bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
 // (Inputs no kernel takes, float8, are planned as sm80; cuda_check refuses them first.)
 Kernel choose_kernel(const Problem& pb, const DeviceLimits& dl) {
   if (dl.prefer && supports(*dl.prefer, pb, dl)) return *dl.prefer;
-  if (sm90_supports(pb, dl) && (FA4_SM90_DECODE || sm90_fills_device(pb, dl))) return Kernel::sm90;
+  if (sm90_supports(pb, dl)) {
+    if (!FA4_SM90_DECODE && sm90_fills_device(pb, dl)) return Kernel::sm90;
+    if (FA4_SM90_DECODE && !sm80_takes_decode(pb, dl)) return Kernel::sm90;
+  }
   return pb.dtype == DType::float32 ? Kernel::simt : Kernel::sm80;
 }
 

@@ -489,6 +489,46 @@ TEST(CudaBackend, DecodeShapes) {
     }
 }
 
+// Decode, speculative decode and short chunks over KV caches (issue 13's list): query lengths
+// 1, 2, 7, 64, 129; GQA groups 1, 4, 8, 16 (PackGQA on the sm90 kernel where the group divides 64,
+// sm80's PackGQA tiles where 16 rows x 129 queries fill a prefill tile); contiguous caches and
+// page sizes 3, 16, 256 (256: sm90 through TMA, the others sm80); sinks, sliding windows;
+// automatic and forced split counts (3, and 16 -- more splits than some sequences have key
+// tiles: empty splits); varlen batches with a zero-length and a one-token sequence. Under
+// FA4_CUDA_KERNEL=sm90 every case the sm90 kernel takes runs there.
+TEST(CudaBackend, DecodeGroupsSplitsAndLengths) {
+  const int64_t sqs[] = {1, 2, 7, 64, 129};
+  const int64_t groups[] = {1, 4, 8, 16};
+  const int64_t pages[] = {0, 3, 16, 256};
+  const int32_t splits[] = {0, 3, 16};
+  int k = 0;
+  for (int64_t sq : sqs)
+    for (int64_t g : groups) {
+      const uint64_t seed = derive_seed(7300 + k);
+      CaseConfig c;
+      c.dtype = (k & 1) ? DType::bfloat16 : DType::float16;
+      c.hkv = 2, c.hq = 2 * g, c.dqk = (k % 5 == 3) ? 64 : 128, c.dv = c.dqk;
+      c.batch = 3;
+      c.sq = sq;
+      c.sk = sq >= 64 ? 1100 : 2600;
+      const int64_t ps = pages[k % 4];
+      c.kv = ps == 0 ? KvMode::cache : KvMode::paged;
+      c.page_size = ps == 0 ? 16 : ps;
+      c.cache_seqlens = true;
+      c.causal = sq > 1;
+      if (k % 6 == 5) c.window_left = 300, c.causal = true;
+      c.sinks = k % 3 == 0;
+      c.num_splits = splits[k % 3];
+      c.lse = true;
+      if (k % 4 == 2 && sq > 1) {  // varlen q: one empty sequence, one of a single token
+        c.varlen_q = true;
+        c.lens_q = {sq, 0, 1};
+      }
+      check_case(c, seed, k % 2 == 1);
+      ++k;
+    }
+}
+
 // Head dims 192 / 256 at decode and short-chunk shapes (1 and 5 query rows, GQA 4 -> PackGQA rows),
 // cache and paged KV, sinks, the split heuristic. Under FA4_CUDA_SMEM_OPTIN=101376 (99 KB, the
 // sm_86 / sm_89 limit: bench/device_run.sh runs this set a second time so) neither their decode

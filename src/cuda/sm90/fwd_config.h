@@ -94,9 +94,11 @@
 //                          split-KV with fp32 partials merged by cuda/combine (fwd_epilogue.cuh),
 //                          and the planner routes to it wherever it supports the problem, not only
 //                          where its unsplit grid fills the GPU (cuda/plan.cpp). 0: those stay on
-//                          the sm80 kernel. 0 until the device tests and an A/B have run it.
+//                          the sm80 kernel. H200 2026-12-04 (docs/perf/h200-2026-12-04-session.md):
+//                          device tests pass; decode B 1 / 4 +2-17 % over sm80 (both with the new
+//                          combine), B 32 -0.7-2 % (left on sm80: cuda/plan.cpp sm80_takes_decode).
 #ifndef FA4_SM90_DECODE
-#define FA4_SM90_DECODE 0
+#define FA4_SM90_DECODE 1
 #endif
 //   FA4_SM90_BALANCED_SECTIONS  1: short masked dense sequences take the static order (section,
 //                          snake) of smallest predicted makespan (cuda/plan.cpp
