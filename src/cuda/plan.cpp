@@ -76,6 +76,14 @@ bool sm90_packs(const Problem& pb, int64_t block_m) {
   return fill(sq) < 0.9 * fill(sq * pb.group);
 }
 
+// Page sizes the sm90 kernel's TMA loads take for a key block: whole key tiles inside a page,
+// or (FA4_SM90_PAGED_SUB) one box per page where a page divides the key block and holds a multiple
+// of 8 rows (each box then starts on a 128-byte-swizzle atom: fwd_producer.cuh load_pages).
+bool sm90_pages_fit(int64_t page_size, int block_n) {
+  if (page_size % block_n == 0) return true;
+  return FA4_SM90_PAGED_SUB && page_size < block_n && block_n % page_size == 0 && page_size % 8 == 0;
+}
+
 // The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):
 // two consumers at D = 64 for masked query sequences of <= 1024 rows and for decode-sized ones
 // (<= 128 rows per kv head packed: a third consumer would have nothing to do), 80-key tiles at
@@ -91,7 +99,8 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
     t = sm90::Tile::short_masked;
   if (d.dqk == 256 && speed_max_sk(pb) >= FA4_SM90_LONG_KEYS_MIN_SK) t = sm90::Tile::long_keys;
   if (!sm90::has_tile(t, d.dqk, d.dv)) t = sm90::Tile::standard;
-  if (pb.kv == core::KvLayout::paged && pb.page_size % sm90::tile_cfg(d.dqk, d.dv, t).block_n != 0) t = sm90::Tile::standard;
+  if (pb.kv == core::KvLayout::paged && !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, t).block_n))
+    t = sm90::Tile::standard;
   return t;
 }
 
@@ -109,8 +118,9 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   const sm90::Tile tile = sm90_tile(pb, d);
   if (sm90::smem_bytes(d.dqk, d.dv, tile) > dl.smem_optin) return false;
   const bool paged = pb.kv == core::KvLayout::paged;
-  // Paged (FA4_SM90_PAGED): page sizes that are multiples of the key block (sm90_tile).
-  if (paged && (!FA4_SM90_PAGED || pb.page_size % sm90::tile_cfg(d.dqk, d.dv, tile).block_n != 0)) return false;
+  // Paged (FA4_SM90_PAGED): page sizes that are multiples of the key block, or (FA4_SM90_PAGED_SUB)
+  // that divide it (sm90_pages_fit).
+  if (paged && (!FA4_SM90_PAGED || !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, tile).block_n))) return false;
   if (pb.p->num_splits > 1 && !FA4_SM90_DECODE) return false;
   if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer &&
       !sm90_packs(pb, sm90::tile_cfg(d.dqk, d.dv, tile).block_m()))

@@ -467,6 +467,28 @@ TEST(CudaBackend, PagedPrefillWholeKeyTiles) {
       }
 }
 
+// Paged caches whose pages are smaller than the key tile and divide it (8 ... 64 rows): the sm90
+// kernel loads them one TMA box per page with FA4_SM90_PAGED_SUB (else sm80 takes them).
+// Scattered pages, garbage in unused page-table entries, a ragged last page (its sub-tiles past
+// the sequence read no page-table entry), GQA 4, decode and chunked prefill with append.
+TEST(CudaBackend, PagedSubTilePages) {
+  int k = 0;
+  for (int64_t d : {64, 128, 256})
+    for (int64_t page : {8, 16, 64})
+      for (int variant = 0; variant < 2; ++variant) {
+        CaseConfig c;
+        c.dtype = (k & 1) ? DType::float16 : DType::bfloat16;
+        c.batch = 2, c.hq = 8, c.hkv = 2, c.dqk = c.dv = d;
+        c.kv = KvMode::paged, c.page_size = page;
+        c.sq = variant == 0 ? 1 : 160, c.sk = 1001;
+        c.causal = variant == 1;
+        c.snew = variant == 1 ? c.sq : 0;
+        c.sinks = k % 3 == 0;
+        c.lse = true;
+        check_case(c, derive_seed(31600 + k++), false);
+      }
+}
+
 TEST(CudaBackend, DecodeShapes) {
   const int64_t pages[] = {1, 3, 16, 64, 256};
   int k = 0;

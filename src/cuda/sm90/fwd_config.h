@@ -89,6 +89,13 @@
 #ifndef FA4_SM90_PAGED
 #define FA4_SM90_PAGED 1
 #endif
+//   FA4_SM90_PAGED_SUB     1: (with FA4_SM90_PAGED) pages smaller than the key tile too, when
+//                          they divide it and hold a multiple of 8 rows (16, 32, 64 at 128-key
+//                          tiles): one TMA box per page (fwd_producer.cuh load_pages). 0 until the
+//                          device tests and an A/B have run it (compiled only, 2026-12-04).
+#ifndef FA4_SM90_PAGED_SUB
+#define FA4_SM90_PAGED_SUB 0
+#endif
 //   FA4_SM90_DECODE        1: the sm90 kernel takes decode-shaped problems too (issue 13): PackGQA
 //                          (a group's query heads share one kv head's tile rows: fwd_work.cuh),
 //                          split-KV with fp32 partials merged by cuda/combine (fwd_epilogue.cuh),

@@ -65,9 +65,13 @@ bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Param
   const bool vk = a.kv_mode == kKvVarlen;
   const int64_t rows = vk ? a.kv_rows0 : a.kv_mode == kKvPaged ? a.page_size : a.kv_slot;
   const int64_t bl = vk ? 1 : a.kv_rows0;
-  if (!encode(&P->tm_k, a.k, bf16, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, 1, block_n, "k", why))
+  // Boxes of a key tile's rows, or (FA4_SM90_PAGED_SUB) of one page where pages are smaller: the
+  // producer then issues one box per page (fwd_producer.cuh load_pages).
+  const uint32_t box = FA4_SM90_PAGED_SUB && a.kv_mode == kKvPaged && a.page_size < block_n
+                           ? static_cast<uint32_t>(a.page_size) : block_n;
+  if (!encode(&P->tm_k, a.k, bf16, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, 1, box, "k", why))
     return false;
-  if (!encode(&P->tm_v, a.v, bf16, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, 1, block_n, "v", why))
+  if (!encode(&P->tm_v, a.v, bf16, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, 1, box, "v", why))
     return false;
   // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
   // (Only the instances that store through TMA: fwd_kernel.cuh kTmaStore; not PackGQA rows, which

@@ -41,6 +41,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     trace::key_tiles(tr, 0, tiles_done, n);
     // K / V of a key tile at TMA coordinates (row, batch-like index bl) from w.kv_coords (paged:
     // one page-table read per key tile, shared by its K and V).
+    // (FA4_SM90_PAGED_SUB) Pages smaller than the key tile: one box per page (load_pages).
     auto load_k = [&](int row, int bl) {
       uint64_t* kb = sh.k_ring.acquire(st, kKBytes, leader);
       if (leader) {
@@ -58,6 +59,37 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       __syncwarp();
       st.advance();
     };
+    // The key tile at key j0 of a cache whose pages (ps rows) are smaller than the tile: the
+    // planner takes page sizes that divide the key block and are multiples of 8 rows, so each
+    // page's box starts on a 1024-byte swizzle atom of the slot and the slot's layout is that of
+    // one whole-tile box. Lane l reads the page-table entry of sub-tile l (one parallel load), the
+    // leader issues the boxes; the ring barrier expects the whole tile's bytes as before.
+    auto load_pages = [&](int j0, bool k) {
+      const int ps = static_cast<int>(P.a.page_size);
+      const int lane = threadIdx.x % 32;
+      int row = 0, bl = 0;
+      // (Sub-tiles past the sequence's last key read no page-table entry -- the table may end
+      // there -- and load page 0: zeroed (V) or masked (K) by the consumers as any row past sk.)
+      if (lane * ps < kBlockN && j0 + lane * ps < w.sk) w.kv_coords(P.a, j0 + lane * ps, &row, &bl);
+      uint64_t* b = k ? sh.k_ring.acquire(st, kKBytes, leader) : sh.v_ring.acquire(st, kVBytes, leader);
+      for (int sub = 0; sub * ps < kBlockN; ++sub) {
+        const int r = __shfl_sync(0xffffffffu, row, sub), bi = __shfl_sync(0xffffffffu, bl, sub);
+        if (leader) {
+          if (k) {
+#pragma unroll
+            for (int ch = 0; ch < T::kDqk / 64; ++ch)
+              ptx::tma_load_4d(reinterpret_cast<uint8_t*>(sh.k[st.index][ch]) + sub * ps * 128, &P.tm_k, b, ch * 64, w.hk, r, bi);
+          } else {
+#pragma unroll
+            for (int ch = 0; ch < T::kDv / 64; ++ch)
+              ptx::tma_load_4d(reinterpret_cast<uint8_t*>(sh.v[st.index][ch]) + sub * ps * 128, &P.tm_v, b, ch * 64, w.hk, r, bi);
+          }
+        }
+      }
+      __syncwarp();
+      if (!k) st.advance();
+    };
+    const bool sub_pages = FA4_SM90_PAGED_SUB && P.a.kv_mode == kKvPaged && P.a.page_size < kBlockN;
     auto load_q = [&]() {  // every tile loads it, empty ones too: the q barriers' phases count tiles
       trace::stamp(tr, 0, tiles_done, trace::q_wait_start);
       if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
@@ -93,6 +125,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     // (Tile 0's coordinates are computed again for its V rather than kept across the Q load:
     // live there, they spilled in the producer's 24 registers.)
     auto load_kv0 = [&](bool k) {
+      if (sub_pages) return load_pages(w.tile_at(0) * kBlockN, k);
       int row, bl;
       w.kv_coords(P.a, w.tile_at(0) * kBlockN, &row, &bl);
       if (k) load_k(row, bl);
@@ -109,6 +142,10 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     }
     trace::stamp(tr, 0, tiles_done, trace::q_issued);
     for (int it = 1; it < n; ++it) {
+      if (sub_pages) {
+        load_pages(w.tile_at(it) * kBlockN, true), load_pages(w.tile_at(it) * kBlockN, false);
+        continue;
+      }
       int row, bl;
       w.kv_coords(P.a, w.tile_at(it) * kBlockN, &row, &bl);
       load_k(row, bl), load_v(row, bl);
