@@ -78,10 +78,12 @@ bool sm90_packs(const Problem& pb, int64_t block_m) {
 
 // Page sizes the sm90 kernel's TMA loads take for a key block: whole key tiles inside a page,
 // or (FA4_SM90_PAGED_SUB) one box per page where a page divides the key block and holds a multiple
-// of 8 rows (each box then starts on a 128-byte-swizzle atom: fwd_producer.cuh load_pages).
+// of 8 rows (each box then starts on a 128-byte-swizzle atom: fwd_producer.cuh load_pages), at
+// least FA4_SM90_SUB_PAGE_MIN of them (16-row pages lost 11 % to sm80 at B 1, kv 128k).
 bool sm90_pages_fit(int64_t page_size, int block_n) {
   if (page_size % block_n == 0) return true;
-  return FA4_SM90_PAGED_SUB && page_size < block_n && block_n % page_size == 0 && page_size % 8 == 0;
+  return FA4_SM90_PAGED_SUB && page_size < block_n && block_n % page_size == 0 && page_size % 8 == 0 &&
+         page_size >= FA4_SM90_SUB_PAGE_MIN;
 }
 
 // The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):

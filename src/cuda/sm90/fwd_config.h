@@ -90,11 +90,17 @@
 #define FA4_SM90_PAGED 1
 #endif
 //   FA4_SM90_PAGED_SUB     1: (with FA4_SM90_PAGED) pages smaller than the key tile too, when
-//                          they divide it and hold a multiple of 8 rows (16, 32, 64 at 128-key
-//                          tiles): one TMA box per page (fwd_producer.cuh load_pages). 0 until the
-//                          device tests and an A/B have run it (compiled only, 2026-12-04).
+//                          they divide it, hold a multiple of 8 rows and at least
+//                          FA4_SM90_SUB_PAGE_MIN: one TMA box per page (fwd_producer.cuh
+//                          load_pages). H200 2026-12-04 (docs/perf/h200-2026-12-04-session.md),
+//                          against sm80: page 64 chunked prefill 2.1-2.3x (= 0.95 of contiguous),
+//                          decode B 1 +2-12 %; page 16 decode B 1 +8 % at kv 8k but -11 % at
+//                          128k (2 KB boxes): the minimum stays 64 rows until smaller pages win.
 #ifndef FA4_SM90_PAGED_SUB
-#define FA4_SM90_PAGED_SUB 0
+#define FA4_SM90_PAGED_SUB 1
+#endif
+#ifndef FA4_SM90_SUB_PAGE_MIN
+#define FA4_SM90_SUB_PAGE_MIN 64
 #endif
 //   FA4_SM90_DECODE        1: the sm90 kernel takes decode-shaped problems too (issue 13): PackGQA
 //                          (a group's query heads share one kv head's tile rows: fwd_work.cuh),
