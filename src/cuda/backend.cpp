@@ -508,6 +508,7 @@ Status cuda_forward(const Problem& pb) {
       if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, &P, &why))
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
       P.sched = pl.sched;
+      P.solo = pl.sm90_solo ? 1 : 0;
       Scratch counters;  // (in a stream capture) held until the launch is enqueued
       if (P.sched.dynamic != 0) {
         P.tile_counter = tile_counter_for(p, &counters);

@@ -70,6 +70,7 @@ struct Plan {
   Grid grid;               // the tiles; sm90 launches `ctas` persistent CTAs that walk them
   TileSchedule sched;      // sm90: the order they walk them in (common/tile_schedule.h)
   int64_t ctas = 0;        // sm90: CTAs launched (grid.x, with grid.y = grid.z = 1)
+  bool sm90_solo = false;  // sm90 (FA4_SM90_SOLO): every tile has <= 64 rows, consumer 0 runs alone
 };
 
 // The sm90 kernel's feature set. The lead's kernel fills this in; false until it lands.

@@ -102,6 +102,16 @@
 #ifndef FA4_SM90_SUB_PAGE_MIN
 #define FA4_SM90_SUB_PAGE_MIN 64
 #endif
+//   FA4_SM90_SOLO          1: launches whose tiles all have <= 64 rows (decode: PackGQA rows of
+//                          one query token) run consumer 0 alone (Sm90Params::solo): the other
+//                          consumers did the same GEMMs on empty rows, which left the B 1 decode
+//                          at ~31 GB/s per SM, compute-bound (H200 2026-12-04: 2 consumers x
+//                          2 GEMMs of 64 x 128 x 128 per 64 KB key tile). Also routes every
+//                          decode shape to sm90 (cuda/plan.cpp sm80_takes_decode), for the A/B
+//                          against sm80 at B 32. 0 until measured (compiled only, 2026-12-04).
+#ifndef FA4_SM90_SOLO
+#define FA4_SM90_SOLO 0
+#endif
 //   FA4_SM90_DECODE        1: the sm90 kernel takes decode-shaped problems too (issue 13): PackGQA
 //                          (a group's query heads share one kv head's tile rows: fwd_work.cuh),
 //                          split-KV with fp32 partials merged by cuda/combine (fwd_epilogue.cuh),

@@ -61,6 +61,7 @@ struct Consumer {
   const FwdArgs& p;
   const TileWork& w;
   int c;         // consumer index 0 .. kConsumers - 1
+  bool solo;     // (FA4_SM90_SOLO) consumer 0 runs alone: no turns, one consumer's barrier counts
   int tid;       // thread in the warpgroup
   int g, t4;     // fragment row group, column pair
   float sc;      // multiplier from kept score units to log2 units (see softmax)
@@ -90,8 +91,8 @@ struct Consumer {
   uint32_t pf[kPBufs][kPSteps][4];  // P of the previous tile(s) as wgmma A fragments
   float m_run[2], l_run[2];
 
-  __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_)
-      : sh(sh_), p(p_), w(w_), c(c_) {
+  __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_, bool solo_)
+      : sh(sh_), p(p_), w(w_), c(c_), solo(FA4_SM90_SOLO && solo_) {
     tid = threadIdx.x % 128;
     q_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[c][0])));
     k_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.k[0][0])));
@@ -129,11 +130,14 @@ struct Consumer {
 
   // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the next consumer ----
   __device__ __forceinline__ void turn_wait() {
-    if (FA4_SM90_PINGPONG) ptx::named_barrier_sync(bar_id(Bar::turn0) + c, 256);
+    if (FA4_SM90_PINGPONG && !(FA4_SM90_SOLO && solo)) ptx::named_barrier_sync(bar_id(Bar::turn0) + c, 256);
   }
   __device__ __forceinline__ void turn_pass() {
-    if (FA4_SM90_PINGPONG) ptx::named_barrier_arrive(bar_id(Bar::turn0) + (c + 1) % kConsumers, 256);
+    if (FA4_SM90_PINGPONG && !(FA4_SM90_SOLO && solo)) ptx::named_barrier_arrive(bar_id(Bar::turn0) + (c + 1) % kConsumers, 256);
   }
+  // Threads of the consumers that run (Bar::consumers). (The switch spelled out in each test keeps
+  // them compile-time constants in default builds: a member read left the V-tail loop rolled.)
+  __device__ __forceinline__ int consumer_threads() const { return FA4_SM90_SOLO && solo ? 128 : 128 * kConsumers; }
 
   // ---- GEMMs ----
   // A descriptor from its low half (start address, LBO) and the constant high half of `desc0`.
@@ -328,13 +332,13 @@ struct Consumer {
     ptx::mbarrier_wait_parity(&sh.v_ring.full[st.index], st.phase);
     constexpr int kPieces = 8 * (kDv / 64);  // 16-byte pieces of one key row (all chunks)
     const int ctid = c * 128 + tid;
-    for (int idx = ctid; idx < (kBlockN - r0) * kPieces; idx += 128 * kConsumers) {
+    for (int idx = ctid; idx < (kBlockN - r0) * kPieces; idx += consumer_threads()) {
       const int r = r0 + idx / kPieces, pc = idx % kPieces;
       *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(sh.v[st.index][pc / 8]) + r * 128 + (pc % 8) * 16) =
           make_uint4(0u, 0u, 0u, 0u);
     }
     ptx::fence_proxy_async_shared_cta();  // generic stores -> the wgmma (async proxy) reads
-    ptx::named_barrier_sync(bar_id(Bar::consumers), 128 * kConsumers);
+    ptx::named_barrier_sync(bar_id(Bar::consumers), consumer_threads());
   }
 
   // O += P V of the tile in ring slot `stv` (its V landed) with nothing else in flight: a turn of

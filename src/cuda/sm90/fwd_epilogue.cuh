@@ -88,7 +88,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   if (T::kSeparateO) ptx::named_barrier_sync(bar, 128);
   // Staged over the V ring: every consumer's last P V has read it (each waited for its own).
   // The ring holds no later V: the producer waits for o_empty first.
-  if (T::kOInV) ptx::named_barrier_sync(bar_id(Bar::consumers), 128 * T::kConsumers);
+  if (T::kOInV) ptx::named_barrier_sync(bar_id(Bar::consumers), cs.consumer_threads());
   constexpr int kChunkBytes = kRowsPerConsumer * 128;
 #pragma unroll
   for (int i = 0; i < Consumer<T>::kORegs; i += 2) {

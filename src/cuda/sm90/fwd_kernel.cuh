@@ -63,13 +63,15 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t mis = ptx::smem_u32(smem_raw) & 1023u;
   auto& sh = *reinterpret_cast<typename T::Smem*>(smem_raw + ((1024u - mis) & 1023u));
 
+  const bool solo = FA4_SM90_SOLO && P.solo != 0;  // consumer 0 alone (fwd_params.h)
+  const uint32_t consumers = solo ? 1u : static_cast<uint32_t>(T::kConsumers);
   if (threadIdx.x == 0) {
-    sh.k_ring.init(T::kConsumers);  // one release per consumer warpgroup
-    sh.v_ring.init(T::kConsumers);
+    sh.k_ring.init(consumers);  // one release per consumer warpgroup
+    sh.v_ring.init(consumers);
     ptx::mbarrier_init(&sh.q_full, 1);
-    ptx::mbarrier_init(&sh.q_empty, 128 * T::kConsumers);  // one arrival per consumer thread
+    ptx::mbarrier_init(&sh.q_empty, 128 * consumers);  // one arrival per consumer thread
     ptx::mbarrier_init(&sh.work_full, 1);
-    ptx::mbarrier_init(&sh.o_empty, T::kConsumers);  // (kOInV) one arrival per consumer warpgroup
+    ptx::mbarrier_init(&sh.o_empty, consumers);  // (kOInV) one arrival per consumer warpgroup
     ptx::fence_mbarrier_init();
     trace::cta_start(P.trace);
   }
@@ -85,8 +87,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   // (T::kUniformC) Broadcast from lane 0: ptxas then treats c as warp-uniform (as CUTLASS's
   // canonical_warp_group_idx does), so consumer c's Q descriptors stay in uniform registers.
   const int c = T::kUniformC ? __shfl_sync(0xffffffffu, consumer_of(threadIdx.x), 0) : consumer_of(threadIdx.x);
+  if (solo && c > 0) return;  // rows 64 and up of every tile are empty
   // The GEMM turn goes round the consumers, tile after tile; consumer 0 has the first.
-  if (FA4_SM90_PINGPONG && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
+  if (FA4_SM90_PINGPONG && !solo && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
   typename Consumer<T>::Ring st;  // the K / V rings run on across tiles
   uint32_t tiles_done = 0;        // the q_full phase
   uint64_t* const tr = threadIdx.x % 128 == 0 ? P.trace : nullptr;  // one stamping thread per role
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     if (!sh.work[tiles_done & 1u].valid) break;
     const TileWork w = sh.work[tiles_done & 1u].w;
     trace::stamp(tr, 1 + c, tiles_done, trace::tile_start);
-    Consumer<T> cs(sh, P.a, w, c);
+    Consumer<T> cs(sh, P.a, w, c, solo);
     trace::stamp(tr, 1 + c, tiles_done, trace::cs_ready);
     ptx::mbarrier_wait_parity(&sh.q_full, tiles_done & 1u);
     trace::stamp(tr, 1 + c, tiles_done, trace::q_ready);
