@@ -735,8 +735,12 @@ TEST(CudaPlan, Sm90PagedWholeKeyTilesPerPage) {
   EXPECT_EQ(plan(128, 64, 8192).kernel, sub);
   EXPECT_EQ(plan(64, 64, 8192).kernel, sub);
   EXPECT_EQ(plan(128, 48, 8192).kernel, Kernel::sm80);  // does not divide 128
-  if (FA4_SM90_SUB_PAGE_MIN > 16) EXPECT_EQ(plan(128, 16, 8192).kernel, Kernel::sm80);
-  if (FA4_SM90_SUB_PAGE_MIN > 32) EXPECT_EQ(plan(256, 32, 8192).kernel, Kernel::sm80);
+  if (FA4_SM90_SUB_PAGE_MIN > 16) {
+    EXPECT_EQ(plan(128, 16, 8192).kernel, Kernel::sm80);
+  }
+  if (FA4_SM90_SUB_PAGE_MIN > 32) {
+    EXPECT_EQ(plan(256, 32, 8192).kernel, Kernel::sm80);
+  }
   EXPECT_EQ(plan(128, 1, 8192).kernel, Kernel::sm80);
   const Plan d256 = plan(256, 256, 8192);  // dense keys this long take the 80-key tile
   EXPECT_EQ(d256.kernel, on);
