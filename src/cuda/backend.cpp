@@ -296,19 +296,23 @@ void* counter_alloc_zeroed(int dev, const void* stream, size_t bytes) {
   }
   return ptr;
 }
-uint32_t* tile_counter_for(const AttentionParams& p, Scratch* held) {
+// (split = true: the sm90 split-KV counters of FA4_SM90_FUSED_COMBINE, a pool of larger blocks.)
+uint32_t* tile_counter_for(const AttentionParams& p, Scratch* held, bool split = false) {
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  const size_t bytes = split ? cuda::TileCounterPool::kSplitBytes : cuda::TileCounterPool::kBytes;
   if (capturing(stream)) {
     void* ptr = nullptr;
-    if (!scratch_for(p, cuda::TileCounterPool::kBytes, "tile counters", held, &ptr)) return nullptr;
-    if (cudaMemsetAsync(ptr, 0, cuda::TileCounterPool::kBytes, stream) != cudaSuccess) {
+    if (!scratch_for(p, bytes, split ? "split counters" : "tile counters", held, &ptr)) return nullptr;
+    if (cudaMemsetAsync(ptr, 0, bytes, stream) != cudaSuccess) {
       cudaGetLastError();
       return nullptr;
     }
     return static_cast<uint32_t*>(ptr);
   }
   static cuda::TileCounterPool* const pool = new cuda::TileCounterPool(counter_alloc_zeroed);  // never destroyed
-  return pool->get(p.q.device_index, stream_key(p.stream));
+  static cuda::TileCounterPool* const split_pool =
+      new cuda::TileCounterPool(counter_alloc_zeroed, 64, cuda::TileCounterPool::kSplitBytes);
+  return (split ? split_pool : pool)->get(p.q.device_index, stream_key(p.stream));
 }
 
 // The scratch of a staged call comes from the same three sources as the split-KV workspace, in
@@ -500,6 +504,7 @@ Status cuda_forward(const Problem& pb) {
   if (!attend) return Status::Ok();
 
   const dim3 grid(static_cast<unsigned>(pl.grid.x), static_cast<unsigned>(pl.grid.y), static_cast<unsigned>(pl.grid.z));
+  bool fused_combine = false;  // the sm90 kernel merged its own splits (FA4_SM90_FUSED_COMBINE)
   cudaError_t e = cudaSuccess;
   switch (pl.kernel) {
     case Kernel::sm90: {
@@ -509,10 +514,21 @@ Status cuda_forward(const Problem& pb) {
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
       P.sched = pl.sched;
       P.solo = pl.sm90_solo ? 1 : 0;
-      Scratch counters;  // (in a stream capture) held until the launch is enqueued
+      Scratch counters, split_counters;  // (in a stream capture) held until the launch is enqueued
       if (P.sched.dynamic != 0) {
         P.tile_counter = tile_counter_for(p, &counters);
         if (P.tile_counter == nullptr) P.sched.dynamic = 0;
+      }
+      // FA4_SM90_FUSED_COMBINE: the kernel merges its splits where a counter per (tile, consumer)
+      // fits the block (fwd_epilogue.cuh numbers the tiles); else the combine kernel below does.
+      if (FA4_SM90_FUSED_COMBINE && pl.splits > 1) {
+        const int64_t consumers = cuda::sm90::tile_cfg(pl.dqk, pl.dv, pl.sm90_tile).consumers;
+        const int64_t slots = (pl.rows_total * (pl.pack_gqa ? pb.group : 1) / pl.m + pb.batch + 1) * pl.grid.y * consumers;
+        if (slots <= static_cast<int64_t>(cuda::TileCounterPool::kSplitBytes / sizeof(uint32_t))) {
+          P.split_counter = tile_counter_for(p, &split_counters, true);
+          P.split_slots = P.split_counter != nullptr ? slots : 0;
+          fused_combine = P.split_counter != nullptr;
+        }
       }
       e = cuda::sm90::launch_fwd(P, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16,
                                  dim3(static_cast<unsigned>(pl.ctas)),
@@ -526,7 +542,7 @@ Status cuda_forward(const Problem& pb) {
   }
   if (e != cudaSuccess) return device_error("attention kernel launch", e);
 
-  if (pl.splits > 1) {
+  if (pl.splits > 1 && !fused_combine) {
     cuda::CombineArgs c;
     const int64_t row_elems = pb.hq * static_cast<int64_t>(pl.dv);
     c.o_part = a.o_part;

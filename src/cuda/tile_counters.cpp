@@ -13,7 +13,7 @@ uint32_t* TileCounterPool::get(int dev, const void* stream) {
     ++on_dev;
   }
   if (on_dev >= max_per_device_) return nullptr;
-  auto* p = static_cast<uint32_t*>(alloc_(dev, stream, kBytes));
+  auto* p = static_cast<uint32_t*>(alloc_(dev, stream, bytes_));
   if (p == nullptr) return nullptr;  // not remembered: a later call may succeed
   entries_.push_back(Entry{dev, stream, p});
   return p;

@@ -26,12 +26,16 @@ class TileCounterPool {
   // kernel that uses it is enqueued there next); nullptr when it cannot be had.
   using AllocZeroedFn = void* (*)(int dev, const void* stream, size_t bytes);
 
-  explicit TileCounterPool(AllocZeroedFn alloc, int max_per_device = 64)
-      : alloc_(alloc), max_per_device_(max_per_device < 0 ? 0 : max_per_device) {}
+  // bytes: each stream's block (kBytes: the dynamic walk's pair; the sm90 split counters of
+  // FA4_SM90_FUSED_COMBINE take a larger block from a pool of their own, kSplitBytes).
+  explicit TileCounterPool(AllocZeroedFn alloc, int max_per_device = 64, size_t bytes = kBytes)
+      : alloc_(alloc), max_per_device_(max_per_device < 0 ? 0 : max_per_device), bytes_(bytes) {}
   TileCounterPool(const TileCounterPool&) = delete;
   TileCounterPool& operator=(const TileCounterPool&) = delete;
 
   static constexpr size_t kBytes = 2 * sizeof(uint32_t);
+  static constexpr size_t kSplitBytes = 16384 * sizeof(uint32_t);
+  size_t bytes() const { return bytes_; }
 
   // The pair of (dev, stream), made on first use; nullptr past the bound or when allocation fails.
   uint32_t* get(int dev, const void* stream);
@@ -46,6 +50,7 @@ class TileCounterPool {
   };
   AllocZeroedFn alloc_;
   int max_per_device_;
+  size_t bytes_;
   mutable std::mutex mu_;
   std::vector<Entry> entries_;
 };

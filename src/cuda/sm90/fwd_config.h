@@ -112,6 +112,14 @@
 #ifndef FA4_SM90_SOLO
 #define FA4_SM90_SOLO 0
 #endif
+//   FA4_SM90_FUSED_COMBINE 1: split-KV launches merge their partials in the kernel: the last
+//                          split to finish a consumer's 64 rows (an atomic counter per tile and
+//                          consumer) merges them (cuda/combine/combine_row.cuh), so no combine
+//                          kernel follows. 0 until measured (compiled only, 2026-12-04): the
+//                          combine launch is ~2-5 us of a 30 us B 1 decode call (estimate).
+#ifndef FA4_SM90_FUSED_COMBINE
+#define FA4_SM90_FUSED_COMBINE 0
+#endif
 //   FA4_SM90_DECODE        1: the sm90 kernel takes decode-shaped problems too (issue 13): PackGQA
 //                          (a group's query heads share one kv head's tile rows: fwd_work.cuh),
 //                          split-KV with fp32 partials merged by cuda/combine (fwd_epilogue.cuh),

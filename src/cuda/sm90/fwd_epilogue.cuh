@@ -7,12 +7,59 @@
 
 #include <cmath>
 
+#include <type_traits>
+
+#include "cuda/combine/combine_row.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/fwd_consumer.cuh"
 
 namespace fa4::cuda::sm90 {
+
+// (FA4_SM90_FUSED_COMBINE) After a consumer wrote its split's partial rows: one arrival on the
+// counter of (tile, consumer); the split that arrives last merges the rows of every split
+// (one warp per row, combine_row.cuh) into out / lse and zeroes the counter for the next launch.
+// Every split of a tile computes the same counter index: its tiles are numbered from the
+// sequence's first packed row, token0 * group / block_m + batch + m_block (unique: a sequence of
+// r rows has at most ceil(r / block_m) tiles), times the grid heads, times the consumers.
+template <class T>
+__device__ __forceinline__ void merge_splits_if_last(const Sm90Params& P, Consumer<T>& cs, int row0) {
+  using Elem = typename T::Elem;
+  const FwdArgs& p = cs.p;
+  const TileWork& w = cs.w;
+  const int tid = cs.tid;
+  const int gq = p.pack_gqa ? p.group : 1;
+  const int64_t tile = (w.si.token0 * gq) / T::kBlockM + w.batch + w.m_block;
+  const int64_t gy = p.pack_gqa ? p.hkv : p.hq;
+  const int64_t slot = (tile * gy + (p.pack_gqa ? w.hk : w.head)) * T::kConsumers + cs.c;
+  if (slot >= P.split_slots) return;  // (the host sized the counters for every tile)
+  __threadfence();  // this thread's partial rows, device-wide before the arrival
+  const uint32_t bar = bar_id(Bar::epilogue0) + cs.c;
+  ptx::named_barrier_sync(bar, 128);
+  bool last = false;
+  if (tid == 0) {
+    last = atomicAdd(P.split_counter + slot, 1u) == static_cast<uint32_t>(p.num_splits - 1);
+    if (last) atomicExch(P.split_counter + slot, 0u);
+  }
+  if (!ptx::named_barrier_sync_or(bar, 128, last)) return;
+  __threadfence();  // the other splits' rows, published before their arrivals
+  constexpr int32_t kOut = static_cast<int32_t>(std::is_same_v<Elem, __half> ? DType::float16 : DType::bfloat16);
+  const int64_t split_rows = p.rows_total * p.hq;  // partial rows per split
+  for (int r = tid / 32; r < kRowsPerConsumer; r += 4) {
+    const int m = row0 + r;
+    if (m >= w.rows_seq) break;
+    int i = m, head = w.head;
+    if (p.pack_gqa) i = m / p.group, head += m - i * p.group;
+    const int64_t prow = (w.si.token0 + i) * p.hq + head;  // split 0's row
+    const float lse = combine_row_warp<true>(p.lse_part + prow, split_rows, p.o_part + prow * p.dv_pad, split_rows * p.dv_pad,
+                                             p.num_splits, p.dv, p.out, w.si.o_base + i * w.si.o_step + head * p.o_sh, kOut);
+    if (tid % 32 == 0 && p.lse != nullptr) {
+      const int64_t lo = p.varlen_q ? (w.si.token0 + i) * p.lse_si : w.batch * p.lse_sb + i * p.lse_si;
+      p.lse[lo + head * p.lse_sh] = lse;
+    }
+  }
+}
 
 template <class T>
 __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
@@ -68,6 +115,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
       for (int cb = 0; cb < kDv / 8; ++cb)
         *reinterpret_cast<float2*>(dst + 8 * cb) = make_float2(cs.o[4 * cb + 2 * h] * scale[h], cs.o[4 * cb + 2 * h + 1] * scale[h]);
     }
+    if (FA4_SM90_FUSED_COMBINE && P.split_counter != nullptr && row0 < w.rows_seq) merge_splits_if_last<T>(P, cs, row0);
     // Nothing was staged in shared memory; hand back what the staged path would release (the O
     // staging space over the V ring, the Q tile).
     if (T::kOInV) {

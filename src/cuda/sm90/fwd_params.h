@@ -33,6 +33,11 @@ struct Sm90Params {
   // atomicAdd each; every CTA adds 1 to finished at the end and the last one zeroes both, so the
   // pair is zero again for the next launch on the stream (cuda/tile_counters.h).
   uint32_t* tile_counter = nullptr;
+  // FA4_SM90_FUSED_COMBINE builds, split-KV: one arrival counter per (tile, consumer) -- the
+  // last split to finish a consumer's rows merges them (fwd_epilogue.cuh) and zeroes its counter
+  // again; nullptr: the combine kernel merges (cuda/backend.cpp). split_slots: counters there.
+  uint32_t* split_counter = nullptr;
+  int64_t split_slots = 0;
   // FA4_SM90_TRACE builds only (fwd_trace.cuh): the timeline records, one per CTA. Present in
   // every build so the struct's layout never depends on a switch a variant build recompiles.
   uint64_t* trace = nullptr;

@@ -1,0 +1,88 @@
+// The split-KV merge of one (row, head) by one warp, shared by the combine kernel (combine.cu)
+// and the sm90 kernel's in-kernel merge (sm90/fwd_epilogue.cuh, FA4_SM90_FUSED_COMBINE):
+//   lse = log sum_s exp(lse_s),   O = sum_s exp(lse_s - lse) * O_s
+// A row whose split lse are all -inf (no split saw a key) gets O = 0, lse = -inf.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "fa4/tensor.h"
+
+namespace fa4::cuda {
+
+__device__ __forceinline__ void store_out(void* base, int64_t off, int32_t dtype, float x) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::float16: static_cast<__half*>(base)[off] = __float2half_rn(x); break;
+    case DType::bfloat16: static_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x); break;
+    default: static_cast<float*>(base)[off] = x; break;
+  }
+}
+
+// kL2: read the partials through L2 only (ld.global.cg): the in-kernel merge reads rows other
+// CTAs wrote during the same launch, which this SM's L1 must not serve.
+template <bool kL2>
+__device__ __forceinline__ float load_partial(const float* p) {
+  if constexpr (kL2) return __ldcg(p);
+  else return *p;
+}
+
+// lp: split 0's lse of the row (split s at lp + s * lp_s); op: split 0's O row (column d at
+// op + s * op_s + d); out: column d at out + d (elements of out_dtype). Returns the merged lse
+// (the same value in every lane). Every lane of the warp calls it with the same arguments.
+template <bool kL2 = false>
+__device__ __forceinline__ float combine_row_warp(const float* lp, int64_t lp_s, const float* op, int64_t op_s, int splits,
+                                                  int dv, void* out, int64_t out_off, int32_t out_dtype) {
+  const int lane = threadIdx.x & 31;
+  float mx = -INFINITY;
+  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, load_partial<kL2>(lp + s * lp_s));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float m_use = mx == -INFINITY ? 0.f : mx;
+  float sum = 0.f;
+  for (int s = lane; s < splits; s += 32) sum += __expf(load_partial<kL2>(lp + s * lp_s) - m_use);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const bool empty = !(sum > 0.f);
+  const float lse = empty ? -INFINITY : m_use + __logf(sum);
+
+  // O = sum_s w_s O_s, w_s = exp(lse_s - lse): lane j of a 32-split chunk computes w_j once and
+  // the warp broadcasts it; each lane owns kCols columns of a pass (lane + 32 c: every load of
+  // the warp is 128 contiguous bytes), and the loads of a split (and of the next ones, unrolled)
+  // are independent of the sums, so they are in flight together. (The first form looped the
+  // splits one column at a time behind a branch on w: one dependent load after another, ~21 us
+  // for a decode row of 14 splits on the H200 -- as long as the attention kernel before it.)
+  constexpr int kCols = 8;
+  for (int d0 = 0; d0 < dv; d0 += 32 * kCols) {
+    float acc[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] = 0.f;
+    for (int s0 = 0; s0 < splits && !empty; s0 += 32) {
+      const int s = s0 + lane;
+      const float w_lane = s < splits ? __expf(load_partial<kL2>(lp + s * lp_s) - lse) : 0.f;
+      const int count = splits - s0 < 32 ? splits - s0 : 32;
+#pragma unroll 4
+      for (int j = 0; j < count; ++j) {
+        const float w = __shfl_sync(0xffffffffu, w_lane, j);
+        const float* src = op + (s0 + j) * op_s;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int d = d0 + lane + 32 * c;
+          const float x = d < dv ? load_partial<kL2>(src + d) : 0.f;
+          acc[c] += w != 0.f ? w * x : 0.f;  // a split that saw nothing adds nothing (not even 0 * NaN)
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int d = d0 + lane + 32 * c;
+      if (d < dv) store_out(out, out_off + d, out_dtype, acc[c]);
+    }
+  }
+  return lse;
+}
+
+}  // namespace fa4::cuda
