@@ -764,6 +764,34 @@ TEST(CudaBackend, SingleBufferPrefill) {
   }
 }
 
+// One call of a DeviceCase captured into a CUDA graph on a stream of its own, to be replayed.
+// capture() returns the call's status (the graph is instantiated only when it succeeded).
+class CapturedCall {
+ public:
+  CapturedCall() = default;
+  CapturedCall(const CapturedCall&) = delete;
+  CapturedCall& operator=(const CapturedCall&) = delete;
+  ~CapturedCall() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  void capture(DeviceCase& d, Status* st) {
+    CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+    *st = d.run(stream_);
+    CUDA_OK(cudaStreamEndCapture(stream_, &graph_));
+    if (st->ok()) CUDA_OK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  void replay() { CUDA_OK(cudaGraphLaunch(exec_, stream_)); }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // `c` captured into a CUDA graph and replayed gives the same bits as a direct call.
 void expect_graph_replay_matches_direct(const CaseConfig& c, uint64_t seed) {
   FA4_SEED_TRACE(seed);
@@ -774,22 +802,14 @@ void expect_graph_replay_matches_direct(const CaseConfig& c, uint64_t seed) {
 
   Case graph = make_gpu_case(c, seed);
   DeviceCase dg(graph);
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  const Status st = dg.run(s);
-  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CapturedCall call;
+  Status st;
+  call.capture(dg, &st);
   ASSERT_TRUE(st.ok()) << st.message;
-  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-  for (int rep = 0; rep < 3; ++rep) CUDA_OK(cudaGraphLaunch(ge, s));  // each replay from a clean start
-  CUDA_OK(cudaStreamSynchronize(s));
+  for (int rep = 0; rep < 3; ++rep) call.replay();  // each replay from a clean start
+  CUDA_OK(cudaStreamSynchronize(call.stream()));
   dg.download();
   EXPECT_TRUE(bitwise_equal(graph, direct));
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
 }
 
 // One call captured into a CUDA graph and replayed: same bits as a direct call. A split-KV
@@ -864,15 +884,11 @@ TEST(CudaBackend, GraphReplayWithChangedCacheLengths) {
   const std::vector<std::vector<int32_t>> lens = {{4096, 1500, 9}, {17, 4000, 2048}, {0, 1, 4095}};
   Case graph = make_gpu_case(c, derive_seed(9050));
   DeviceCase dg(graph);
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  const Status st = dg.run(s);
-  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CapturedCall call;
+  Status st;
+  call.capture(dg, &st);
   ASSERT_TRUE(st.ok()) << st.message;
-  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  const cudaStream_t s = call.stream();
   for (const auto& l : lens) {
     SCOPED_TRACE(::testing::Message() << "cache_seqlens " << l[0] << "," << l[1] << "," << l[2]);
     // The direct call on the same buffers with these lengths, then the replay over its outputs.
@@ -883,14 +899,11 @@ TEST(CudaBackend, GraphReplayWithChangedCacheLengths) {
     const Case direct = graph;
     graph.poison_outputs();
     dg.upload_outputs();
-    CUDA_OK(cudaGraphLaunch(ge, s));
+    call.replay();
     CUDA_OK(cudaStreamSynchronize(s));
     dg.download();
     EXPECT_TRUE(bitwise_equal(graph, direct));
   }
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
 }
 
 // Split-KV calls on two streams at once: each stream has its own scratch (a shared buffer raced:
