@@ -361,7 +361,7 @@ TEST(EdgeCases, NanInAMaskedOutKeyDoesNotReachDecodeRows) {
 // the inf before the row max (a later rescale alpha = exp(m_old - m_new) underflows with O = inf)
 // and after it; split-KV (the split holding the inf has a merge weight that underflows); a sink
 // far above every score (O's final factor underflows).
-// Q > 0 everywhere, key J_BIG = +4 and key J_INF = -4 in every dim (scale 1, D 64: scores
+// Q > 0 everywhere, key J_BIG = +mag and key J_INF = -mag (4 unless noted) in every dim (scale 1, D 64: scores
 // +-[128, 384], the other keys ~N(0, 8)); V of J_INF at (b 0, kv head 0) is +inf in dim 0, -inf
 // in dim 1: exactly those elements of the rows reading that kv head are +-inf, all others finite.
 TEST(EdgeCases, InfiniteVBehindAnUnderflowedWeightIsInfiniteOnFullTiles) {
@@ -370,6 +370,7 @@ TEST(EdgeCases, InfiniteVBehindAnUnderflowedWeightIsInfiniteOnFullTiles) {
     int64_t sq, hq, hkv, sk, j_inf, j_big;
     int32_t splits;
     bool sink;
+    float mag = 4.0f;  // |K| of keys J_BIG / J_INF in every dim
   };
   const Scenario scenarios[] = {
       {"transposed, one key tile", 16, 4, 2, 20, 5, 12, 1, false},
@@ -383,6 +384,10 @@ TEST(EdgeCases, InfiniteVBehindAnUnderflowedWeightIsInfiniteOnFullTiles) {
       {"decode splits, inf in the split of low weight", 1, 4, 1, 600, 3, 590, 3, false},
       {"sink far above the scores", 16, 2, 1, 20, 5, 12, 1, true},
       {"decode rows, sink far above the scores", 2, 4, 1, 20, 5, 12, 1, true},
+      // |K| 0.74: the inf's score is 95 +- 7 below the max, a weight of 2^-137 +- 10 -- subnormal
+      // in fp32, 0 in bf16 (the 16-bit P and the matrix units flush it).
+      {"transposed, weight subnormal in fp32", 16, 4, 2, 20, 5, 12, 1, false, 0.74f},
+      {"panels, weight subnormal in fp32", 128, 2, 1, 40, 7, 30, 1, false, 0.74f},
   };
   int n = 0;
   for (DType dt : {DType::float32, DType::float16, DType::bfloat16})
@@ -412,8 +417,8 @@ TEST(EdgeCases, InfiniteVBehindAnUnderflowedWeightIsInfiniteOnFullTiles) {
         for (int64_t hk = 0; hk < cfg.hkv; ++hk)
           for (int64_t d = 0; d < cfg.dqk; ++d) {
             int64_t o;
-            const_cast<Tensor&>(c.key_src(b, sc.j_big, hk, d, false, &o)).set(o, 4.0f);
-            const_cast<Tensor&>(c.key_src(b, sc.j_inf, hk, d, false, &o)).set(o, -4.0f);
+            const_cast<Tensor&>(c.key_src(b, sc.j_big, hk, d, false, &o)).set(o, sc.mag);
+            const_cast<Tensor&>(c.key_src(b, sc.j_inf, hk, d, false, &o)).set(o, -sc.mag);
           }
       if (sc.sink)  // 600: above every score by >= 216, so the final factor exp(m - 600) underflows
         for (int64_t h = 0; h < cfg.hq; ++h) c.sinks.set(h, 600.0f);

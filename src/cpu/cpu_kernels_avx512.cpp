@@ -192,21 +192,22 @@ inline __m512 tanh_512(__m512 x) {
 }
 
 // 2^x for the 16-bit P of the pv product (P is rounded to bf16, or bf16 hi + lo for fp16, and
-// x <= ~0 after the max subtraction): a degree-5 fit on [-1/2, 1/2] (2.3e-7 relative, ~3 ulp,
-// far below P's own rounding), no upper clamp; exactly 0 below -126, NaN stays NaN (max_ps
-// returns its second operand, x, on NaN). Two vector ops fewer than exp2_512.
+// x <= ~0 after the max subtraction): exp2_512's form with a degree-5 fit of 2^f on [0, 1]
+// (1.7e-7 relative in fp32, ~1.5 ulp, far below P's own rounding): 7 vector uops. The form
+// it replaced (a clamp at -126, vrndscaleps -- 2 uops --, a subtraction and a masked vscalefps
+// to return exactly 0 below -126) took 11, and the softmax step is ~1/3 of a bf16 prefill on
+// AMX. Below -126 the result is subnormal down to -149, then 0 (the bf16 P flushes it: a
+// weight < 2^-126 of a finite V -- the driver runs tiles with a non-finite V on the exact fp32
+// P V instead). NaN stays NaN, -inf gives 0 (vreduceps(-inf) = 0, vscalefps(p, -inf) = 0).
 inline __m512 exp2_p(__m512 x) {
-  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-126.0f), x);
-  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(xc, n);
-  __m512 p = _mm512_set1_ps(1.327647013e-03f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675541893e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550713465e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402212024e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469440e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000000119e+00f));
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // true for NaN
-  return _mm512_maskz_scalef_ps(keep, p, n);
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(1.8672122387215495e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.016630239784718e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5800482630729675e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.401641458272934e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931513547897339e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, x);
 }
 
 // Dword i of the result = (bf16(a[i]), bf16(b[i])): vcvtne2ps2bf16 puts b's 16 bf16 in the low
@@ -319,11 +320,34 @@ void softmax_avx512(const SoftmaxStep& s) {
       }
       pscale = _mm512_set1_ps(1.0f);
     } else {
-      for (int64_t n = 0; n < s.nk; ++n) {
+      // Four accumulators each: one chain of max_ps (4 cycles of latency per key) made this
+      // pass a third of the step (bf16 D 128, 96 x 512 tiles, AMX machine).
+      __m512 mx1 = neg_inf, mx2 = neg_inf, mx3 = neg_inf, mn1 = pos_inf, mn2 = pos_inf, mn3 = pos_inf;
+      int64_t n = 0;
+      for (; n + 4 <= s.nk; n += 4) {
+        const __m512 x0 = _mm512_maskz_loadu_ps(lanes, col + n * s.mp);
+        const __m512 x1 = _mm512_maskz_loadu_ps(lanes, col + (n + 1) * s.mp);
+        const __m512 x2 = _mm512_maskz_loadu_ps(lanes, col + (n + 2) * s.mp);
+        const __m512 x3 = _mm512_maskz_loadu_ps(lanes, col + (n + 3) * s.mp);
+        mx = _mm512_max_ps(mx, x0);
+        mx1 = _mm512_max_ps(mx1, x1);
+        mx2 = _mm512_max_ps(mx2, x2);
+        mx3 = _mm512_max_ps(mx3, x3);
+        if (check) {
+          mn = _mm512_min_ps(mn, x0);
+          mn1 = _mm512_min_ps(mn1, x1);
+          mn2 = _mm512_min_ps(mn2, x2);
+          mn3 = _mm512_min_ps(mn3, x3);
+        }
+      }
+      for (; n < s.nk; ++n) {
         const __m512 x = _mm512_maskz_loadu_ps(lanes, col + n * s.mp);
         mx = _mm512_max_ps(mx, x);
         if (check) mn = _mm512_min_ps(mn, x);
       }
+      // (A NaN score may survive in mx: m_new below drops it, and it reaches the row sum.)
+      mx = _mm512_max_ps(_mm512_max_ps(mx, mx1), _mm512_max_ps(mx2, mx3));
+      if (check) mn = _mm512_min_ps(_mm512_min_ps(mn, mn1), _mm512_min_ps(mn2, mn3));
       mx = _mm512_mul_ps(mx, scale);
       // A NaN score is not kept by max_ps / min_ps: it reaches the row sum instead (below).
       if (check)
@@ -345,37 +369,55 @@ void softmax_avx512(const SoftmaxStep& s) {
     // rounded max is up to half an ulp of the score, ~1e30 -- an ex2 of +-1e30 gave the row's
     // largest score a weight of inf or 0 (a fuzzer finding: NaN outputs).
     // (The explicit-rounding multiply: GCC contracts a plain mul + sub back into an FMA.)
-    auto arg = [&](int64_t n) {
-      const __m512 x = _mm512_mul_round_ps(_mm512_maskz_loadu_ps(lanes, col + n * s.mp), pscale,
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      return _mm512_mul_ps(_mm512_sub_ps(x, m_use), log2e);
-    };
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
-    __m512 pmin = _mm512_set1_ps(1.0f);  // min_ps(p, pmin) keeps pmin where p is NaN
+    // Two minima (one op on each chain per key pair); min_ps(p, pmin) keeps pmin where p is NaN.
+    __m512 pmin = _mm512_set1_ps(1.0f), pmin1 = pmin;
     int64_t n = 0;
+    // Raw products (pass 1 only read them) get the scale here, rounded as the max was.
+    const bool scaled = s.scale != 1.0f && !(cap || s.lo);
     if (s.pp) {  // P^T straight into bf16 key pairs (hi, and lo for 2 terms)
       const int64_t nk_p = rup(s.nk, 32), plane = nk_p * s.m;
-      if (s.terms == 1) {
-        for (; n + 2 <= s.nk; n += 2) {
-          const __m512 p0 = exp2_p(arg(n)), p1 = exp2_p(arg(n + 1));
+      auto pp_pass = [&](auto scaled_c, auto log2u) {
+        auto arg = [&](int64_t k) {
+          __m512 x = _mm512_maskz_loadu_ps(lanes, col + k * s.mp);
+          if constexpr (decltype(scaled_c)::value)
+            x = _mm512_mul_round_ps(x, pscale, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          if constexpr (decltype(log2u)::value) return _mm512_sub_ps(x, m_use);
+          else return _mm512_mul_ps(_mm512_sub_ps(x, m_use), log2e);
+        };
+        if (s.terms == 1) {
+          for (; n + 2 <= s.nk; n += 2) {
+            const __m512 p0 = exp2_p(arg(n)), p1 = exp2_p(arg(n + 1));
+            sum0 = _mm512_add_ps(sum0, p0);
+            sum1 = _mm512_add_ps(sum1, p1);
+            pmin = _mm512_min_ps(p0, pmin);
+            pmin1 = _mm512_min_ps(p1, pmin1);
+            _mm512_mask_storeu_epi32(s.pp + (n / 2 * s.m + m0) * 2, lanes, bf16_pairs(p0, p1));
+          }
+        }
+        for (; n < s.nk; n += 2) {
+          const __m512 p0 = exp2_p(arg(n));
+          const __m512 p1 = n + 1 < s.nk ? exp2_p(arg(n + 1)) : _mm512_setzero_ps();
           sum0 = _mm512_add_ps(sum0, p0);
           sum1 = _mm512_add_ps(sum1, p1);
-          pmin = _mm512_min_ps(p1, _mm512_min_ps(p0, pmin));
-          _mm512_mask_storeu_epi32(s.pp + (n / 2 * s.m + m0) * 2, lanes, bf16_pairs(p0, p1));
+          pmin = _mm512_min_ps(p0, pmin);
+          if (n + 1 < s.nk) pmin1 = _mm512_min_ps(p1, pmin1);
+          const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
+          uint16_t* dst = s.pp + (n / 2 * s.m + m0) * 2;
+          _mm512_mask_storeu_epi32(dst, lanes, pair16(h0, h1));
+          if (s.terms == 2)
+            _mm512_mask_storeu_epi32(dst + plane, lanes, pair16(bf16_bits(_mm512_sub_ps(p0, bf16_widen(h0))),
+                                                                bf16_bits(_mm512_sub_ps(p1, bf16_widen(h1)))));
         }
-      }
-      for (; n < s.nk; n += 2) {
-        const __m512 p0 = exp2_p(arg(n));
-        const __m512 p1 = n + 1 < s.nk ? exp2_p(arg(n + 1)) : _mm512_setzero_ps();
-        sum0 = _mm512_add_ps(sum0, p0);
-        sum1 = _mm512_add_ps(sum1, p1);
-        pmin = _mm512_min_ps(n + 1 < s.nk ? p1 : p0, _mm512_min_ps(p0, pmin));
-        const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
-        uint16_t* dst = s.pp + (n / 2 * s.m + m0) * 2;
-        _mm512_mask_storeu_epi32(dst, lanes, pair16(h0, h1));
-        if (s.terms == 2)
-          _mm512_mask_storeu_epi32(dst + plane, lanes, pair16(bf16_bits(_mm512_sub_ps(p0, bf16_widen(h0))),
-                                                              bf16_bits(_mm512_sub_ps(p1, bf16_widen(h1)))));
+      };
+      using yes = std::true_type;
+      using no = std::false_type;
+      if (scaled) {
+        if (s.log2_units) pp_pass(yes{}, yes{});
+        else pp_pass(yes{}, no{});
+      } else {
+        if (s.log2_units) pp_pass(no{}, yes{});
+        else pp_pass(no{}, no{});
       }
       for (int64_t j = (s.nk + 1) / 2; j < nk_p / 2; ++j)
         for (int tm = 0; tm < s.terms; ++tm)
@@ -386,7 +428,6 @@ void softmax_avx512(const SoftmaxStep& s) {
     // Scores in log2 units (SoftmaxStep::log2_units) need no log2(e) factor: s - m is the
     // exponent, exact where it matters (Sterbenz), where (s - m) log2 e rounds it once more
     // (~6e-8 relative: 6e-7 absolute at s - m = -10, half the fp32 output error).
-    const bool scaled = s.scale != 1.0f && !(cap || s.lo);  // pass 1 stored scaled scores otherwise
     auto fp32_pass = [&](auto log2u, auto track_min) {
       auto arg2 = [&](int64_t k) {
         __m512 x = _mm512_maskz_loadu_ps(lanes, col + k * s.mp);
@@ -418,6 +459,7 @@ void softmax_avx512(const SoftmaxStep& s) {
       if (s.zero_p) fp32_pass(no{}, yes{});
       else fp32_pass(no{}, no{});
     }
+    pmin = _mm512_min_ps(pmin1, pmin);
     if (s.zero_p && _mm512_mask_cmp_ps_mask(lanes, pmin, _mm512_setzero_ps(), _CMP_EQ_OQ)) *s.zero_p = 1;
     const __m512 sum = _mm512_add_ps(sum0, sum1);
     if (check) {
