@@ -253,6 +253,7 @@ void split_range(int64_t klo, int64_t khi, int64_t nsplit, int64_t s, int64_t ti
 // AMX tiles write whole 16-dim blocks); the packed 16-bit panels exist only with lowp kernels.
 struct Workspace {
   int64_t mp_max, nk, dqk, dv, dv_p;
+  int terms;  // packed 16-bit panel terms (0: none)
   AlignedBuffer buf;
   float *qt = nullptr, *qt2 = nullptr, *st = nullptr, *ot = nullptr, *kc = nullptr, *vc = nullptr, *m_run = nullptr,
         *l_run = nullptr, *alpha = nullptr, *row = nullptr, *qrow = nullptr, *orow = nullptr;
@@ -320,9 +321,9 @@ struct Workspace {
   }
   bool ok() const { return buf.p != nullptr; }
   // terms = 0: no packed panels (fp32 kernels only).
-  Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_, int terms)
-      : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), dv_p(round_up(dv_, 16)),
-        buf(carve(nullptr, terms)) {
+  Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_, int terms_)
+      : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), dv_p(round_up(dv_, 16)), terms(terms_),
+        buf(carve(nullptr, terms_)) {
     if (!buf.p) return;  // out of memory: ok() says so
     carve(static_cast<char*>(buf.p), terms);
   }
@@ -1264,12 +1265,15 @@ bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
   return true;
 }
 
-// The row-major decode plans' per-thread workspaces (kUnitHeads of ~52 KB at D = 128), kept
-// by each thread (the OpenMP workers persist) from one call to the next: allocated per call,
-// glibc gave their pages back on free (brk trim / madvise) and the next call faulted them in
-// again, ~5% of a B = 1 kv 4k decode at 2 threads (perf: do_madvise, vms_clear_ptes, page
-// faults). A thread's entries are replaced when a call needs other sizes.
-std::vector<std::unique_ptr<Workspace>>& kept_rows_workspaces() {
+// Each thread's workspaces, kept (the OpenMP workers persist) from one call to the next while
+// they total at most kKeepWorkspaceBytes: allocated per call, glibc gave their pages back on free
+// and the next call faulted them in again -- the row-major decode plans' (kUnitHeads of ~52 KB
+// at D = 128): ~5% of a B = 1 kv 4k decode at 2 threads (perf: do_madvise, vms_clear_ptes, page
+// faults); the transposed tiles' one (~2.4 MB at 96 x 512 tiles, D = 256, huge pages zeroed on
+// first touch): 7% of a bf16 prefill at S = 512 on AMX (perf: clear_page_erms). A thread's
+// entries are replaced when a call needs other sizes.
+constexpr size_t kKeepWorkspaceBytes = size_t{64} << 20;
+std::vector<std::unique_ptr<Workspace>>& kept_workspaces() {
   thread_local std::vector<std::unique_ptr<Workspace>> v;
   return v;
 }
@@ -1474,14 +1478,15 @@ Status forward(const Problem& pb) {
     std::vector<Workspace*> wsp;
     bool ok = true;
     const int64_t mp = round_up(plan.tile_rows, plan.kern->row_align);
-    if (unit_heads > 1) ws.swap(kept_rows_workspaces());  // row-major decode plans: the last call's
-    for (size_t h = 0; h < static_cast<size_t>(unit_heads); ++h) {  // kept ones: row-major, terms 0
+    const int terms = plan.lowp ? plan.terms : 0;
+    ws.swap(kept_workspaces());  // the last call's, used where their sizes match
+    for (size_t h = 0; h < static_cast<size_t>(unit_heads); ++h) {
       if (h < ws.size() && ws[h] && ws[h]->ok() && ws[h]->mp_max == mp && ws[h]->nk == plan.tile_keys &&
-          ws[h]->dqk == pb.dqk && ws[h]->dv == pb.dv && !plan.lowp) {
+          ws[h]->dqk == pb.dqk && ws[h]->dv == pb.dv && ws[h]->terms == terms) {
         wsp.push_back(ws[h].get());
         continue;
       }
-      auto w = std::make_unique<Workspace>(mp, plan.tile_keys, pb.dqk, pb.dv, plan.lowp ? plan.terms : 0);
+      auto w = std::make_unique<Workspace>(mp, plan.tile_keys, pb.dqk, pb.dv, terms);
       ok = ok && w->ok();
       wsp.push_back(w.get());
       if (h < ws.size())
@@ -1496,7 +1501,9 @@ Status forward(const Problem& pb) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < nunits; ++u)
       if (ok) run_unit(plan, units[u], wsp.data());
-    if (unit_heads > 1 && ok) kept_rows_workspaces().swap(ws);
+    size_t bytes = 0;
+    for (const auto& w : ws) bytes += w ? w->buf.size : 0;
+    if (ok && bytes <= kKeepWorkspaceBytes) kept_workspaces().swap(ws);
   }
   if (oom) return Status::Error(StatusCode::out_of_memory, "cpu backend: out of host memory for per-thread tiles");
 
