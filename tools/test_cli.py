@@ -97,6 +97,16 @@ def test_run():
     for fault, what in (("out", "out max-abs"), ("unwritten", "out unwritten"), ("lse", "lse max-abs")):
         rc, out, err = fa4("run", *SMALL, "--lse", "--check", env={"FA4_CLI_FAULT": fault})
         expect(rc == 1 and "FAIL" in out and what in out, f"run --check with fault '{fault}': exit 1, FAIL ({what})", out + err)
+    # Outlier key rows over long rows (many rescales): within DESIGN.md's tolerances in every
+    # dtype. The max-abs check is the error beyond the output dtype's rounding (as the test suite
+    # compares); before it, and with outlier rows in Q and V too, bf16 failed on the rounding of
+    # outputs above 16 and fp32 on scores of ~1000 (S 2048, 16 heads).
+    for dt in ("bf16", "f16", "f32"):
+        args = ["run", "-b", "1", "--seqlen", "1024", "--heads", "2", "--head-dim", "64", "--dtype", dt,
+                "--dist", "outliers", "--causal", "--lse", "--check"]
+        rc, out, err = fa4(*args)
+        expect(rc == 0 and out.rstrip().endswith("PASS") and "beyond the output dtype's rounding" in out,
+               "fa4 " + " ".join(args), out + err)
     rc, out, _ = fa4("run", *SMALL, "--reps", "3", "--warmup", "0")
     expect(rc == 0 and "(3 reps, 0 warmup)" in out, "run --reps 3 --warmup 0", out)
     # The plan line: the cpu tiles 48 query rows (whole 8- or 16-row groups) x 32 keys (512 on
