@@ -345,11 +345,11 @@ void softmax_avx512(const SoftmaxStep& s) {
         mx = _mm512_max_ps(mx, x);
         if (check) mn = _mm512_min_ps(mn, x);
       }
-      // (A NaN score may survive in mx: m_new below drops it, and it reaches the row sum.)
       mx = _mm512_max_ps(_mm512_max_ps(mx, mx1), _mm512_max_ps(mx2, mx3));
       if (check) mn = _mm512_min_ps(_mm512_min_ps(mn, mn1), _mm512_min_ps(mn2, mn3));
       mx = _mm512_mul_ps(mx, scale);
-      // A NaN score is not kept by max_ps / min_ps: it reaches the row sum instead (below).
+      // A NaN score is not kept by max_ps / min_ps (where one is left in mx, m_new below drops
+      // it): it reaches the row sum instead (below).
       if (check)
         ext = _mm512_cmp_ps_mask(mx, big, _CMP_GE_OQ) |
               _mm512_cmp_ps_mask(_mm512_mul_ps(mn, scale), _mm512_set1_ps(-0x1p127f), _CMP_LE_OQ);
