@@ -668,20 +668,6 @@ Expected naive_attention(const Case& c) {
   return e;
 }
 
-double ulp_of(DType dt, double x) {
-  int mant = 0, min_exp = 0;
-  switch (dt) {
-    case DType::bfloat16: mant = 7, min_exp = -126; break;
-    case DType::float16: mant = 10, min_exp = -14; break;
-    case DType::float32: mant = 23, min_exp = -126; break;
-    default: return 0.0;
-  }
-  const double ax = std::fabs(x);
-  int e = ax > 0.0 ? std::ilogb(ax) : min_exp;
-  if (e < min_exp) e = min_exp;
-  return std::ldexp(1.0, e - mant);
-}
-
 Tol tol_for(DType d) {
   switch (d) {
     case DType::float32: return {1e-5, 1e-4, 0.0, 1e-3};

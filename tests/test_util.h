@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/numeric.h"
 #include "fa4/fa4.h"
 
 namespace fa4test {
@@ -184,9 +185,7 @@ struct Tol {
   double rel_l2, max_abs, cos_min, lse_abs;
 };
 Tol tol_for(DType input_dtype);
-// One unit in the last place of `dt` (bfloat16 / float16 / float32) at magnitude |x|: the spacing
-// of its binade, bottoming out at the subnormal spacing; 0 for other types.
-double ulp_of(DType dt, double x);
+using fa4::core::ulp_of;  // core/numeric.h
 
 // Compares `test` (a backend's result) against the reference run `ref` of the same case:
 // tolerances, empty rows exact (0 / -inf), non-finite patterns equal, every logical output

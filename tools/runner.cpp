@@ -51,22 +51,6 @@ Tolerance tolerance_for(fa4::DType t) {
 
 namespace {
 
-// One unit in the last place of dtype t (bf16, fp16, fp32) at magnitude |x|: the spacing of its
-// binade, down to the subnormal spacing; 0 for other dtypes (e4m3 inputs have bf16 outputs).
-double ulp_of(fa4::DType t, double x) {
-  int mant = 0, min_exp = 0;
-  switch (t) {
-    case fa4::DType::bfloat16: mant = 7, min_exp = -126; break;
-    case fa4::DType::float16: mant = 10, min_exp = -14; break;
-    case fa4::DType::float32: mant = 23, min_exp = -126; break;
-    default: return 0.0;
-  }
-  const double ax = std::fabs(x);
-  int e = ax > 0.0 && std::isfinite(ax) ? std::ilogb(ax) : min_exp;
-  if (e < min_exp) e = min_exp;
-  return std::ldexp(1.0, e - mant);
-}
-
 std::vector<float> to_float(const HostTensor& t) {
   std::vector<float> v;
   if (!t.present()) return v;
@@ -121,7 +105,8 @@ fa4::Status check_against_reference(HostProblem& hp, Device& dev, ErrorStats* e)
     dot += a * r;
     na += a * a;
     e->out_max_abs = std::max(e->out_max_abs, std::fabs(d));
-    e->out_max_abs_beyond = std::max(e->out_max_abs_beyond, std::fabs(d) - ulp_of(hp.out.view.dtype, r));
+    const double ulp = std::isfinite(r) ? fa4::core::ulp_of(hp.out.view.dtype, r) : 0.0;
+    e->out_max_abs_beyond = std::max(e->out_max_abs_beyond, std::fabs(d) - ulp);
   }
   e->out_rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   e->out_cosine = (na > 0 && den > 0) ? dot / std::sqrt(na * den) : (na == den ? 1.0 : 0.0);

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "fa4/tensor.h"
+
 namespace fa4::core {
 
 inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -87,5 +89,22 @@ inline uint8_t f32_to_e4m3(float f) {
 // e4m3 byte of x / scale, both fp32, the quotient rounded once to fp32 and then to e4m3
 // (saturating to +-448, NaN kept; scale 0 or inf gives what the IEEE quotient gives).
 inline uint8_t quantize_e4m3(float x, float scale) { return f32_to_e4m3(x / scale); }
+
+// One unit in the last place of `t` (bfloat16 / float16 / float32) at magnitude |x|: the spacing
+// of its binade, bottoming out at the subnormal spacing; 0 for other types. The rounding
+// allowance of results compared in their output dtype (the tests, the CLI's --check).
+inline double ulp_of(DType t, double x) {
+  int mant = 0, min_exp = 0;
+  switch (t) {
+    case DType::bfloat16: mant = 7, min_exp = -126; break;
+    case DType::float16: mant = 10, min_exp = -14; break;
+    case DType::float32: mant = 23, min_exp = -126; break;
+    default: return 0.0;
+  }
+  const double ax = std::fabs(x);
+  int e = ax > 0.0 ? std::ilogb(ax) : min_exp;
+  if (e < min_exp) e = min_exp;
+  return std::ldexp(1.0, e - mant);
+}
 
 }  // namespace fa4::core
