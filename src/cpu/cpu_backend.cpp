@@ -277,7 +277,7 @@ struct Workspace {
   const void **pfk = nullptr, **pfv = nullptr;     // K / V rows the row-major kernels prefetch
 
   // Carves the buffer (p == nullptr: only counts the bytes).
-  size_t carve(char* p, int terms) {
+  size_t carve(char* p) {
     const int64_t dqk_p = round_up(dqk, 32), mp = mp_max;
     size_t off = 0;
     auto take = [&](int64_t n, int64_t elem) -> void* {
@@ -323,9 +323,9 @@ struct Workspace {
   // terms = 0: no packed panels (fp32 kernels only).
   Workspace(int64_t mp, int64_t nk_, int64_t dqk_, int64_t dv_, int terms_)
       : mp_max(mp), nk(nk_), dqk(dqk_), dv(dv_), dv_p(round_up(dv_, 16)), terms(terms_),
-        buf(carve(nullptr, terms_)) {
+        buf(carve(nullptr)) {
     if (!buf.p) return;  // out of memory: ok() says so
-    carve(static_cast<char*>(buf.p), terms);
+    carve(static_cast<char*>(buf.p));
   }
 };
 

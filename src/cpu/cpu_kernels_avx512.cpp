@@ -154,21 +154,27 @@ void pv_avx512(const float* pt, int64_t mp, int64_t m, int64_t nk, const float* 
 // Softmax step (contract in cpu_kernels.h), 16 query rows per vector; m may end in a half vector
 // (the row-major decode tiles have mp = 8), handled with a lane mask.
 
-// 2^x in 8 vector ops: f = x - floor(x) in [0, 1] by one vreduceps, a degree-6 fit of 2^f on
-// [0, 1] with p(0) = 1 (7.3e-8 relative over [-126, 0] measured, below the ~1.5 ulp of the
-// Cephes polynomial on x - round(x) this replaced, which took 13 ops with its clamps and mask),
-// and vscalefps, which multiplies by 2^floor(x) itself and saturates: 0 for x = -inf or far
-// below -149 (subnormal results in between, as IEEE exp2 gives), inf above 128, NaN stays NaN.
-inline __m512 exp2_512(__m512 x) {
+// 2^x as vscalefps(fit(f), x), f = x - floor(x) in [0, 1] by one vreduceps and fit a
+// polynomial of 2^f on [0, 1] with p(0) = 1 (coefficients highest degree first, evaluated by
+// Horner): vscalefps multiplies by 2^floor(x) itself and saturates: 0 for x = -inf (vreduceps
+// gives 0 there) or far below -149 (subnormal results in between, as IEEE exp2 gives), inf above
+// 128, NaN stays NaN. 2 + degree vector ops.
+template <int N>
+inline __m512 exp2_fit(__m512 x, const float (&c)[N]) {
   const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(2.1613016724586487e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.24678376596421e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675449691712856e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5485282093286514e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402293086051941e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931470632553101e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(c[0]);
+#pragma GCC unroll 8
+  for (int i = 1; i < N; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[i]));
   return _mm512_scalef_ps(p, x);
+}
+
+// 2^x in 8 vector ops: the degree-6 fit (7.3e-8 relative over [-126, 0] measured, below the
+// ~1.5 ulp of the Cephes polynomial on x - round(x) this replaced, which took 13 ops with its
+// clamps and mask).
+inline __m512 exp2_512(__m512 x) {
+  static constexpr float c[] = {2.1613016724586487e-4f, 1.24678376596421e-3f, 9.675449691712856e-3f,
+                                5.5485282093286514e-2f, 2.402293086051941e-1f, 6.931470632553101e-1f, 1.0f};
+  return exp2_fit(x, c);
 }
 
 // tanh(x) = sign(x) (1 - t) / (1 + t), t = e^{-2|x|}, for |x| >= 0.625 (no overflow for any x);
@@ -192,22 +198,16 @@ inline __m512 tanh_512(__m512 x) {
 }
 
 // 2^x for the 16-bit P of the pv product (P is rounded to bf16, or bf16 hi + lo for fp16, and
-// x <= ~0 after the max subtraction): exp2_512's form with a degree-5 fit of 2^f on [0, 1]
-// (1.7e-7 relative in fp32, ~1.5 ulp, far below P's own rounding): 7 vector uops. The form
-// it replaced (a clamp at -126, vrndscaleps -- 2 uops --, a subtraction and a masked vscalefps
-// to return exactly 0 below -126) took 11, and the softmax step is ~1/3 of a bf16 prefill on
-// AMX. Below -126 the result is subnormal down to -149, then 0 (the bf16 P flushes it: a
-// weight < 2^-126 of a finite V -- the driver runs tiles with a non-finite V on the exact fp32
-// P V instead). NaN stays NaN, -inf gives 0 (vreduceps(-inf) = 0, vscalefps(p, -inf) = 0).
+// x <= ~0 after the max subtraction): exp2_fit with a degree-5 fit (1.7e-7 relative in fp32,
+// ~1.5 ulp, far below P's own rounding): 7 vector uops. The form it replaced (a clamp at -126,
+// vrndscaleps -- 2 uops --, a subtraction and a masked vscalefps to return exactly 0 below -126)
+// took 11, and the softmax step is ~1/3 of a bf16 prefill on AMX. Below -126 the result is
+// subnormal down to -149, then 0 (the bf16 P flushes it: a weight < 2^-126 of a finite V -- the
+// driver runs tiles with a non-finite V on the exact fp32 P V instead).
 inline __m512 exp2_p(__m512 x) {
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(1.8672122387215495e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.016630239784718e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5800482630729675e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.401641458272934e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931513547897339e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, x);
+  static constexpr float c[] = {1.8672122387215495e-3f, 9.016630239784718e-3f, 5.5800482630729675e-2f,
+                                2.401641458272934e-1f, 6.931513547897339e-1f, 1.0f};
+  return exp2_fit(x, c);
 }
 
 // Dword i of the result = (bf16(a[i]), bf16(b[i])): vcvtne2ps2bf16 puts b's 16 bf16 in the low
