@@ -549,7 +549,10 @@ int pack_q_avx512(const float* qt, int64_t mp, int64_t dqk, int terms, uint16_t*
   return flags_of(tiny, 0);
 }
 
-int pack_k_avx512(const void* const* krows, DType t, int64_t n, int64_t dqk, int terms, uint16_t* kb) {
+// The packers for any input dtype, 16 elements per step through load_bf16: e4m3 (and fp32)
+// rows, and the fallback of pack_q_rows_bf16; bf16 and fp16 rows take the faster ones below
+// (pack_k_16, pack_v_16, pack_q_rows_bf16), which pack the same bits.
+int pack_k_any(const void* const* krows, DType t, int64_t n, int64_t dqk, int terms, uint16_t* kb) {
   const int64_t dqk_p = rup(dqk, 32), nk_p = rup(n, 32), plane = nk_p * dqk_p;
   __mmask16 tiny = 0, nonfinite = 0;
   for (int64_t j = 0; j < n; ++j)
@@ -599,8 +602,8 @@ inline void transpose16(__m512i r[16]) {
 // bf16 (x pow2) in order are its 16 dim pairs, and one dword transpose makes them the 16 rows
 // of each pair. Same roundings and kTiny reports as pack_q on Q^T x pow2, without the fp32
 // row copies and the fp32 transpose (~8% of a bf16 prefill at S = 512 went to those).
-int pack_q_rows_avx512(const void* const* qrows, DType t, int64_t n, int64_t mp, int64_t dqk, float pow2, int terms,
-                       uint16_t* qv) {
+int pack_q_rows_any(const void* const* qrows, DType t, int64_t n, int64_t mp, int64_t dqk, float pow2, int terms,
+                    uint16_t* qv) {
   const int64_t dqk_p = rup(dqk, 32), plane = dqk_p * mp;
   const __m512 s = _mm512_set1_ps(pow2);
   __mmask16 tiny = 0;
@@ -634,7 +637,7 @@ int pack_q_rows_avx512(const void* const* qrows, DType t, int64_t n, int64_t mp,
 
 // V^T panels, 32 keys x 16 dims at a time: dword (pair jj, dim e) = V[2jj][e] | V[2jj+1][e] << 16,
 // transposed to dim-major rows of 16 pairs (= 32 keys, one AMX A row).
-int pack_v_avx512(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt) {
+int pack_v_any(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt) {
   const int64_t dv_p = rup(dv, 16), nk_p = rup(n, 32), plane = dv_p * nk_p;
   __mmask16 tiny = 0, nonfinite = 0;
   for (int64_t j0 = 0; j0 < nk_p; j0 += 32)
@@ -660,12 +663,26 @@ int pack_v_avx512(const void* const* vrows, DType t, int64_t n, int64_t dv, int 
 }
 
 // ---------------------------------------------------------------------------------------------
-// fp32 panel products (F32Panels, cpu_kernels.h): the micro-kernels above with K / V broadcast
-// from contiguous 8-element runs of packed panels and long key tiles. Measured in isolation (one
-// core, D = 128, 192 query rows, in cache; the machine's FMA peak ~150-165 GFLOP/s): qk 155-165,
-// pv 127 / 144 / 155 GFLOP/s at 32 / 64 / 128 keys per tile (the O^T block's load, rescale and
-// store are paid once per tile), where the row-pointer kernels ran qk ~107, pv ~95-103 on
-// rows copied per query tile.
+// Packers for bf16 and fp16 rows: the AMX path's per-call packing (K / V panels once per key
+// tile, Q once per work unit), which profiles put at 13-19% of a bf16 call. Same panels and
+// flags as the *_any packers above, bit for bit (bench/cpu_pack_bench.cpp check compares two
+// builds), with fewer instructions per byte:
+//   - 32 elements (a 64-byte piece of a row) per load and per store, not 16;
+//   - the kTiny / kNonFinite scan in vector accumulators (and, sub, min, max per 32 bf16: no
+//     mask compares and mask ORs per 16 elements), reduced once per call;
+//   - V^T as a plain 16-bit transpose (a panel row of 32 keys in VNNI pairs is the 32 keys of
+//     that dim in order) of 32 x 32 blocks: vpunpck{l,h}wd pairs the keys, two dword 16 x 16
+//     transposes do the rest, and their last step (128-bit lanes across registers) is left to
+//     the stores, which write each panel row as two 32-byte halves;
+//   - Q from bf16 rows times the power of two 2^k as an add of k to the exponent field;
+//   - software prefetch of the source rows (one kv head of many: rows pages apart). Not of the
+//     panel lines about to be written: that made pack_k / pack_v ~15% faster alone on one
+//     thread from L3, but slower inside the call (2 threads: pack_k's share of a bf16 S 512
+//     D 256 profile 2.2-3.3% -> 5.5-5.9%).
+// Time against the *_any packers (bench/cpu_pack_bench.cpp, one thread, D 64-256), bf16 pack_k /
+// pack_v / pack_q_rows: 0.5-0.7 / 0.65-0.75 / 0.55x in L2, 0.75-0.9 / 0.75-0.85 / 0.45-0.7x from
+// L3; fp16 pack_k 0.5x / 0.75-0.85x, pack_v 0.9-1.0x (the hi / lo split, not the transpose,
+// dominates it). From L3 the packers wait on memory, so a bf16 call gains ~1% (bench/cpu_ab.py).
 
 // The cache lines of one storage row of d elements, toward L1 (the packers read rows that may be
 // a page apart each: one kv head of many, or pages; the hardware prefetcher does not follow).
@@ -675,6 +692,271 @@ inline void prefetch_row(const void* row, DType t, int64_t d) {
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
   _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
 }
+
+// The 64 bytes at p (one or two cache lines), toward L1.
+inline void prefetch64(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  _mm_prefetch(static_cast<const char*>(p) + 63, _MM_HINT_T0);
+}
+
+// Mask of the first k of 32 lanes.
+inline __mmask32 head_mask32(int64_t k) {
+  return k >= 32 ? ~__mmask32(0) : k <= 0 ? __mmask32(0) : (__mmask32(1) << k) - 1;
+}
+
+// The 32 16-bit elements [c0, c0 + 32) of a row of d, 0 from d on (a plain load when all 32
+// are inside: a masked load costs an ALU uop on top).
+inline __m512i load_w32(const uint16_t* row, int64_t c0, int64_t d) {
+  if (c0 + 32 <= d) return _mm512_loadu_si512(row + c0);
+  if (c0 >= d) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi16(head_mask32(d - c0), row + c0);
+}
+
+// kTiny / kNonFinite of bf16 bit patterns, 32 per add, reduced by flags(): with |x| = x & 0x7fff,
+// inf / NaN are |x| >= 0x7f80 (the max), a nonzero subnormal is |x| - 1 < 0x7f unsigned (the
+// min; |x| = 0 wraps to 0xffff and drops out). load_bf16's tests, in two registers.
+struct ScanBf16 {
+  __m512i top = _mm512_setzero_si512();    // max |x|
+  __m512i low = _mm512_set1_epi16(-1);     // min |x| - 1
+  void add(__m512i h) {
+    const __m512i a = _mm512_and_si512(h, _mm512_set1_epi16(0x7fff));
+    top = _mm512_max_epu16(top, a);
+    low = _mm512_min_epu16(low, _mm512_sub_epi16(a, _mm512_set1_epi16(1)));
+  }
+  int flags() const {
+    return (_mm512_cmplt_epu16_mask(low, _mm512_set1_epi16(0x7f)) ? LowpKernels::kTiny : 0) |
+           (_mm512_cmpge_epu16_mask(top, _mm512_set1_epi16(0x7f80)) ? LowpKernels::kNonFinite : 0);
+  }
+};
+
+// kNonFinite of fp16 bit patterns (|x| >= 0x7c00). fp16 rows never set kTiny: an fp16 value
+// and its remainder x - bf16(x) are 0 or at least 2^-24, normal in fp32 and bf16, so
+// load_bf16's subnormal tests never fire on them.
+struct ScanF16 {
+  __m512i top = _mm512_setzero_si512();
+  void add(__m512i h) { top = _mm512_max_epu16(top, _mm512_and_si512(h, _mm512_set1_epi16(0x7fff))); }
+  int flags() const {
+    return _mm512_cmpge_epu16_mask(top, _mm512_set1_epi16(0x7c00)) ? LowpKernels::kNonFinite : 0;
+  }
+};
+
+// 32 fp16 -> bf16 hi = bf16(x) and lo = bf16(x - hi) (x = hi + lo exactly), in element order:
+// load_bf16's arithmetic, two 16-lane halves per instruction pair.
+inline void split_f16(__m512i h, __m512i* hi, __m512i* lo) {
+  const __m512 x0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  const __m512 x1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  const __m512i b = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);  // low half x0, high half x1
+  *hi = b;
+  *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, bf16_widen(_mm512_extracti64x4_epi64(b, 1))),
+                                     _mm512_sub_ps(x0, bf16_widen(_mm512_castsi512_si256(b))));
+}
+
+// transpose16 (16 x 16 dwords, r[i] = row i) whose output row p goes to memory at row(p)
+// (nullptr: not stored). Its last step, a 4 x 4 transpose of 128-bit lanes across registers, is
+// half done by the stores: output row p = [A B C D] (lanes of four registers) is stored as
+// [A B] and [C D], 32 bytes each, from registers that pair two rows' halves ([A B | A' B']):
+// 4 vpermt2q per 4 rows where transpose16 spends 8 shuffles. Shuffles (port 5) bound the
+// packers; an upper-half store (vextracti64x4 to memory) is a plain store.
+template <class Row>
+inline void transpose16_store(__m512i r[16], Row row) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // Now 128-bit lane L of r[4i + k] holds rows 4i .. 4i + 3 of column 4L + k: output row
+  // 4L + k = lane L of (r[k], r[4 + k], r[8 + k], r[12 + k]).
+  const __m512i lanes01 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);    // [a.0 b.0 | a.1 b.1]
+  const __m512i lanes23 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);  // [a.2 b.2 | a.3 b.3]
+  auto store = [&](int p, __m256i ab, __m256i cd) {
+    if (uint16_t* dst = row(p)) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), ab);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16), cd);
+    }
+  };
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i x01 = _mm512_permutex2var_epi64(r[k], lanes01, r[4 + k]);
+    const __m512i y01 = _mm512_permutex2var_epi64(r[8 + k], lanes01, r[12 + k]);
+    const __m512i x23 = _mm512_permutex2var_epi64(r[k], lanes23, r[4 + k]);
+    const __m512i y23 = _mm512_permutex2var_epi64(r[8 + k], lanes23, r[12 + k]);
+    store(k, _mm512_castsi512_si256(x01), _mm512_castsi512_si256(y01));
+    store(4 + k, _mm512_extracti64x4_epi64(x01, 1), _mm512_extracti64x4_epi64(y01, 1));
+    store(8 + k, _mm512_castsi512_si256(x23), _mm512_castsi512_si256(y23));
+    store(12 + k, _mm512_extracti64x4_epi64(x23, 1), _mm512_extracti64x4_epi64(y23, 1));
+  }
+}
+
+// K panel rows from bf16 (F16 = false: a copy, zero-padded to dqk_p) or fp16 rows (hi and lo
+// planes).
+template <bool F16>
+int pack_k_16(const void* const* krows, int64_t n, int64_t dqk, int terms, uint16_t* kb) {
+  const int64_t dqk_p = rup(dqk, 32), nk_p = rup(n, 32), plane = nk_p * dqk_p;
+  std::conditional_t<F16, ScanF16, ScanBf16> scan;
+  for (int64_t j = 0; j < n; ++j) {
+    // Source rows may be pages apart (one kv head of many): 8 rows ahead.
+    if (j + 8 < n) prefetch_row(krows[j + 8], DType::bfloat16, dqk);  // 2-byte elements either way
+    const uint16_t* src = static_cast<const uint16_t*>(krows[j]);
+    uint16_t* dst = kb + j * dqk_p;
+    for (int64_t c0 = 0; c0 < dqk_p; c0 += 32) {
+      const __m512i h = load_w32(src, c0, dqk);
+      scan.add(h);
+      if constexpr (F16) {
+        __m512i hi, lo;
+        split_f16(h, &hi, &lo);
+        _mm512_storeu_si512(dst + c0, hi);
+        if (terms == 2) _mm512_storeu_si512(dst + plane + c0, lo);
+      } else {
+        _mm512_storeu_si512(dst + c0, h);
+      }
+    }
+  }
+  for (int tm = 0; tm < terms; ++tm)
+    std::memset(kb + tm * plane + n * dqk_p, 0, static_cast<size_t>((nk_p - n) * dqk_p) * 2);
+  return scan.flags();
+}
+
+// One 32-key x 32-dim block of V^T: load(i) = the 32 dims of key i (bf16 bits), scan(x) sees
+// each once; the panel row of dim d (32 keys = 16 VNNI pairs, one AMX A row) goes to dst(d).
+// vpunpcklwd of keys 2i, 2i + 1 gives the dwords (key 2i | key 2i + 1 << 16) of dims 8L + 0..3 in
+// 128-bit lane L (dword 4L + q: dim 8L + q), vpunpckhwd those of dims 8L + 4..7; a dword
+// transpose of the 16 pairs then makes each dim's row. One half after the other, the rows
+// reloaded (from L1) for the second: 16 registers per half, no spills.
+template <class Load, class Scan, class Dst>
+inline void vt_block(Load load, Scan scan, Dst dst) {
+  __m512i r[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    const __m512i a = load(2 * i), b = load(2 * i + 1);
+    scan(a);
+    scan(b);
+    r[i] = _mm512_unpacklo_epi16(a, b);
+  }
+  transpose16_store(r, [&](int p) { return dst(8 * (p >> 2) + (p & 3)); });
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_unpackhi_epi16(load(2 * i), load(2 * i + 1));
+  transpose16_store(r, [&](int p) { return dst(8 * (p >> 2) + 4 + (p & 3)); });
+}
+
+// V^T panels from bf16 or fp16 rows, 32 keys x 32 dims per vt_block. fp16: each block's rows
+// are split into hi and lo once, into an L1 stash that the two vt_block calls read.
+template <bool F16>
+int pack_v_16(const void* const* vrows, int64_t n, int64_t dv, int terms, uint16_t* vt) {
+  const int64_t dv_p = rup(dv, 16), nk_p = rup(n, 32), plane = dv_p * nk_p;
+  std::conditional_t<F16, ScanF16, ScanBf16> scan;
+  alignas(64) uint16_t stash[F16 ? 2 : 1][32][32];
+  for (int64_t j0 = 0; j0 < nk_p; j0 += 32) {
+    const uint16_t* row[32];  // nullptr: keys n .. nk_p, zero
+    for (int i = 0; i < 32; ++i) row[i] = j0 + i < n ? static_cast<const uint16_t*>(vrows[j0 + i]) : nullptr;
+    const int64_t next = std::min<int64_t>(32, n - j0 - 32);  // keys of the next block (<= 0: none)
+    for (int64_t e0 = 0; e0 < dv_p; e0 += 32) {
+      // The next block's rows, piece by piece (rows may be pages apart: one kv head of many).
+      if (e0 < dv)
+        for (int i = 0; i < next; ++i) prefetch64(static_cast<const uint16_t*>(vrows[j0 + 32 + i]) + e0);
+      auto load = [&](int i) { return row[i] ? load_w32(row[i], e0, dv) : _mm512_setzero_si512(); };
+      auto dst = [&](int64_t off) {  // dims past dv_p (dv_p - e0 = 16) are not panel rows
+        return [=](int d) { return e0 + d < dv_p ? vt + off + (e0 + d) * nk_p + j0 : nullptr; };
+      };
+      if constexpr (F16) {
+        for (int i = 0; i < 32; ++i) {
+          const __m512i h = load(i);
+          scan.add(h);
+          __m512i hi, lo;
+          split_f16(h, &hi, &lo);
+          _mm512_store_si512(stash[0][i], hi);
+          _mm512_store_si512(stash[1][i], lo);
+        }
+        auto none = [](__m512i) {};
+        for (int tm = 0; tm < terms; ++tm)
+          vt_block([&](int i) { return _mm512_load_si512(stash[tm][i]); }, none, dst(tm * plane));
+      } else {
+        vt_block(load, [&](__m512i h) { scan.add(h); }, dst(0));
+      }
+    }
+  }
+  return scan.flags();
+}
+
+// qv from bf16 rows times pow2 = 2^k. Multiplying by 2^k adds k to the exponent field: where x
+// and x 2^k are normal numbers the product's bits are x + (k << 7) (what the fp32 path gets:
+// the multiply is exact and cvtneps leaves a bf16-exact value as is, no kTiny), and +-0 stays.
+// So Q is packed that way, checking along that every nonzero |x| lies in [lo, hi] (both x and
+// x 2^k normal); where one does not (a bf16 subnormal, inf / NaN, or a product outside the
+// normal range: rare) pack_q_rows_any packs Q again, with its flags. The dims of 16 rows, 32 at
+// a time, are 16 dword pairs per row as loaded: one dword transpose makes the 16 pair rows.
+int pack_q_rows_bf16(const void* const* qrows, int64_t n, int64_t mp, int64_t dqk, float pow2, uint16_t* qv) {
+  uint32_t u;
+  std::memcpy(&u, &pow2, 4);
+  const int e = static_cast<int>(u >> 23);  // biased exponent (sign 0 for a positive power of two)
+  if ((u & 0x807fffff) != 0 || e == 0 || e == 255)
+    return pack_q_rows_any(qrows, DType::bfloat16, n, mp, dqk, pow2, 1, qv);
+  const int k = e - 127, lo = std::max(0x80, 0x80 - 128 * k), hi = std::min(0x7f7f, 0x7f7f - 128 * k);
+  if (lo > hi) return pack_q_rows_any(qrows, DType::bfloat16, n, mp, dqk, pow2, 1, qv);
+  // Range check on 2|x| = x + x (the sign shifted out): the largest 2|x| - 2 lo (16-bit,
+  // unsigned) of the nonzero lanes is at most 2 (hi - lo) iff all are in range (a |x| below lo
+  // wraps to 2^16 - 2 (lo - |x|), above 2 (hi - lo) as hi < 2^15).
+  const __m512i add = _mm512_set1_epi16(static_cast<int16_t>(k * 128));
+  const __m512i lo2 = _mm512_set1_epi16(static_cast<int16_t>(2 * lo));
+  __m512i worst = _mm512_setzero_si512();
+  const int64_t dqk_p = rup(dqk, 32);
+  for (int64_t i0 = 0; i0 < mp; i0 += 16)
+    for (int64_t c0 = 0; c0 < dqk_p; c0 += 32) {
+      if (c0 < dqk)  // the next 16 rows, piece by piece
+        for (int64_t i = i0 + 16; i < std::min(n, i0 + 32); ++i)
+          prefetch64(static_cast<const uint16_t*>(qrows[i]) + c0);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        if (i0 + i >= n) {
+          r[i] = _mm512_setzero_si512();
+          continue;
+        }
+        const __m512i h = load_w32(static_cast<const uint16_t*>(qrows[i0 + i]), c0, dqk);
+        const __mmask32 nz = _mm512_test_epi16_mask(h, _mm512_set1_epi16(0x7fff));
+        worst = _mm512_max_epu16(worst, _mm512_maskz_sub_epi16(nz, _mm512_add_epi16(h, h), lo2));
+        r[i] = _mm512_mask_add_epi16(h, nz, h, add);
+      }
+      transpose16_store(r, [&](int p) { return qv + ((c0 / 2 + p) * mp + i0) * 2; });
+    }
+  if (_mm512_cmpgt_epu16_mask(worst, _mm512_set1_epi16(static_cast<int16_t>(2 * (hi - lo)))))
+    return pack_q_rows_any(qrows, DType::bfloat16, n, mp, dqk, pow2, 1, qv);
+  return 0;
+}
+
+// The LowpKernels entries: bf16 and fp16 rows on the packers above, the rest on the *_any ones.
+int pack_k_avx512(const void* const* krows, DType t, int64_t n, int64_t dqk, int terms, uint16_t* kb) {
+  if (t == DType::bfloat16 && terms == 1) return pack_k_16<false>(krows, n, dqk, terms, kb);
+  if (t == DType::float16) return pack_k_16<true>(krows, n, dqk, terms, kb);
+  return pack_k_any(krows, t, n, dqk, terms, kb);
+}
+
+int pack_v_avx512(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt) {
+  if (t == DType::bfloat16 && terms == 1) return pack_v_16<false>(vrows, n, dv, terms, vt);
+  if (t == DType::float16) return pack_v_16<true>(vrows, n, dv, terms, vt);
+  return pack_v_any(vrows, t, n, dv, terms, vt);
+}
+
+int pack_q_rows_avx512(const void* const* qrows, DType t, int64_t n, int64_t mp, int64_t dqk, float pow2, int terms,
+                       uint16_t* qv) {
+  if (t == DType::bfloat16 && terms == 1) return pack_q_rows_bf16(qrows, n, mp, dqk, pow2, qv);
+  return pack_q_rows_any(qrows, t, n, mp, dqk, pow2, terms, qv);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp32 panel products (F32Panels, cpu_kernels.h): the micro-kernels above with K / V broadcast
+// from contiguous 8-element runs of packed panels and long key tiles. Measured in isolation (one
+// core, D = 128, 192 query rows, in cache; the machine's FMA peak ~150-165 GFLOP/s): qk 155-165,
+// pv 127 / 144 / 155 GFLOP/s at 32 / 64 / 128 keys per tile (the O^T block's load, rescale and
+// store are paid once per tile), where the row-pointer kernels ran qk ~107, pv ~95-103 on
+// rows copied per query tile.
 
 // K panel: 16 keys x 16 dims per step through transpose16; block b gets the low 8 lanes of each
 // transposed dim, block b + 1 the high 8.
