@@ -567,15 +567,15 @@ int pack_k_any(const void* const* krows, DType t, int64_t n, int64_t dqk, int te
   return flags_of(tiny, nonfinite);
 }
 
-// In-register transpose of a 16 x 16 dword block (r[i] = row i on entry, column i on exit).
-inline void transpose16(__m512i r[16]) {
+// The first two steps of a 16 x 16 dword transpose (r[i] = row i on entry): afterwards 128-bit
+// lane L of r[4i + k] holds rows 4i .. 4i + 3 of column 4L + k.
+inline void transpose16_dwords_qwords(__m512i r[16]) {
   __m512i t[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
   }
-  // s[4i + k], 128-bit lane L = column 4L + k, rows 4i .. 4i + 3
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
@@ -583,7 +583,13 @@ inline void transpose16(__m512i r[16]) {
     r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
     r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
   }
-  // out row 4L + k, lane i = s[4i + k] lane L: a 4 x 4 transpose of 128-bit lanes per k.
+}
+
+// In-register transpose of a 16 x 16 dword block (r[i] = row i on entry, column i on exit).
+inline void transpose16(__m512i r[16]) {
+  transpose16_dwords_qwords(r);
+  // out row 4L + k, lane i = r[4i + k] lane L: a 4 x 4 transpose of 128-bit lanes per k.
+  __m512i t[16];
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
     const __m512i x0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x44), x1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xee);
@@ -759,19 +765,7 @@ inline void split_f16(__m512i h, __m512i* hi, __m512i* lo) {
 // packers; an upper-half store (vextracti64x4 to memory) is a plain store.
 template <class Row>
 inline void transpose16_store(__m512i r[16], Row row) {
-  __m512i t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
+  transpose16_dwords_qwords(r);
   // Now 128-bit lane L of r[4i + k] holds rows 4i .. 4i + 3 of column 4L + k: output row
   // 4L + k = lane L of (r[k], r[4 + k], r[8 + k], r[12 + k]).
   const __m512i lanes01 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);    // [a.0 b.0 | a.1 b.1]
