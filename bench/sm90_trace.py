@@ -10,6 +10,7 @@ causal shapes, where a CTA's tiles are few and light.
   bash bench/stage_sm90_variant.sh trace -DFA4_SM90_TRACE=1       # build-device/lib/libfa4_trace.so
   device: python3 bench/sm90_trace.py --lib build-device/lib/libfa4_trace.so --out $OUT \\
               --shapes "128 2048 1" "128 8192 0"                   # D S causal (bf16, B*S = 16384, H*D = 2048)
+              --decode "1 1 32 8 8192" "4 1 32 8 8192"             # B Sq Hq Hkv kv (D 128, a full cache)
 
 The library writes the last launch's records to $FA4_SM90_TRACE_FILE (src/cuda/sm90/fwd_trace.cuh
 has the layout); this script sets it, calls the kernel a few times and reads the last one.
@@ -137,12 +138,33 @@ def analyze(meta, recs):
     return out
 
 
+def report(r, title):
+    sh = r["shares"]
+    fit = r["mainloop_fit_ns"]
+    print(f"{title}, {r['grid']} CTAs x {r['consumers']} consumers, tiles/CTA {r['tiles_per_cta']}, "
+          f"key tiles/tile {r['key_tiles_mean']:.1f}, clock {r['clock_ghz']:.2f} GHz", flush=True)
+    print("   consumer time: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in sh.items()) +
+          f"  | mainloop = {fit['fixed']:.0f} ns + {fit['per_key_tile']:.0f} ns/key tile, epilogue {r['epilogue_ns']:.0f} ns"
+          f" | slope-only {100 * r['slope_only_share']:.1f}%  | CTA end min/mean/max us {r['cta_end_us'][0]:.1f}/"
+          f"{r['cta_end_us'][1]:.1f}/{r['cta_end_us'][2]:.1f}", flush=True)
+    if "parts" in r:
+        print("   hand-off / Q wait parts: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in r["parts"].items()) +
+              "  | Q (ns): " + "  ".join(f"{k} {v:.0f}" for k, v in r["q_ns"].items()), flush=True)
+    cf = r["cta_end_fit"]
+    print(f"   CTA key tiles min/mean/max {r['cta_key_tiles'][0]:.0f}/{r['cta_key_tiles'][1]:.1f}/{r['cta_key_tiles'][2]:.0f}"
+          f"  end fit {cf['ns_per_key_tile']:.0f} ns/key tile + {cf['ns_per_tile']:.0f} ns/tile + {cf['ns_fixed']:.0f} ns,"
+          f" residual sd {cf['resid_std_us']:.2f} us  clock {r['ghz_min_max'][0]:.2f}-{r['ghz_min_max'][1]:.2f} GHz"
+          f"  slowest {[(s['sm'], round(s['end_us'], 1), s['key_tiles'], s['tiles']) for s in r['slowest_ctas']]}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--out", default=".")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
-    ap.add_argument("--shapes", nargs="+", default=["128 2048 1", "128 8192 0"], help='"D S causal" each')
+    ap.add_argument("--shapes", nargs="*", default=["128 2048 1", "128 8192 0"], help='"D S causal" each')
+    ap.add_argument("--decode", nargs="*", default=[], help='"B Sq Hq Hkv kv" each: a decode call on a full '
+                                                            'contiguous KV cache, D 128 (Sq > 1: causal)')
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)  # the library does not create the trace file's folder
     fa4 = Fa4(args.lib)
@@ -150,38 +172,37 @@ def main():
     trace_file = os.path.join(args.out, "sm90_trace.bin")
     os.environ["FA4_SM90_TRACE_FILE"] = trace_file
     results = []
+    def traced(p):
+        for _ in range(4):
+            fa4.call(p)
+        torch.cuda.synchronize()
+        meta, recs = read_trace(trace_file)
+        return analyze(meta, recs)
+
     for spec in args.shapes:
         d, s, causal = (int(x) for x in spec.split())
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
         out = torch.empty_like(q)
-        p = fa4.params(q, k, v, out, causal=bool(causal))
-        for _ in range(4):
-            fa4.call(p)
-        torch.cuda.synchronize()
-        meta, recs = read_trace(trace_file)
-        r = analyze(meta, recs)
+        r = traced(fa4.params(q, k, v, out, causal=bool(causal)))
         flops = 4 * b * h * s * s * d / (2 if causal else 1)
         r.update(d=d, s=s, causal=causal, b=b, h=h, tflops_traced=flops / r["kernel_ns"] / 1e3)
         results.append(r)
-        sh = r["shares"]
-        fit = r["mainloop_fit_ns"]
-        print(f"D {d} S {s} causal {causal}: {r['kernel_ns'] / 1e3:.1f} us ({r['tflops_traced']:.0f} TFLOP/s traced), "
-              f"{r['grid']} CTAs x {r['consumers']} consumers, tiles/CTA {r['tiles_per_cta']}, "
-              f"key tiles/tile {r['key_tiles_mean']:.1f}, clock {r['clock_ghz']:.2f} GHz", flush=True)
-        print("   consumer time: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in sh.items()) +
-              f"  | mainloop = {fit['fixed']:.0f} ns + {fit['per_key_tile']:.0f} ns/key tile, epilogue {r['epilogue_ns']:.0f} ns"
-              f" | slope-only {100 * r['slope_only_share']:.1f}%  | CTA end min/mean/max us {r['cta_end_us'][0]:.1f}/"
-              f"{r['cta_end_us'][1]:.1f}/{r['cta_end_us'][2]:.1f}", flush=True)
-        if "parts" in r:
-            print("   hand-off / Q wait parts: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in r["parts"].items()) +
-                  "  | Q (ns): " + "  ".join(f"{k} {v:.0f}" for k, v in r["q_ns"].items()), flush=True)
-        cf = r["cta_end_fit"]
-        print(f"   CTA key tiles min/mean/max {r['cta_key_tiles'][0]:.0f}/{r['cta_key_tiles'][1]:.1f}/{r['cta_key_tiles'][2]:.0f}"
-              f"  end fit {cf['ns_per_key_tile']:.0f} ns/key tile + {cf['ns_per_tile']:.0f} ns/tile + {cf['ns_fixed']:.0f} ns,"
-              f" residual sd {cf['resid_std_us']:.2f} us  clock {r['ghz_min_max'][0]:.2f}-{r['ghz_min_max'][1]:.2f} GHz"
-              f"  slowest {[(s['sm'], round(s['end_us'], 1), s['key_tiles'], s['tiles']) for s in r['slowest_ctas']]}", flush=True)
+        report(r, f"D {d} S {s} causal {causal}: {r['kernel_ns'] / 1e3:.1f} us ({r['tflops_traced']:.0f} TFLOP/s traced)")
         del q, k, v, out
+    for spec in args.decode:
+        b, sq, hq, hkv, kv = (int(x) for x in spec.split())
+        d = 128
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
+        kc, vc = (torch.randn(b, kv, hkv, d, device="cuda", dtype=dt) for _ in range(2))
+        out = torch.empty_like(q)
+        seqlens = torch.full((b,), kv, device="cuda", dtype=torch.int32)
+        r = traced(fa4.params(q, kc, vc, out, causal=sq > 1, cache_seqlens=seqlens))
+        gbs = 2 * b * kv * hkv * d * q.element_size() / r["kernel_ns"]
+        r.update(d=d, b=b, sq=sq, hq=hq, hkv=hkv, kv_len=kv, kernel_gbs=gbs)
+        results.append(r)
+        report(r, f"decode B {b} Sq {sq} {hq}/{hkv} kv {kv}: kernel {r['kernel_ns'] / 1e3:.1f} us ({gbs:.0f} GB/s of K+V)")
+        del q, kc, vc, out
     with open(os.path.join(args.out, "sm90_trace.json"), "w") as f:
         json.dump(results, f, indent=1)
 

@@ -519,9 +519,10 @@ Status cuda_forward(const Problem& pb) {
         P.tile_counter = tile_counter_for(p, &counters);
         if (P.tile_counter == nullptr) P.sched.dynamic = 0;
       }
-      // FA4_SM90_FUSED_COMBINE: the kernel merges its splits where a counter per (tile, consumer)
-      // fits the block (fwd_epilogue.cuh numbers the tiles); else the combine kernel below does.
-      if (FA4_SM90_FUSED_COMBINE && pl.splits > 1) {
+      // FA4_SM90_FUSED_COMBINE: the instance merges its splits (sm90::fused_merge) where a counter
+      // per (tile, consumer) fits the block (fwd_epilogue.cuh numbers the tiles); else the combine
+      // kernel below does.
+      if (cuda::sm90::fused_merge(pl.dqk, pl.dv, pl.sm90_tile) && pl.splits > 1) {
         const int64_t consumers = cuda::sm90::tile_cfg(pl.dqk, pl.dv, pl.sm90_tile).consumers;
         const int64_t slots = (pl.rows_total * (pl.pack_gqa ? pb.group : 1) / pl.m + pb.batch + 1) * pl.grid.y * consumers;
         if (slots <= static_cast<int64_t>(cuda::TileCounterPool::kSplitBytes / sizeof(uint32_t))) {

@@ -157,7 +157,6 @@ bool sm90_fills_device(const Problem& pb, const DeviceLimits& dl) {
 // 128-row tile for <= 64 rows) 0.7-2 % behind (H200 2026-12-04, B 32, 32 / 8, Sq 1 / 4,
 // kv 8k / 128k: docs/perf/h200-2026-12-04-session.md); below that the sm90 split-KV won 2-17 %.
 bool sm80_takes_decode(const Problem& pb, const DeviceLimits& dl) {
-  if (FA4_SM90_SOLO) return false;  // the A/B of the one-consumer decode against sm80 (fwd_config.h)
   sm90::DimPair d{};
   sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
   const int64_t m = sm90::tile_cfg(d.dqk, d.dv, sm90_tile(pb, d)).block_m();

@@ -69,6 +69,25 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrival_co
 // fence.mbarrier_init.release.cluster: makes preceding mbarrier.init visible to the async proxy
 // (TMA complete_tx) and to other CTAs of the cluster; a plain __syncthreads does not order the
 // init against async-proxy operations.
+// Programmatic dependent launch (PTX griddepcontrol, sm_90): a grid launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start while the grid before it in the
+// stream still runs; griddep_wait blocks until that grid has completed and its memory is visible
+// (a no-op for a grid launched without the attribute), griddep_launch_dependents lets the next
+// such grid be scheduled once every CTA of this one has called it or exited.
+__device__ __forceinline__ void griddep_wait() {
+#if FA4_PTX_SM90
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if FA4_PTX_SM90
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
 __device__ __forceinline__ void fence_mbarrier_init() {
 #if FA4_PTX_SM90
   ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);

@@ -106,19 +106,28 @@
 //                          one query token) run consumer 0 alone (Sm90Params::solo): the other
 //                          consumers did the same GEMMs on empty rows, which left the B 1 decode
 //                          at ~31 GB/s per SM, compute-bound (H200 2026-12-04: 2 consumers x
-//                          2 GEMMs of 64 x 128 x 128 per 64 KB key tile). Also routes every
-//                          decode shape to sm90 (cuda/plan.cpp sm80_takes_decode), for the A/B
-//                          against sm80 at B 32. 0 until measured (compiled only, 2026-12-04).
+//                          2 GEMMs of 64 x 128 x 128 per 64 KB key tile). H200 2026-12-05: B 1 / 4
+//                          +2-5 %; B 32 -2 % when it also took sm80's unsplit decode shapes (no
+//                          longer: cuda/plan.cpp sm80_takes_decode keeps them on sm80).
 #ifndef FA4_SM90_SOLO
 #define FA4_SM90_SOLO 0
 #endif
 //   FA4_SM90_FUSED_COMBINE 1: split-KV launches merge their partials in the kernel: the last
 //                          split to finish a consumer's 64 rows (an atomic counter per tile and
-//                          consumer) merges them (cuda/combine/combine_row.cuh), so no combine
-//                          kernel follows. 0 until measured (compiled only, 2026-12-04): the
-//                          combine launch is ~2-5 us of a 30 us B 1 decode call (estimate).
+//                          consumer) merges them (sm90/fwd_epilogue.cuh merge_split_rows), so no
+//                          combine kernel follows -- in the instances of fused_merge below.
+//                          H200 2026-12-05 (docs/perf/h200-2026-12-05-session.md): decode B 1 / 4
+//                          at kv 8k +7-11 %, kv 128k +1-2 %, B 32 (unsplit) unchanged.
 #ifndef FA4_SM90_FUSED_COMBINE
-#define FA4_SM90_FUSED_COMBINE 0
+#define FA4_SM90_FUSED_COMBINE 1
+#endif
+//   FA4_SM90_PDL           1: the kernel is launched as a programmatic dependent of the stream's
+//                          previous grid (ptx::griddep_*): its CTAs start, and init their
+//                          barriers, while that grid's last CTAs still run, and wait for it before
+//                          any global access. For decode calls of ~20-30 us, where a launch's ramp
+//                          and drain are a visible share. 0 until measured (2026-12-05).
+#ifndef FA4_SM90_PDL
+#define FA4_SM90_PDL 0
 #endif
 //   FA4_SM90_DECODE        1: the sm90 kernel takes decode-shaped problems too (issue 13): PackGQA
 //                          (a group's query heads share one kv head's tile rows: fwd_work.cuh),
@@ -298,6 +307,14 @@ constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
   (void)dv;
   if (t == Tile::long_keys) return {2, FA4_SM90_BLOCK_N_D256_LONG, 2};
   return {2, FA4_SM90_BLOCK_N_D256, 2};
+}
+
+// The instances whose split-KV launches merge their own partials (FA4_SM90_FUSED_COMBINE): those
+// whose consumers take the merge without spilling (its call, sm90/fwd_epilogue.cuh). The
+// three-consumer D 64 tile (160 registers) spilled 88 local ops into its key loop, the 80-key
+// D 256 tile 186, the (192, 128) tile 8; their splits go through the combine kernel.
+constexpr bool fused_merge(int dqk, int dv, Tile t = Tile::standard) {
+  return FA4_SM90_FUSED_COMBINE && dqk == dv && tile_cfg(dqk, dv, t).consumers == 2 && t != Tile::long_keys;
 }
 
 constexpr int kSmemLimit = 227 * 1024;  // the opt-in shared memory of one sm_90 block

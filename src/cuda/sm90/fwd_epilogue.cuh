@@ -17,15 +17,112 @@
 
 namespace fa4::cuda::sm90 {
 
+// (FA4_SM90_FUSED_COMBINE) The rows one split-KV tile's consumer merges: where they are.
+struct MergeTile {
+  int64_t token0, o_base, o_step;  // SeqInfo's (query row 0's token, out offsets)
+  int batch, head, rows_seq, row0;
+};
+
+// The merge of one consumer's rows of every split into out / lse, by its 128 threads: thread (row r,
+// columns col0 .. col0 + kCols - 1), so a pass covers 128 / (Dv / kCols) rows, and every split's
+// loads (its lse, its 16-byte column pieces) are independent of the running sums: the unrolled
+// loops keep several splits in flight. (One warp per row, combine_row_warp, walked a decode
+// tile's rows one after another: 4 dependent rows per warp at Sq 4 x GQA 4, 0.64x of the
+// separate combine kernel; H200 2026-12-05.)
+template <class Elem, int kDv, int kCols>
+__device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const MergeTile& t, const int tid) {
+  constexpr int kOut = static_cast<int>(std::is_same_v<Elem, __half> ? DType::float16 : DType::bfloat16);
+  constexpr int kThreadsPerRow = kDv / kCols, kRowsPerPass = 128 / kThreadsPerRow;
+  constexpr int kUnroll = kCols > 8 ? 4 : 8;
+  static_assert(kCols % 4 == 0 && kDv % kCols == 0 && 128 % kThreadsPerRow == 0, "merge: whole 16-byte pieces per thread");
+  const int64_t split_rows = p.rows_total * p.hq;  // partial rows per split
+  const int col0 = (tid % kThreadsPerRow) * kCols;
+  for (int r = tid / kThreadsPerRow; r < kRowsPerConsumer; r += kRowsPerPass) {
+    const int m = t.row0 + r;
+    if (m >= t.rows_seq) break;
+    int i = m, head = t.head;
+    if (p.pack_gqa) i = m / p.group, head += m - i * p.group;
+    const int64_t prow = (t.token0 + i) * p.hq + head;  // split 0's row
+    const float* lp = p.lse_part + prow;
+    // lse = log sum_s exp(lse_s), online (a split that saw no key has lse_s = -inf)
+    float mx = -INFINITY, sum = 0.f;
+#pragma unroll kUnroll
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float x = __ldcg(lp + s * split_rows);  // (L2: rows other CTAs wrote in this launch)
+      if (x > mx) {
+        sum = sum * __expf(mx - x) + 1.f;
+        mx = x;
+      } else if (x != -INFINITY) {
+        sum += __expf(x - mx);
+      }
+    }
+    const bool empty = !(sum > 0.f);
+    const float lse = empty ? -INFINITY : mx + __logf(sum);
+    float acc[kCols];
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) acc[k] = 0.f;
+    const float* op = p.o_part + prow * p.dv_pad + col0;
+    if (!empty) {
+#pragma unroll kUnroll
+      for (int s = 0; s < p.num_splits; ++s) {
+        const float wt = __expf(__ldcg(lp + s * split_rows) - lse);
+        const float4* src = reinterpret_cast<const float4*>(op + s * split_rows * p.dv_pad);
+#pragma unroll
+        for (int q = 0; q < kCols / 4; ++q) {
+          const float4 x = __ldcg(src + q);
+          // a split that saw nothing adds nothing (not even 0 * NaN from its unused row)
+          acc[4 * q] += wt != 0.f ? wt * x.x : 0.f;
+          acc[4 * q + 1] += wt != 0.f ? wt * x.y : 0.f;
+          acc[4 * q + 2] += wt != 0.f ? wt * x.z : 0.f;
+          acc[4 * q + 3] += wt != 0.f ? wt * x.w : 0.f;
+        }
+      }
+    }
+    const int64_t out_off = t.o_base + i * t.o_step + head * p.o_sh + col0;
+    Elem* dst = static_cast<Elem*>(p.out) + out_off;
+    if (col0 + kCols <= p.dv && (reinterpret_cast<uintptr_t>(dst) & (kCols == 4 ? 7 : 15)) == 0) {
+      uint32_t v[kCols / 2];
+#pragma unroll
+      for (int k = 0; k < kCols / 2; ++k) v[k] = ptx::pack2<Elem>(acc[2 * k], acc[2 * k + 1]);
+      if constexpr (kCols == 4) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(v[0], v[1]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kCols / 8; ++k) reinterpret_cast<uint4*>(dst)[k] = make_uint4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+      }
+    } else {  // a padded head dim's last piece, or an output row not 16-byte aligned
+#pragma unroll
+      for (int k = 0; k < kCols; ++k)
+        if (col0 + k < p.dv) store_out(p.out, out_off + k, kOut, acc[k]);
+    }
+    if (tid % kThreadsPerRow == 0 && p.lse != nullptr) {
+      const int64_t lo = p.varlen_q ? (t.token0 + i) * p.lse_si : t.batch * p.lse_sb + i * p.lse_si;
+      p.lse[lo + head * p.lse_sh] = lse;
+    }
+  }
+}
+
+// Columns per thread by the rows to merge: all 128 threads busy where the rows are few (a decode
+// tile: 1-16 packed rows), 16 columns (four 16-byte loads per split) where they are many. Not
+// inlined into the kernel: inlined, its loads in flight and accumulators raised the register
+// pressure of the whole consumer, and the D 64 instance spilled 106 local ops (prefill
+// 0.82-0.95x, H200 2026-12-05).
+template <class Elem, int kDv>
+__device__ __noinline__ void merge_split_rows(const FwdArgs& p, const MergeTile t, const int tid) {
+  const int rows = t.rows_seq - t.row0 < kRowsPerConsumer ? t.rows_seq - t.row0 : kRowsPerConsumer;
+  if (rows * kDv <= 128 * 4) merge_rows_by<Elem, kDv, 4>(p, t, tid);
+  else if (rows * kDv <= 128 * 8) merge_rows_by<Elem, kDv, 8>(p, t, tid);
+  else merge_rows_by<Elem, kDv, 16>(p, t, tid);
+}
+
 // (FA4_SM90_FUSED_COMBINE) After a consumer wrote its split's partial rows: one arrival on the
 // counter of (tile, consumer); the split that arrives last merges the rows of every split
-// (one warp per row, combine_row.cuh) into out / lse and zeroes the counter for the next launch.
+// (merge_split_rows) and zeroes the counter for the next launch.
 // Every split of a tile computes the same counter index: its tiles are numbered from the
 // sequence's first packed row, token0 * group / block_m + batch + m_block (unique: a sequence of
 // r rows has at most ceil(r / block_m) tiles), times the grid heads, times the consumers.
 template <class T>
 __device__ __forceinline__ void merge_splits_if_last(const Sm90Params& P, Consumer<T>& cs, int row0) {
-  using Elem = typename T::Elem;
   const FwdArgs& p = cs.p;
   const TileWork& w = cs.w;
   const int tid = cs.tid;
@@ -44,21 +141,7 @@ __device__ __forceinline__ void merge_splits_if_last(const Sm90Params& P, Consum
   }
   if (!ptx::named_barrier_sync_or(bar, 128, last)) return;
   __threadfence();  // the other splits' rows, published before their arrivals
-  constexpr int32_t kOut = static_cast<int32_t>(std::is_same_v<Elem, __half> ? DType::float16 : DType::bfloat16);
-  const int64_t split_rows = p.rows_total * p.hq;  // partial rows per split
-  for (int r = tid / 32; r < kRowsPerConsumer; r += 4) {
-    const int m = row0 + r;
-    if (m >= w.rows_seq) break;
-    int i = m, head = w.head;
-    if (p.pack_gqa) i = m / p.group, head += m - i * p.group;
-    const int64_t prow = (w.si.token0 + i) * p.hq + head;  // split 0's row
-    const float lse = combine_row_warp<true>(p.lse_part + prow, split_rows, p.o_part + prow * p.dv_pad, split_rows * p.dv_pad,
-                                             p.num_splits, p.dv, p.out, w.si.o_base + i * w.si.o_step + head * p.o_sh, kOut);
-    if (tid % 32 == 0 && p.lse != nullptr) {
-      const int64_t lo = p.varlen_q ? (w.si.token0 + i) * p.lse_si : w.batch * p.lse_sb + i * p.lse_si;
-      p.lse[lo + head * p.lse_sh] = lse;
-    }
-  }
+  merge_split_rows<typename T::Elem, T::kDv>(p, MergeTile{w.si.token0, w.si.o_base, w.si.o_step, w.batch, w.head, w.rows_seq, row0}, tid);
 }
 
 template <class T>
@@ -115,7 +198,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
       for (int cb = 0; cb < kDv / 8; ++cb)
         *reinterpret_cast<float2*>(dst + 8 * cb) = make_float2(cs.o[4 * cb + 2 * h] * scale[h], cs.o[4 * cb + 2 * h + 1] * scale[h]);
     }
-    if (FA4_SM90_FUSED_COMBINE && P.split_counter != nullptr && row0 < w.rows_seq) merge_splits_if_last<T>(P, cs, row0);
+    if (T::kFusedMerge && P.split_counter != nullptr && row0 < w.rows_seq) merge_splits_if_last<T>(P, cs, row0);
     // Nothing was staged in shared memory; hand back what the staged path would release (the O
     // staging space over the V ring, the Q tile).
     if (T::kOInV) {

@@ -49,6 +49,7 @@ struct FwdTraits {
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   static constexpr bool kDynamicWalk = dynamic_walk(kDqk, kTile);  // the producer can claim tiles
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
+  static constexpr bool kFusedMerge = fused_merge(kDqk, kDv, kTile);  // split-KV merged in-kernel
   using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");
@@ -76,6 +77,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     trace::cta_start(P.trace);
   }
   __syncthreads();
+  // (FA4_SM90_PDL) Launched while the previous grid of the stream may still run: every global
+  // access (the schedule's sequence lengths, Q / K / V, the outputs a previous combine may still
+  // read, the tile counters) waits for it here; only the barrier init above ran early. The next
+  // grid may be scheduled at once: its CTAs take SMs as this grid's CTAs exit.
+  if (FA4_SM90_PDL) {
+    ptx::griddep_wait();
+    ptx::griddep_launch_dependents();
+  }
 
   if (role_of(threadIdx.x) == Role::producer) {
     ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();

@@ -76,6 +76,15 @@ cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream)
 #if FA4_SM90_TRACE
   if (const char* file = std::getenv("FA4_SM90_TRACE_FILE")) return launch_traced<T>(P, grid, stream, file);
 #endif
+  if (FA4_SM90_PDL) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = dim3(T::kThreads), cfg.dynamicSmemBytes = T::kSmemBytes, cfg.stream = stream;
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, fwd_kernel<T>, P);
+  }
   fwd_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(P);
   return cudaGetLastError();
 }
