@@ -364,6 +364,23 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   }
   EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::short_masked, 128, 128));
   EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::long_keys, 128, 128));
+  // Split-KV launches of the D 128 tile run the instance that merges its own splits (the same
+  // tile shape and shared memory as the standard one); every other dim keeps its tile.
+  EXPECT_TRUE(fa4::cuda::sm90::has_tile(Tile::split_kv, 128, 128));
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::split_kv, 64, 64));
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::split_kv, 256, 256));
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::split_kv, 192, 128));
+  EXPECT_EQ(fa4::cuda::sm90::smem_bytes(128, 128, Tile::split_kv), fa4::cuda::sm90::smem_bytes(128, 128, Tile::standard));
+  auto decode = [](int64_t d, int32_t splits) {
+    return Planned({.batch = 1, .hq = 32, .hkv = 8, .dqk = d, .dv = d, .sq = 1, .sk = 8192, .num_splits = splits}).on(h200_auto());
+  };
+  const Plan split128 = decode(128, 0);
+  EXPECT_EQ(split128.kernel, Kernel::sm90);
+  EXPECT_GT(split128.splits, 1);
+  EXPECT_EQ(std::make_tuple(split128.sm90_tile, split128.m, split128.n), std::make_tuple(Tile::split_kv, 128, 128));
+  EXPECT_EQ(decode(128, 1).sm90_tile, Tile::standard);  // one split: nothing to merge
+  EXPECT_NE(decode(64, 0).sm90_tile, Tile::split_kv);
+  EXPECT_NE(decode(256, 0).sm90_tile, Tile::split_kv);
 }
 
 // Persistent CTAs: at most one per SM, walking the tile grid; a causal schedule groups the

@@ -265,7 +265,10 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 //                 diagonals), -5 % at causal 2k and -4 to -16 % without a mask
 //   long_keys     D = 256 only: 80-key tiles instead of 64: +1.3-3 % from S = 4k (causal and
 //                 not), -2 to -6 % at S <= 1k
-enum class Tile { standard, short_masked, long_keys };
+// split_kv: the standard D 128 tile of a split-KV launch, with the in-kernel merge of the splits
+// compiled in (fused_merge) -- an instance of its own: compiled into the standard instance, the
+// merge's call cost its prefill 3-4.5 % (H200 2026-12-05), though its SASS had no spill.
+enum class Tile { standard, short_masked, long_keys, split_kv };
 // Instances whose consumer index c is broadcast from lane 0 (fwd_kernel.cuh): ptxas then keeps
 // c-derived values uniform -- the Q descriptors of S = Q K^T, which otherwise sit in vector
 // registers and take two R2UR before each wgmma (16 per D 128 tile; ncu 2026-12-03, FA3 has none).
@@ -291,8 +294,8 @@ constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
   return FA4_SM90_DYNAMIC && (dqk > 64 || (FA4_SM90_DYNAMIC_SHORT_D64 && t == Tile::short_masked));
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
-  (void)dv;
-  return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192);
+  return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
+         (t == Tile::split_kv && dqk == 128 && dv == 128 && FA4_SM90_FUSED_COMBINE);
 }
 
 constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
@@ -309,13 +312,11 @@ constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
   return {2, FA4_SM90_BLOCK_N_D256, 2};
 }
 
-// The instances whose split-KV launches merge their own partials (FA4_SM90_FUSED_COMBINE): those
-// whose consumers take the merge without spilling (its call, sm90/fwd_epilogue.cuh). The
-// three-consumer D 64 tile (160 registers) spilled 88 local ops into its key loop, the 80-key
-// D 256 tile 186, the (192, 128) tile 8; their splits go through the combine kernel.
-constexpr bool fused_merge(int dqk, int dv, Tile t = Tile::standard) {
-  return FA4_SM90_FUSED_COMBINE && dqk == dv && tile_cfg(dqk, dv, t).consumers == 2 && t != Tile::long_keys;
-}
+// The instances whose split-KV launches merge their own partials (FA4_SM90_FUSED_COMBINE): the
+// split_kv tile (D 128). Elsewhere the merge spilled the consumers (inlined: the three-consumer
+// D 64 tile 106 local ops, prefill -15-18 %; called: the 80-key D 256 tile 186, the (192, 128) tile
+// 8) or slowed the prefill that shares the instance, so their splits go through the combine kernel.
+constexpr bool fused_merge(int dqk, int dv, Tile t) { return t == Tile::split_kv && has_tile(t, dqk, dv); }
 
 constexpr int kSmemLimit = 227 * 1024;  // the opt-in shared memory of one sm_90 block
 

@@ -103,12 +103,12 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const MergeTile&
 }
 
 // Columns per thread by the rows to merge: all 128 threads busy where the rows are few (a decode
-// tile: 1-16 packed rows), 16 columns (four 16-byte loads per split) where they are many. Not
-// inlined into the kernel: inlined, its loads in flight and accumulators raised the register
-// pressure of the whole consumer, and the D 64 instance spilled 106 local ops (prefill
-// 0.82-0.95x, H200 2026-12-05).
+// tile: 1-16 packed rows), 16 columns (four 16-byte loads per split) where they are many. Only in
+// the split_kv instance (fwd_config.h fused_merge): inlined into the three-consumer D 64 tile it
+// spilled 106 local ops into the key loop; called (not inlined) from the standard D 128 tile it
+// cost that tile's prefill 3-4.5 % and the Sq 4 decode 4-9 % against inlined (H200 2026-12-05).
 template <class Elem, int kDv>
-__device__ __noinline__ void merge_split_rows(const FwdArgs& p, const MergeTile t, const int tid) {
+__device__ __forceinline__ void merge_split_rows(const FwdArgs& p, const MergeTile t, const int tid) {
   const int rows = t.rows_seq - t.row0 < kRowsPerConsumer ? t.rows_seq - t.row0 : kRowsPerConsumer;
   if (rows * kDv <= 128 * 4) merge_rows_by<Elem, kDv, 4>(p, t, tid);
   else if (rows * kDv <= 128 * 8) merge_rows_by<Elem, kDv, 8>(p, t, tid);

@@ -89,7 +89,8 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
     case 64:
       return tile == Tile::short_masked ? launch_fwd_d64_short_masked(P, bf16, grid, stream)
                                         : launch_fwd_d64(P, bf16, grid, stream);
-    case 128: return launch_fwd_d128(P, bf16, grid, stream);
+    case 128:
+      return tile == Tile::split_kv ? launch_fwd_d128_split_kv(P, bf16, grid, stream) : launch_fwd_d128(P, bf16, grid, stream);
     case 192: return launch_fwd_d192_128(P, bf16, grid, stream);
     case 256:
       return tile == Tile::long_keys ? launch_fwd_d256_long_keys(P, bf16, grid, stream)
