@@ -115,9 +115,9 @@
 //   FA4_SM90_FUSED_COMBINE 1: split-KV launches merge their partials in the kernel: the last
 //                          split to finish a consumer's 64 rows (an atomic counter per tile and
 //                          consumer) merges them (sm90/fwd_epilogue.cuh merge_split_rows), so no
-//                          combine kernel follows -- in the instances of fused_merge below.
-//                          H200 2026-12-05 (docs/perf/h200-2026-12-05-session.md): decode B 1 / 4
-//                          at kv 8k +7-11 %, kv 128k +1-2 %, B 32 (unsplit) unchanged.
+//                          combine kernel follows -- in the split_kv instance (D 128, fused_merge
+//                          below). H200 2026-12-05 (docs/perf/h200-2026-12-05-session.md): decode
+//                          B 1 / 4 at kv 8k +7-11 %, kv 128k +1-2 %, B 32 (unsplit) unchanged.
 #ifndef FA4_SM90_FUSED_COMBINE
 #define FA4_SM90_FUSED_COMBINE 1
 #endif
