@@ -486,7 +486,8 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   }
   // A split-KV launch of the standard D 128 tile runs its own instance, which merges the splits
   // (sm90::fused_merge; cuda/backend.cpp then launches no combine kernel).
-  if (pl.splits > 1 && pl.sm90_tile == sm90::Tile::standard && sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv))
+  if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && pl.sm90_tile == sm90::Tile::standard &&
+      sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv))
     pl.sm90_tile = sm90::Tile::split_kv;
   // Dense q of <= 64 tile rows per (sequence, grid head): only consumer 0 has rows.
   pl.sm90_solo = FA4_SM90_SOLO && !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;

@@ -116,10 +116,13 @@
 //                          split to finish a consumer's 64 rows (an atomic counter per tile and
 //                          consumer) merges them (sm90/fwd_epilogue.cuh merge_split_rows), so no
 //                          combine kernel follows -- in the split_kv instance (D 128, fused_merge
-//                          below). H200 2026-12-05 (docs/perf/h200-2026-12-05-session.md): decode
-//                          B 1 / 4 at kv 8k +7-11 %, kv 128k +1-2 %, B 32 (unsplit) unchanged.
+//                          below; the planner picks it for split launches only with this switch
+//                          on). H200 2026-12-05 (docs/perf/h200-2026-12-05-session.md): decode
+//                          B 1 / 4 at kv 8k +7-11 % in builds with the merge in the standard D 128
+//                          instance; the split_kv build itself is not yet run on a GPU (the
+//                          session's device time ran out): 0 until that call.
 #ifndef FA4_SM90_FUSED_COMBINE
-#define FA4_SM90_FUSED_COMBINE 1
+#define FA4_SM90_FUSED_COMBINE 0
 #endif
 //   FA4_SM90_PDL           1: the kernel is launched as a programmatic dependent of the stream's
 //                          previous grid (ptx::griddep_*): its CTAs start, and init their
@@ -295,7 +298,7 @@ constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
-         (t == Tile::split_kv && dqk == 128 && dv == 128 && FA4_SM90_FUSED_COMBINE);
+         (t == Tile::split_kv && dqk == 128 && dv == 128);
 }
 
 constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {

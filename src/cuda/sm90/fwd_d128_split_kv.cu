@@ -4,11 +4,6 @@
 
 namespace fa4::cuda::sm90 {
 cudaError_t launch_fwd_d128_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream) {
-#if FA4_SM90_FUSED_COMBINE
   return launch_dims<128, 128, Tile::split_kv>(P, bf16, grid, stream);
-#else
-  (void)P, (void)bf16, (void)grid, (void)stream;
-  return cudaErrorInvalidValue;  // (has_tile: no such tile in this build)
-#endif
 }
 }  // namespace fa4::cuda::sm90
