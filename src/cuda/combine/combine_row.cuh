@@ -1,5 +1,6 @@
-// The split-KV merge of one (row, head) by one warp, shared by the combine kernel (combine.cu)
-// and the sm90 kernel's in-kernel merge (sm90/fwd_epilogue.cuh, FA4_SM90_FUSED_COMBINE):
+// The split-KV merge of one (row, head) by one warp, for the combine kernel (combine.cu), and the
+// output store shared with the sm90 kernel's in-kernel merge (sm90/fwd_epilogue.cuh, whose
+// rows are few and merged by a thread per row piece instead):
 //   lse = log sum_s exp(lse_s),   O = sum_s exp(lse_s - lse) * O_s
 // A row whose split lse are all -inf (no split saw a key) gets O = 0, lse = -inf.
 #pragma once
@@ -22,28 +23,19 @@ __device__ __forceinline__ void store_out(void* base, int64_t off, int32_t dtype
   }
 }
 
-// kL2: read the partials through L2 only (ld.global.cg): the in-kernel merge reads rows other
-// CTAs wrote during the same launch, which this SM's L1 must not serve.
-template <bool kL2>
-__device__ __forceinline__ float load_partial(const float* p) {
-  if constexpr (kL2) return __ldcg(p);
-  else return *p;
-}
-
 // lp: split 0's lse of the row (split s at lp + s * lp_s); op: split 0's O row (column d at
 // op + s * op_s + d); out: column d at out + d (elements of out_dtype). Returns the merged lse
 // (the same value in every lane). Every lane of the warp calls it with the same arguments.
-template <bool kL2 = false>
 __device__ __forceinline__ float combine_row_warp(const float* lp, int64_t lp_s, const float* op, int64_t op_s, int splits,
                                                   int dv, void* out, int64_t out_off, int32_t out_dtype) {
   const int lane = threadIdx.x & 31;
   float mx = -INFINITY;
-  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, load_partial<kL2>(lp + s * lp_s));
+  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, lp[s * lp_s]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   const float m_use = mx == -INFINITY ? 0.f : mx;
   float sum = 0.f;
-  for (int s = lane; s < splits; s += 32) sum += __expf(load_partial<kL2>(lp + s * lp_s) - m_use);
+  for (int s = lane; s < splits; s += 32) sum += __expf(lp[s * lp_s] - m_use);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   const bool empty = !(sum > 0.f);
@@ -62,7 +54,7 @@ __device__ __forceinline__ float combine_row_warp(const float* lp, int64_t lp_s,
     for (int c = 0; c < kCols; ++c) acc[c] = 0.f;
     for (int s0 = 0; s0 < splits && !empty; s0 += 32) {
       const int s = s0 + lane;
-      const float w_lane = s < splits ? __expf(load_partial<kL2>(lp + s * lp_s) - lse) : 0.f;
+      const float w_lane = s < splits ? __expf(lp[s * lp_s] - lse) : 0.f;
       const int count = splits - s0 < 32 ? splits - s0 : 32;
 #pragma unroll 4
       for (int j = 0; j < count; ++j) {
@@ -71,7 +63,7 @@ __device__ __forceinline__ float combine_row_warp(const float* lp, int64_t lp_s,
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
           const int d = d0 + lane + 32 * c;
-          const float x = d < dv ? load_partial<kL2>(src + d) : 0.f;
+          const float x = d < dv ? src[d] : 0.f;
           acc[c] += w != 0.f ? w * x : 0.f;  // a split that saw nothing adds nothing (not even 0 * NaN)
         }
       }
