@@ -62,6 +62,10 @@ struct SeqInfo {
       }
     }
   }
+  // Offset in p.lse of query row i's lse at head 0 (head h: + h * p.lse_sh).
+  __device__ __forceinline__ int64_t lse_row(const FwdArgs& p, int64_t i) const {
+    return p.varlen_q ? (token0 + i) * p.lse_si : static_cast<int64_t>(b) * p.lse_sb + i * p.lse_si;
+  }
 };
 
 // Varlen q with p.varlen_tiles: linear tile index `idx` -> (sequence b, its tile `local`, its tile

@@ -252,8 +252,7 @@ __global__ void __launch_bounds__(kThreads, 4) fwd_f32_kernel(const __grid_const
   if (p.num_splits == 1) {
     dst = static_cast<float*>(p.out) + si.o_base + qi * si.o_step + static_cast<int64_t>(h) * p.o_sh;
     if (lane == 0 && p.lse != nullptr) {
-      const int64_t lo = p.varlen_q ? (si.token0 + qi) * p.lse_si : batch * p.lse_sb + qi * p.lse_si;
-      p.lse[lo + static_cast<int64_t>(h) * p.lse_sh] = lse;
+      p.lse[si.lse_row(p, qi) + static_cast<int64_t>(h) * p.lse_sh] = lse;
     }
   } else {
     const int64_t prow = (static_cast<int64_t>(split) * p.rows_total + si.token0 + qi) * p.hq + h;

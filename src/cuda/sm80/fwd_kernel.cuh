@@ -666,8 +666,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
           if (t4 == 0 && valid_row && p.lse != nullptr) {
             const int64_t i = row_i(m);
             const float lse = l > 0.f ? (mrow + __log2f(l)) * 0.6931471805599453f : -INFINITY;
-            const int64_t lo = p.varlen_q ? (si.token0 + i) * p.lse_si : batch * p.lse_sb + i * p.lse_si;
-            p.lse[lo + row_h(m) * p.lse_sh] = lse;
+            p.lse[si.lse_row(p, i) + row_h(m) * p.lse_sh] = lse;
           }
         }
       // Swizzled store addresses are precomputed, so the unrolled stores are one instruction each
@@ -855,8 +854,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
           }
       }
       if (ch == 0 && p.lse != nullptr) {
-        const int64_t lo = p.varlen_q ? (si.token0 + i) * p.lse_si : batch * p.lse_sb + i * p.lse_si;
-        p.lse[lo + h * p.lse_sh] = lse;
+        p.lse[si.lse_row(p, i) + h * p.lse_sh] = lse;
       }
     } else {
       const int64_t prow = (static_cast<int64_t>(split) * p.rows_total + si.token0 + i) * p.hq + h;

@@ -17,20 +17,14 @@
 
 namespace fa4::cuda::sm90 {
 
-// (FA4_SM90_FUSED_COMBINE) The rows one split-KV tile's consumer merges: where they are.
-struct MergeTile {
-  int64_t token0, o_base, o_step;  // SeqInfo's (query row 0's token, out offsets)
-  int batch, head, rows_seq, row0;
-};
-
-// The merge of one consumer's rows of every split into out / lse, by its 128 threads: thread (row r,
-// columns col0 .. col0 + kCols - 1), so a pass covers 128 / (Dv / kCols) rows, and every split's
-// loads (its lse, its 16-byte column pieces) are independent of the running sums: the unrolled
+// The merge of one consumer's rows (tile rows row0 ..) of every split into out / lse, by its 128
+// threads: thread (row r, columns col0 .. col0 + kCols - 1), so a pass covers 128 / (Dv / kCols)
+// rows, and every split's loads (its lse, its 16-byte column pieces) are independent of the running sums: the unrolled
 // loops keep several splits in flight. (One warp per row, combine_row_warp, walked a decode
 // tile's rows one after another: 4 dependent rows per warp at Sq 4 x GQA 4, 0.64x of the
 // separate combine kernel; H200 2026-12-05.)
 template <class Elem, int kDv, int kCols>
-__device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const MergeTile& t, const int tid) {
+__device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const TileWork& w, const int row0, const int tid) {
   constexpr int kOut = static_cast<int>(std::is_same_v<Elem, __half> ? DType::float16 : DType::bfloat16);
   constexpr int kThreadsPerRow = kDv / kCols, kRowsPerPass = 128 / kThreadsPerRow;
   constexpr int kUnroll = kCols > 8 ? 4 : 8;
@@ -38,11 +32,11 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const MergeTile&
   const int64_t split_rows = p.rows_total * p.hq;  // partial rows per split
   const int col0 = (tid % kThreadsPerRow) * kCols;
   for (int r = tid / kThreadsPerRow; r < kRowsPerConsumer; r += kRowsPerPass) {
-    const int m = t.row0 + r;
-    if (m >= t.rows_seq) break;
-    int i = m, head = t.head;
+    const int m = row0 + r;
+    if (m >= w.rows_seq) break;
+    int i = m, head = w.head;
     if (p.pack_gqa) i = m / p.group, head += m - i * p.group;
-    const int64_t prow = (t.token0 + i) * p.hq + head;  // split 0's row
+    const int64_t prow = (w.si.token0 + i) * p.hq + head;  // split 0's row
     const float* lp = p.lse_part + prow;
     // lse = log sum_s exp(lse_s), online (a split that saw no key has lse_s = -inf)
     float mx = -INFINITY, sum = 0.f;
@@ -78,7 +72,7 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const MergeTile&
         }
       }
     }
-    const int64_t out_off = t.o_base + i * t.o_step + head * p.o_sh + col0;
+    const int64_t out_off = w.si.o_base + i * w.si.o_step + head * p.o_sh + col0;
     Elem* dst = static_cast<Elem*>(p.out) + out_off;
     if (col0 + kCols <= p.dv && (reinterpret_cast<uintptr_t>(dst) & (kCols == 4 ? 7 : 15)) == 0) {
       uint32_t v[kCols / 2];
@@ -95,10 +89,7 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const MergeTile&
       for (int k = 0; k < kCols; ++k)
         if (col0 + k < p.dv) store_out(p.out, out_off + k, kOut, acc[k]);
     }
-    if (tid % kThreadsPerRow == 0 && p.lse != nullptr) {
-      const int64_t lo = p.varlen_q ? (t.token0 + i) * p.lse_si : t.batch * p.lse_sb + i * p.lse_si;
-      p.lse[lo + head * p.lse_sh] = lse;
-    }
+    if (tid % kThreadsPerRow == 0 && p.lse != nullptr) p.lse[w.si.lse_row(p, i) + head * p.lse_sh] = lse;
   }
 }
 
@@ -108,11 +99,11 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const MergeTile&
 // spilled 106 local ops into the key loop; called (not inlined) from the standard D 128 tile it
 // cost that tile's prefill 3-4.5 % and the Sq 4 decode 4-9 % against inlined (H200 2026-12-05).
 template <class Elem, int kDv>
-__device__ __forceinline__ void merge_split_rows(const FwdArgs& p, const MergeTile t, const int tid) {
-  const int rows = t.rows_seq - t.row0 < kRowsPerConsumer ? t.rows_seq - t.row0 : kRowsPerConsumer;
-  if (rows * kDv <= 128 * 4) merge_rows_by<Elem, kDv, 4>(p, t, tid);
-  else if (rows * kDv <= 128 * 8) merge_rows_by<Elem, kDv, 8>(p, t, tid);
-  else merge_rows_by<Elem, kDv, 16>(p, t, tid);
+__device__ __forceinline__ void merge_split_rows(const FwdArgs& p, const TileWork& w, const int row0, const int tid) {
+  const int rows = w.rows_seq - row0 < kRowsPerConsumer ? w.rows_seq - row0 : kRowsPerConsumer;
+  if (rows * kDv <= 128 * 4) merge_rows_by<Elem, kDv, 4>(p, w, row0, tid);
+  else if (rows * kDv <= 128 * 8) merge_rows_by<Elem, kDv, 8>(p, w, row0, tid);
+  else merge_rows_by<Elem, kDv, 16>(p, w, row0, tid);
 }
 
 // (FA4_SM90_FUSED_COMBINE) After a consumer wrote its split's partial rows: one arrival on the
@@ -141,7 +132,7 @@ __device__ __forceinline__ void merge_splits_if_last(const Sm90Params& P, Consum
   }
   if (!ptx::named_barrier_sync_or(bar, 128, last)) return;
   __threadfence();  // the other splits' rows, published before their arrivals
-  merge_split_rows<typename T::Elem, T::kDv>(p, MergeTile{w.si.token0, w.si.o_base, w.si.o_step, w.batch, w.head, w.rows_seq, row0}, tid);
+  merge_split_rows<typename T::Elem, T::kDv>(p, w, row0, tid);
 }
 
 template <class T>
@@ -180,6 +171,8 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
       if (partials) {
         p.lse_part[prow[h]] = f.lse;
       } else if (p.lse != nullptr) {
+        // (SeqInfo::lse_row's offset, spelled out: with the call, ptxas allocated the standard
+        // instances' registers differently -- 3076 SASS lines moved --, not yet run on a GPU.)
         const int64_t lo = p.varlen_q ? (w.si.token0 + i) * p.lse_si : w.batch * p.lse_sb + i * p.lse_si;
         p.lse[lo + head * p.lse_sh] = f.lse;
       }
