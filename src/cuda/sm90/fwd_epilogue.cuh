@@ -19,8 +19,8 @@ namespace fa4::cuda::sm90 {
 
 // The merge of one consumer's rows (tile rows row0 ..) of every split into out / lse, by its 128
 // threads: thread (row r, columns col0 .. col0 + kCols - 1), so a pass covers 128 / (Dv / kCols)
-// rows, and every split's loads (its lse, its 16-byte column pieces) are independent of the running sums: the unrolled
-// loops keep several splits in flight. (One warp per row, combine_row_warp, walked a decode
+// rows, and every split's loads (its lse, its 16-byte column pieces) are independent of the
+// running sums: the unrolled loops keep several splits in flight. (One warp per row, combine_row_warp, walked a decode
 // tile's rows one after another: 4 dependent rows per warp at Sq 4 x GQA 4, 0.64x of the
 // separate combine kernel; H200 2026-12-05.)
 template <class Elem, int kDv, int kCols>
