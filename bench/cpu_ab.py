@@ -5,7 +5,10 @@
       --shapes "f32:2048:256:no;dec:4:16384" [--threads 2] [--rounds 5] [--reps 5]
 
 Shapes: DTYPE:S:D:CAUSAL (prefill, B 1, H 16, GFLOP/s) or dec:B:KV (decode, bf16, Hq 32, Hkv 8,
-D 128, one query token, GB/s of K + V). Each round runs every build --reps times in a shuffled
+D 128, one query token, GB/s of K + V). A build given as name=path@VAR=value@VAR2=value2 runs its
+first call (a small bf16 one, right after loading it) with those environment variables set, so
+switches a library reads once per process (FA4_CPU_ISA, experiment knobs) can differ between
+builds of one run. Each round runs every build --reps times in a shuffled
 order (bench/cpu_peers.py's interleaved()); printed: the median over rounds of each round's
 median, the ratio to the first build, the per-round values and the load average. Unlike
 cpu_peers.py nothing evicts K / V between calls: decode shapes that fit in L3 (B 1 / 4 at kv 4k)
@@ -26,10 +29,19 @@ import torch  # noqa: E402
 torch.set_num_threads(a.threads)
 libs = {}
 for item in a.libs.split(","):
-    n, p = item.split("=")
+    n, spec = item.split("=", 1)
+    p, *envs = spec.split("@")
     tmp = os.path.join(tempfile.mkdtemp(), "libfa4_%s.so" % n)
     shutil.copy(p, tmp)
     libs[n] = cp.Fa4(tmp, a.threads)
+    if envs:
+        saved = dict(os.environ)
+        os.environ.update(dict(e.split("=", 1) for e in envs))
+        x = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
+        o = torch.empty(1, 64, 2, 64, dtype=torch.bfloat16).transpose(1, 2)
+        libs[n].call(libs[n].params(x, x, x, o, False))
+        os.environ.clear()
+        os.environ.update(saved)
 print("load", os.getloadavg()[0])
 for sh in a.shapes.split(";"):
     f = sh.split(":")

@@ -243,7 +243,7 @@ TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {
 }
 
 // Scores beyond fp32 on the 16-bit paths: the AMX table leaves the scale and the extreme-score
-// check (|s| >= 2^127 or NaN, visible, before softcap) to the softmax step, which must flag the
+// check (|s| >= kExtremeScore = 2^16 or NaN, visible, before softcap) to the softmax step, which must flag the
 // same rows the separate check did; flagged rows are recomputed in fp64 (the reference's result).
 TEST(CpuIsa, SixteenBitScoresBeyondFp32GiveTheReferenceResult) {
   int n = 0;

@@ -144,7 +144,7 @@ TEST(EdgeCases, VeryNegativeButEqualScoresAreNotEmptyRows) {
 // Fuzz findings new02 / new03 (tests/fuzz/corpus/new0[23]_*): fp32 scores that overflow — one k
 // element of 3e38 with D = 2, or scale = 1e37 with softcap 1 and D = 128, where partial sums of
 // the dot product reach +inf and -inf (NaN) — gave NaN rows on cpu where the reference is finite.
-// cpu recomputes a row with a visible score that is NaN, +-inf or >= 2^127 in fp64 (as reference
+// cpu recomputes a row with a visible score that is NaN, +-inf or >= 2^16 in fp64 (as reference
 // does); non-finite values (lse = -inf where every logit is below -FLT_MAX) must match exactly. Covers the
 // transposed and row-major kernels, sinks, softcap, and forced splits (flag carried to the merge).
 TEST(EdgeCases, ScoresBeyondFp32GiveTheReferenceResult) {
@@ -216,6 +216,44 @@ TEST(EdgeCases, ScoresBeyondFp32GiveTheReferenceResult) {
         }
     EXPECT_GT(beyond, 0) << "the case does not reach scores beyond fp32";
   }
+}
+
+// Scores with a large common offset (every logit of a row near 2^20, spread by O(1)): the
+// softmax does not depend on the offset, but an fp32 logit of 2^20 is only within 2^-4 of
+// exact, so such a row's weights would be off by up to ~10 %. cpu sends rows with a logit of
+// magnitude >= 2^16 to its fp64 path (kExtremeScore, cpu_kernels.h; the 16-bit softmax's fused
+// exponent relies on the bound too), which the reference matches bit for bit. bf16 inputs (the
+// AMX / vdpbf16ps products on those paths), full and causal-diagonal tiles, 600 keys (a full
+// 512-key tile and a partial one), forced splits; every ISA path.
+TEST(EdgeCases, LargeCommonScoreOffsetGivesTheReferenceResult) {
+  for (bool causal : {false, true})
+    for (int32_t splits : {1, 2}) {
+      CaseConfig cfg;
+      cfg.dtype = DType::bfloat16;
+      cfg.batch = 1;
+      cfg.hq = 2;
+      cfg.hkv = 1;
+      cfg.dqk = cfg.dv = 64;
+      cfg.sq = 40;
+      cfg.sk = 600;
+      cfg.causal = causal;
+      cfg.scale = 1.0f;
+      cfg.num_splits = splits;
+      Case c = make_case(cfg, 77 + splits);
+      // q[0] = k[0] = 1024 (exact in bf16): every logit gets 2^20 on top of the rest's N(0, 63).
+      for (int64_t i = 0; i < c.lq[0]; ++i)
+        for (int64_t h = 0; h < cfg.hq; ++h) c.q.set(c.q_off(0, i, h, 0), 1024.0f);
+      for (int64_t j = 0; j < c.capacity; ++j) {
+        int64_t off = 0;
+        const Tensor& kt = c.key_src(0, j, 0, 0, false, &off);
+        const_cast<Tensor&>(kt).set(off, 1024.0f);
+      }
+      SCOPED_TRACE(std::string(causal ? "causal" : "non-causal") + " splits " + std::to_string(splits));
+      Case ref = c, cpu = c;
+      ASSERT_TRUE(ref.run(Backend::reference).ok());
+      ASSERT_TRUE(cpu.run(Backend::cpu).ok());
+      EXPECT_TRUE(bitwise_equal(cpu, ref));
+    }
 }
 
 TEST(EdgeCases, MinusInfinitySinkIsLikeNoSink) {

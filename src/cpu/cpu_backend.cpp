@@ -39,15 +39,18 @@
 // +-inf / NaN, which the extreme-score check or the non-finite O check sends to the fp64 row
 // (reference_row); a per-head one sends all of the unit's rows there (finish).
 //
-// Scores beyond fp32. A visible fp32 score that is NaN, +-inf or of magnitude >= 2^127 marks
-// its row (flag_extreme_rows): the fp32 dot product or the prescaled query overflowed (|k| =
-// 3e38, scale = 1e37 with D = 128: inf - inf = NaN), or an input is NaN / inf, or the score is
-// within fp32's rounding error of overflowing. Such a row is recomputed in fp64 by
-// reference_row (src/reference) and gets exactly the reference's result: finite wherever the
-// reference is, softcap / sinks / lse included, with lse = +-inf only where the true value is
-// beyond fp32. Below 2^127 every fp32 score, max subtraction and sink fold is finite, and the
-// true logit (fp32 error ~ D * 2^-24 relative) cannot exceed FLT_MAX, so nothing else changes;
-// the check is one compare per score, and logits of 1.7e38 do not occur in real models.
+// Scores beyond fp32's comfort. A visible fp32 score that is NaN, +-inf or of magnitude >=
+// kExtremeScore (2^16, cpu_kernels.h) marks its row (flag_extreme_rows, or the softmax step's
+// passes): the fp32 dot product or the prescaled query overflowed (|k| = 3e38, scale = 1e37 with
+// D = 128: inf - inf = NaN), or an input is NaN / inf, or the logits are so large that fp32
+// keeps only a few bits below the point (at 2^20 an fp32 logit is off by up to 2^-4: weights off
+// by ~10 %, where a common offset of the row's logits should change nothing). Such a row is
+// recomputed in fp64 by reference_row (src/reference) and gets exactly the reference's result:
+// finite wherever the reference is, softcap / sinks / lse included, with lse = +-inf only where
+// the true value is beyond fp32. Below 2^16 every fp32 score, max subtraction and sink fold is
+// finite and within 2^-8 of exact (and the 16-bit softmax's fused exponent is exact enough:
+// cpu_kernels_avx512.cpp); the check is one compare per score, and logits of 65536 do not occur
+// in real models.
 //
 // V near FLT_MAX. The P V accumulator sum_j p_j v_j (p_j <= 1) is divided by l = sum_j p_j only
 // in finish, so it reaches l * max |v|: with |v| near FLT_MAX it overflows to +-inf where the exact
@@ -532,10 +535,6 @@ float rows_q_scale(const Kernels& K, const Problem& pb, float qscale, float* pos
 #endif
   return qscale;
 }
-
-// Scores at or beyond this magnitude (and NaN, +-inf) send their row to the fp64 path (see the
-// top of this file): below it, the true logit is within fp32 range and the softmax is finite.
-constexpr float kExtremeScore = 0x1p127f;
 
 // Marks rows [r0, r1) of the tile S^T (st[n * mp + r], nk keys) that have a visible score that
 // is NaN, +-inf or >= kExtremeScore in magnitude (lo / hi: per-row visible key range of a

@@ -25,6 +25,11 @@
 
 namespace fa4::core::cpu {
 
+// Scores at or beyond this magnitude (and NaN, +-inf) send their row to the fp64 path (the top
+// of cpu_backend.cpp says why 2^16): every kernel that flags extreme rows uses this bound, and
+// the softmax steps may rely on |score| < kExtremeScore for the rows they compute in fp32.
+constexpr float kExtremeScore = 0x1p16f;
+
 // Every kernel works on m query rows (a multiple of 8) starting at the pointers it is given,
 // inside tiles whose row stride is mp: partial tiles pass only the rows that can see any key of
 // the tile (the others would be fully masked, an exact no-op).
@@ -50,7 +55,7 @@ struct SoftmaxStep {
   // Raw scores (softmax_avx512 only; LowpKernels::raw_scores): st holds the products before
   // the fp32 factor `scale` (> 0), applied here, and redo (rows of this step, non-null) gets 1
   // for every row with a visible score (scaled, before softcap) that is NaN or of magnitude
-  // >= 2^127: the driver's extreme-row check, fused into the softmax passes.
+  // >= kExtremeScore: the driver's extreme-row check, fused into the softmax passes.
   float scale = 1.0f;
   uint8_t* redo = nullptr;
   // When set (every table): *zero_p = 1 if some P of the step's rows is 0 (an exp that
@@ -92,7 +97,7 @@ struct LowpKernels {
   int (*pack_v)(const void* const* vrows, DType t, int64_t n, int64_t dv, int terms, uint16_t* vt);
   // st[n'][i] = scale * sum_d kb[n'][d] qv[d][i]  for i < m (m, qv and st offset by whole 16-row
   // blocks; row stride mp), n' < n; rows n..round_up(n, 16) of st may be overwritten. Returns
-  // whether any of those scores is NaN or of magnitude >= 2^127 (the driver's extreme-row check).
+  // whether any of those scores is NaN or of magnitude >= kExtremeScore (the extreme-row check).
   // ld: the keys the panels were packed for (their nk_p, >= round_up(n, 32)): the first n keys
   // of a panel can be used alone (the diagonal tiles of causal masks).
   bool (*qk)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,

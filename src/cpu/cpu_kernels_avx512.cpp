@@ -198,15 +198,16 @@ inline __m512 tanh_512(__m512 x) {
 }
 
 // 2^x for the 16-bit P of the pv product (P is rounded to bf16, or bf16 hi + lo for fp16, and
-// x <= ~0 after the max subtraction): exp2_fit with a degree-5 fit (1.7e-7 relative in fp32,
-// ~1.5 ulp, far below P's own rounding): 7 vector uops. The form it replaced (a clamp at -126,
-// vrndscaleps -- 2 uops --, a subtraction and a masked vscalefps to return exactly 0 below -126)
-// took 11, and the softmax step is ~1/3 of a bf16 prefill on AMX. Below -126 the result is
-// subnormal down to -149, then 0 (the bf16 P flushes it: a weight < 2^-126 of a finite V -- the
-// driver runs tiles with a non-finite V on the exact fp32 P V instead).
+// x <= ~0 after the max subtraction): exp2_fit with a degree-4 fit, p(0) = 1 (2.98e-6 relative
+// in fp32 over [0, 1], checked at 2e6 points: 1/1300 of a bf16 P's rounding, 1/2.5 of an fp16
+// P's hi + lo split; l sums the same p, so a common factor cancels): 6 vector uops. The degree-5
+// fit before it (1.6e-7) took 7, the form before that (a clamp at -126, vrndscaleps -- 2 uops --,
+// a subtraction and a masked vscalefps to return exactly 0 below -126) 11. Below -126 the result
+// is subnormal down to -149, then 0 (the bf16 P flushes it: a weight < 2^-126 of a finite V --
+// the driver runs tiles with a non-finite V on the exact fp32 P V instead).
 inline __m512 exp2_p(__m512 x) {
-  static constexpr float c[] = {1.8672122387215495e-3f, 9.016630239784718e-3f, 5.5800482630729675e-2f,
-                                2.401641458272934e-1f, 6.931513547897339e-1f, 1.0f};
+  static constexpr float c[] = {1.342655997723341e-2f, 5.224267393350601e-2f, 2.4128010869026184e-1f,
+                                6.930448412895203e-1f, 1.0f};
   return exp2_fit(x, c);
 }
 
@@ -223,7 +224,7 @@ inline __m512i bf16_pairs(__m512 a, __m512 b) {
 // even): two keys per vector instead of one key in a half vector. Through the general loop
 // below this step was 37% of an in-cache decode (B = 1, 4 query rows, 2048 keys, 1 thread),
 // more than the q.k and p.v kernels; same operations, same results. With s.redo, the driver's
-// extreme-score check (a visible score NaN or of magnitude >= 2^127) rides on the max pass: a
+// extreme-score check (a visible score NaN or of magnitude >= kExtremeScore) rides on the max pass: a
 // min beside the max, and the row sum for NaN (as the general loop below does it); the separate
 // scalar pass over the tile (flag_extreme_rows) was ~5% of a decode's kernel time (perf, B 4,
 // kv 16k, 1 thread).
@@ -267,8 +268,8 @@ void softmax_rows8_t(const SoftmaxStep& s) {
   const __mmask16 lanes = 0xff;
   if constexpr (kCheck) {
     mn = _mm512_min_ps(mn, _mm512_shuffle_f32x4(mn, mn, 0x4e));
-    const __mmask16 ext = (_mm512_cmp_ps_mask(mx, _mm512_set1_ps(0x1p127f), _CMP_GE_OQ) |
-                           _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-0x1p127f), _CMP_LE_OQ) |
+    const __mmask16 ext = (_mm512_cmp_ps_mask(mx, _mm512_set1_ps(kExtremeScore), _CMP_GE_OQ) |
+                           _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-kExtremeScore), _CMP_LE_OQ) |
                            _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) & lanes;
     for (int i = 0; i < 8; ++i)
       if (ext >> i & 1) s.redo[i] = 1;
@@ -287,9 +288,17 @@ void softmax_avx512(const SoftmaxStep& s) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 pos_inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const bool cap = s.softcap_in != 0.0f, check = s.redo != nullptr;
+  // The 16-bit P pass (s.pp) computes the exponent of p in one FMA, x c - m c (c = scale log2 e), where
+  // the exact form rounds x scale, subtracts the rounded max and multiplies by log2 e (3 ops in a
+  // chain of 12 cycles: the step is bound by the latency its ~20 uops in flight per vector keep
+  // in the scheduler, not by the FP ports -- 12.6 cycles per 16 scores measured against ~7 of
+  // port time). The fused form gives the max score an exponent of up to ~3 x 2^-24 |m log2 e|
+  // instead of 0: a change of the score below its own fp32 rounding, < 0.02 for the |m| <
+  // kExtremeScore every step sees (rows beyond are flagged here or by the driver, and
+  // recomputed in fp64).
   const __m512 cap_in = _mm512_set1_ps(s.softcap_in), cap_out = _mm512_set1_ps(s.softcap_out);
   const __m512 log2e = _mm512_set1_ps(1.4426950408889634f);
-  const __m512 scale = _mm512_set1_ps(s.scale), big = _mm512_set1_ps(0x1p127f);
+  const __m512 scale = _mm512_set1_ps(s.scale), big = _mm512_set1_ps(kExtremeScore);
   for (int64_t m0 = 0; m0 < s.m; m0 += 16) {
     const __mmask16 lanes = head_mask(s.m - m0);
     float* col = s.st + m0;
@@ -352,7 +361,7 @@ void softmax_avx512(const SoftmaxStep& s) {
       // it): it reaches the row sum instead (below).
       if (check)
         ext = _mm512_cmp_ps_mask(mx, big, _CMP_GE_OQ) |
-              _mm512_cmp_ps_mask(_mm512_mul_ps(mn, scale), _mm512_set1_ps(-0x1p127f), _CMP_LE_OQ);
+              _mm512_cmp_ps_mask(_mm512_mul_ps(mn, scale), _mm512_sub_ps(_mm512_setzero_ps(), big), _CMP_LE_OQ);
     }
     // NaN scores are not kept by max_ps; they poison the row through p and l instead.
     const __m512 m_old = _mm512_maskz_loadu_ps(lanes, s.m_run + m0);
@@ -364,10 +373,14 @@ void softmax_avx512(const SoftmaxStep& s) {
     const __m512 m_new = _mm512_max_ps(mx, m_old);
     const __m512 m_use = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_UQ), m_new);  // -inf -> 0
     // Pass 2: p = 2^((s - m) log2 e) (log2 e after the max: s - m <= 0 cannot overflow), row sums
-    // in two accumulators. s = x * scale rounded exactly as the max was: a fused x * scale - m
-    // keeps the exact product, and for scores of ~1e37 (keys of ~3e38) its difference from the
-    // rounded max is up to half an ulp of the score, ~1e30 -- an ex2 of +-1e30 gave the row's
-    // largest score a weight of inf or 0 (a fuzzer finding: NaN outputs).
+    // in two accumulators. The fp32 pass (P^T back into st, for the exact P V of non-finite V
+    // and the fp32 products) keeps s = x * scale rounded exactly as the max was: a fused x *
+    // scale - m keeps the exact product, and for scores of ~1e37 (keys of ~3e38) its difference
+    // from the rounded max is up to half an ulp of the score, ~1e30 -- an ex2 of +-1e30 gave the
+    // row's largest score a weight of inf or 0 (a fuzzer finding: NaN outputs). The 16-bit pass
+    // fuses (the comment at the top of this function): a flagged row's P may be inf or NaN
+    // there, which stays in that row's own column of O^T (every product keeps query columns
+    // apart) until the driver recomputes the row in fp64.
     // (The explicit-rounding multiply: GCC contracts a plain mul + sub back into an FMA.)
     __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
     // Two minima (one op on each chain per key pair); min_ps(p, pmin) keeps pmin where p is NaN.
@@ -376,52 +389,47 @@ void softmax_avx512(const SoftmaxStep& s) {
     // Raw products (pass 1 only read them) get the scale here, rounded as the max was.
     const bool scaled = s.scale != 1.0f && !(cap || s.lo);
     if (s.pp) {  // P^T straight into bf16 key pairs (hi, and lo for 2 terms)
-      const int64_t nk_p = rup(s.nk, 32), plane = nk_p * s.m;
-      auto pp_pass = [&](auto scaled_c, auto log2u) {
-        auto arg = [&](int64_t k) {
-          __m512 x = _mm512_maskz_loadu_ps(lanes, col + k * s.mp);
-          if constexpr (decltype(scaled_c)::value)
-            x = _mm512_mul_round_ps(x, pscale, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-          if constexpr (decltype(log2u)::value) return _mm512_sub_ps(x, m_use);
-          else return _mm512_mul_ps(_mm512_sub_ps(x, m_use), log2e);
-        };
-        if (s.terms == 1) {
-          for (; n + 2 <= s.nk; n += 2) {
-            const __m512 p0 = exp2_p(arg(n)), p1 = exp2_p(arg(n + 1));
-            sum0 = _mm512_add_ps(sum0, p0);
-            sum1 = _mm512_add_ps(sum1, p1);
-            pmin = _mm512_min_ps(p0, pmin);
-            pmin1 = _mm512_min_ps(p1, pmin1);
-            _mm512_mask_storeu_epi32(s.pp + (n / 2 * s.m + m0) * 2, lanes, bf16_pairs(p0, p1));
-          }
-        }
-        for (; n < s.nk; n += 2) {
-          const __m512 p0 = exp2_p(arg(n));
-          const __m512 p1 = n + 1 < s.nk ? exp2_p(arg(n + 1)) : _mm512_setzero_ps();
-          sum0 = _mm512_add_ps(sum0, p0);
-          sum1 = _mm512_add_ps(sum1, p1);
-          pmin = _mm512_min_ps(p0, pmin);
-          if (n + 1 < s.nk) pmin1 = _mm512_min_ps(p1, pmin1);
-          const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
-          uint16_t* dst = s.pp + (n / 2 * s.m + m0) * 2;
-          _mm512_mask_storeu_epi32(dst, lanes, pair16(h0, h1));
-          if (s.terms == 2)
-            _mm512_mask_storeu_epi32(dst + plane, lanes, pair16(bf16_bits(_mm512_sub_ps(p0, bf16_widen(h0))),
-                                                                bf16_bits(_mm512_sub_ps(p1, bf16_widen(h1)))));
-        }
+      const int64_t nk_p = rup(s.nk, 32), plane = nk_p * s.m, nk = s.nk, mp = s.mp, m = s.m;
+      uint16_t* const pp = s.pp + m0 * 2;  // locals: stores through pp may alias s's fields
+      const float* const st = col;
+      // exponent = x c - m c (the comment at the top of this function): c folds the raw
+      // products' scale and log2 e (1 in log2 units), one FMA per score.
+      const __m512 c = s.log2_units ? pscale : _mm512_mul_ps(pscale, log2e);
+      const __m512 mc = s.log2_units ? m_use : _mm512_mul_ps(m_use, log2e);
+      auto p_of = [&](int64_t k) {
+        return exp2_p(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(lanes, st + k * mp), c, mc));
       };
-      using yes = std::true_type;
-      using no = std::false_type;
-      if (scaled) {
-        if (s.log2_units) pp_pass(yes{}, yes{});
-        else pp_pass(yes{}, no{});
-      } else {
-        if (s.log2_units) pp_pass(no{}, yes{});
-        else pp_pass(no{}, no{});
+      if (s.terms == 1) {
+        // Four keys per step, two independent pairs: the exp chains of one step overlap.
+        for (; n + 4 <= nk; n += 4) {
+          const __m512 p0 = p_of(n), p1 = p_of(n + 1), p2 = p_of(n + 2), p3 = p_of(n + 3);
+          sum0 = _mm512_add_ps(sum0, _mm512_add_ps(p0, p2));
+          sum1 = _mm512_add_ps(sum1, _mm512_add_ps(p1, p3));
+          if (s.zero_p) {
+            pmin = _mm512_min_ps(_mm512_min_ps(p0, p2), pmin);
+            pmin1 = _mm512_min_ps(_mm512_min_ps(p1, p3), pmin1);
+          }
+          _mm512_mask_storeu_epi32(pp + n / 2 * m * 2, lanes, bf16_pairs(p0, p1));
+          _mm512_mask_storeu_epi32(pp + (n / 2 + 1) * m * 2, lanes, bf16_pairs(p2, p3));
+        }
       }
-      for (int64_t j = (s.nk + 1) / 2; j < nk_p / 2; ++j)
+      for (; n < nk; n += 2) {
+        const __m512 p0 = p_of(n);
+        const __m512 p1 = n + 1 < nk ? p_of(n + 1) : _mm512_setzero_ps();
+        sum0 = _mm512_add_ps(sum0, p0);
+        sum1 = _mm512_add_ps(sum1, p1);
+        pmin = _mm512_min_ps(p0, pmin);
+        if (n + 1 < nk) pmin1 = _mm512_min_ps(p1, pmin1);
+        const __m256i h0 = bf16_bits(p0), h1 = bf16_bits(p1);
+        uint16_t* dst = pp + n / 2 * m * 2;
+        _mm512_mask_storeu_epi32(dst, lanes, pair16(h0, h1));
+        if (s.terms == 2)
+          _mm512_mask_storeu_epi32(dst + plane, lanes, pair16(bf16_bits(_mm512_sub_ps(p0, bf16_widen(h0))),
+                                                              bf16_bits(_mm512_sub_ps(p1, bf16_widen(h1)))));
+      }
+      for (int64_t j = (nk + 1) / 2; j < nk_p / 2; ++j)
         for (int tm = 0; tm < s.terms; ++tm)
-          _mm512_mask_storeu_epi32(s.pp + tm * plane + (j * s.m + m0) * 2, lanes, _mm512_setzero_si512());
+          _mm512_mask_storeu_epi32(pp + tm * plane + j * m * 2, lanes, _mm512_setzero_si512());
     }
     // P^T back into st (fp32 products): the scale multiply only where the products are raw,
     // the min of P only where the driver asks (SoftmaxStep::zero_p); both are loop-invariant.
@@ -1212,7 +1220,7 @@ inline void qk16_block(const uint16_t* qv, int64_t mp, int64_t d2n, int64_t qpla
       }
     }
   }
-  const __m512 sc = _mm512_set1_ps(scale), big = _mm512_set1_ps(0x1p127f);
+  const __m512 sc = _mm512_set1_ps(scale), big = _mm512_set1_ps(kExtremeScore);
   __mmask16 e = 0;
 #pragma GCC unroll 16
   for (int n = 0; n < NB; ++n)
