@@ -4,12 +4,13 @@
 //
 //   g++ -std=c++17 -O2 -march=native -Isrc -Iinclude bench/cpu_tile_bench.cpp -o build-cpu/cpu_tile_bench
 //     build-cpu/libfa4.a -fopenmp     (one line)
-//   taskset -c 0 build-cpu/cpu_tile_bench [D] [rows] [keys] [strip] [calls] [table]
+//   taskset -c 0 build-cpu/cpu_tile_bench [D] [rows] [keys] [strip] [calls] [table] [nofold]
 //
 // Prints us per tile for each piece alone (the same call repeated: its data stay where the
 // previous call left them) and for the whole sequence, tile rows cut in strips of `strip` rows
 // (0 = the whole tile at once, as the driver does by default), min over 7 rounds of `calls`.
-// table: amx (default) or avx512 (vdpbf16ps products).
+// table: amx (default) or avx512 (vdpbf16ps products); nofold: the softmax step's own max pass
+// instead of LowpKernels::qk_max's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -88,6 +89,8 @@ int main(int argc, char** argv) {
   auto* ot = static_cast<float*>(alloc(dv_p * mp * 4));
   std::vector<float> m_run(mp), l_run(mp), alpha(mp);
   std::vector<uint8_t> redo(mp);
+  std::vector<float> raw_max(mp), raw_min(mp);
+  const bool fold = L.qk_max && !(argc > 7 && std::strcmp(argv[7], "nofold") == 0);  // max pass in qk
   std::memset(ot, 0, dv_p * mp * 4);
   L.pack_q_rows(qp.data(), DType::bfloat16, rows, mp, d, 1.0f, 1, qv);
   L.pack_k(kp.data(), DType::bfloat16, nk, d, 1, kb);
@@ -99,7 +102,8 @@ int main(int argc, char** argv) {
   // after the first: the O^T rescale is skipped as in a steady tile whose max did not move).
   auto qk = [&](int64_t s0, int64_t sm) {
     const float qs_ = L.raw_scores ? 1.0f : scale;
-    L.qk(qv + s0 * 2, mp, sm, d, kb, nk_p, nk, 1, qs_, st + s0);
+    if (fold) L.qk_max(qv + s0 * 2, mp, sm, d, kb, nk_p, nk, 1, st + s0, raw_max.data() + s0, raw_min.data() + s0);
+    else L.qk(qv + s0 * 2, mp, sm, d, kb, nk_p, nk, 1, qs_, st + s0);
   };
   auto softmax = [&](int64_t s0, int64_t sm) {
     SoftmaxStep s;
@@ -117,6 +121,10 @@ int main(int argc, char** argv) {
     if (L.raw_scores) {
       s.scale = scale;
       s.redo = redo.data() + s0;
+    }
+    if (fold) {
+      s.raw_max = raw_max.data() + s0;
+      s.raw_min = raw_min.data() + s0;
     }
     std::fill(m_run.begin() + s0, m_run.begin() + s0 + sm, 8.0f);
     K.softmax(s);

@@ -265,6 +265,7 @@ struct Workspace {
   int64_t *row_lo = nullptr, *row_hi = nullptr;
   uint8_t* redo = nullptr;  // [mp] rows with an extreme score (recomputed in fp64)
   float *fk = nullptr, *fv = nullptr;  // [nk] per-token K / V factors of the tile (fp8 KV)
+  float *raw_max = nullptr, *raw_min = nullptr;  // [mp] LowpKernels::qk_max's row max / min
   // Transposed tiles: this unit has run a tile with non-finite V, so O may hold +-inf and a
   // rescale that underflows must go through exact_scale (see pv_visible_only).
   bool o_nonfinite = false;
@@ -314,6 +315,8 @@ struct Workspace {
     fk = static_cast<float*>(take(nk, 4));
     fv = static_cast<float*>(take(nk, 4));
     if (terms > 0) {
+      raw_max = static_cast<float*>(take(mp, 4));
+      raw_min = static_cast<float*>(take(mp, 4));
       qt2 = static_cast<float*>(take(dqk * mp, 4));
       qv = static_cast<uint16_t*>(take(terms * dqk_p * mp, 2));
       kb = static_cast<uint16_t*>(take(terms * nk * dqk_p, 2));
@@ -965,7 +968,13 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         const int64_t ld = round_up(n, 32);
         const int64_t ne = kind == TileKind::partial ? std::min<int64_t>(n, round_up(ws.row_hi_rel[rb - 1], 32)) : n;
         step.nk = ne;
-        const bool extreme = L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra);
+        // Full tiles without softcap: the softmax step's max pass rides on the product
+        // (LowpKernels::qk_max; per-token K factors would change the max, a key count off the
+        // 16-key blocks would count padding keys).
+        const bool fold_max = L->qk_max && kind != TileKind::partial && !cap && !tok_k && ne % 16 == 0;
+        bool extreme = false;
+        if (fold_max) L->qk_max(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, ws.st + ra, ws.raw_max + ra, ws.raw_min + ra);
+        else extreme = L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra);
         if (tok_k) scale_keys(ws.st, mp, ra, rb, ne, ws.fk);  // raw or scaled products alike
         if (extreme || (tok_k && !L->raw_scores))
           flag_extreme_rows(ws.st, mp, ne, ra, std::min(rb, rows), step.lo ? ws.row_lo_rel : nullptr,
@@ -979,7 +988,12 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
           step.scale = qpost;
           step.redo = ws.redo + ra;
         }
+        if (fold_max) {
+          step.raw_max = ws.raw_max + ra;
+          step.raw_min = ws.raw_min + ra;
+        }
         K.softmax(step);
+        step.raw_max = step.raw_min = nullptr;
         step.pp = nullptr;
         step.scale = 1.0f;
         step.redo = nullptr;

@@ -63,6 +63,11 @@ struct SoftmaxStep {
   // for +-inf (p * inf = NaN where the exact product is inf), a test that costs as much as the
   // tile's P V where it runs on every tile.
   uint8_t* zero_p = nullptr;
+  // softmax_avx512 only, full tiles without softcap (lo == nullptr, softcap_in == 0): the max
+  // and min over the nk keys of each row's raw products ([m], LowpKernels::qk_max), so the step
+  // skips its first pass over st.
+  const float* raw_max = nullptr;
+  const float* raw_min = nullptr;
   // softmax_avx512 only: the scores (and m_run, and the softcap factors) are in log2 units, s
   // log2(e) (Q^T prescaled by it): p = 2^(s - m) without a log2(e) multiply after the max.
   bool log2_units = false;
@@ -107,6 +112,11 @@ struct LowpKernels {
   // pp already holds P^T, written by the softmax step); vt packed for ld keys, as in qk.
   void (*pv)(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv,
              int terms, const float* alpha, uint16_t* pp, float* ot);
+  // qk of a raw_scores table that also returns, per row i < m, the max and min over the n keys
+  // of its raw products (raw_max / raw_min [m]; n a multiple of 16): the softmax step's first
+  // pass (SoftmaxStep::raw_max) folded into the product, on blocks still in L1. nullptr = none.
+  void (*qk_max)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+                 int terms, float* st, float* raw_max, float* raw_min) = nullptr;
   // Per-thread setup around a run of qk / pv calls (AMX: load and release the tile
   // configuration); nullptr = nothing to do.
   void (*begin)();

@@ -328,6 +328,9 @@ void softmax_avx512(const SoftmaxStep& s) {
         mx = _mm512_max_ps(mx, x);
       }
       pscale = _mm512_set1_ps(1.0f);
+    } else if (s.raw_max) {  // the pass below, done by the product (LowpKernels::qk_max)
+      mx = _mm512_maskz_loadu_ps(lanes, s.raw_max + m0);
+      mn = _mm512_maskz_loadu_ps(lanes, s.raw_min + m0);
     } else {
       // Four accumulators each: one chain of max_ps (4 cycles of latency per key) made this
       // pass a third of the step (bf16 D 128, 96 x 512 tiles, AMX machine).
@@ -356,6 +359,8 @@ void softmax_avx512(const SoftmaxStep& s) {
       }
       mx = _mm512_max_ps(_mm512_max_ps(mx, mx1), _mm512_max_ps(mx2, mx3));
       if (check) mn = _mm512_min_ps(_mm512_min_ps(mn, mn1), _mm512_min_ps(mn2, mn3));
+    }
+    if (!(cap || s.lo)) {
       mx = _mm512_mul_ps(mx, scale);
       // A NaN score is not kept by max_ps / min_ps (where one is left in mx, m_new below drops
       // it): it reaches the row sum instead (below).
