@@ -112,11 +112,6 @@ struct LowpKernels {
   // pp already holds P^T, written by the softmax step); vt packed for ld keys, as in qk.
   void (*pv)(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* vt, int64_t ld, int64_t dv,
              int terms, const float* alpha, uint16_t* pp, float* ot);
-  // qk of a raw_scores table that also returns, per row i < m, the max and min over the n keys
-  // of its raw products (raw_max / raw_min [m]; n a multiple of 16): the softmax step's first
-  // pass (SoftmaxStep::raw_max) folded into the product, on blocks still in L1. nullptr = none.
-  void (*qk_max)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
-                 int terms, float* st, float* raw_max, float* raw_min) = nullptr;
   // Per-thread setup around a run of qk / pv calls (AMX: load and release the tile
   // configuration); nullptr = nothing to do.
   void (*begin)();
@@ -126,6 +121,11 @@ struct LowpKernels {
   bool raw_scores = false;
   // Packed rows per query tile the driver should use with these kernels (0: its own default).
   int64_t tile_rows = 0;
+  // qk of a raw_scores table that also returns, per row i < m, the max and min over the n keys
+  // of its raw products (raw_max / raw_min [m]; n a multiple of 16): the softmax step's first
+  // pass (SoftmaxStep::raw_max) folded into the product, on blocks still in L1. nullptr = none.
+  void (*qk_max)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+                 int terms, float* st, float* raw_max, float* raw_min) = nullptr;
 };
 
 // fp32 products on packed fp32 panels (AVX-512; fp32 inputs, and 16-bit / fp8 inputs where the
