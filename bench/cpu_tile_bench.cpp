@@ -22,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "core/numeric.h"
 #include "cpu/cpu_kernels.h"
 
 using namespace fa4;
@@ -30,12 +31,6 @@ using namespace fa4::core::cpu;
 namespace {
 
 int64_t rup(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fff + (u >> 16 & 1)) >> 16);
-}
 
 template <class F>
 double best_us(int calls, F&& f) {
@@ -70,7 +65,7 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   auto rows_of = [&](int64_t n, std::vector<uint16_t>& store, std::vector<const void*>& ptr) {
     store.resize(n * d);
-    for (auto& x : store) x = to_bf16(nd(rng));
+    for (auto& x : store) x = core::f32_to_bf16(nd(rng));
     ptr.resize(n);
     for (int64_t i = 0; i < n; ++i) ptr[i] = store.data() + i * d;
   };

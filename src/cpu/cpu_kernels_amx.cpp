@@ -135,10 +135,9 @@ inline void qk_block(const uint16_t* qv, int64_t mp, int64_t dqk_p, int64_t qpla
 // Stores the raw products (LowpKernels::raw_scores): the softmax step applies the fp32 scale and
 // the extreme-score check while it reads S^T for the row max anyway (a separate load / multiply /
 // store / compare pass here was ~1/3 of this function).
-// raw_max / raw_min (both or neither): the max and min over the n keys of each row's raw
-// products, [m] (n a multiple of 16 then: the rows past n of a 16-key block would count).
-bool qk_amx_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
-              int terms, float* st, float* raw_max, float* raw_min) {
+// LowpKernels::qk_max; raw_max / raw_min may also both be nullptr (qk_amx: the products alone).
+void qk_max_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
+                int terms, float* st, float* raw_max, float* raw_min) {
   const int64_t dqk_p = rup(dqk, 32), n16 = rup(n, 16), qplane = dqk_p * mp, kplane = ld * dqk_p;
   ColumnMax cm;
   for (int64_t m0 = 0; m0 < m; m0 += 32) {
@@ -162,17 +161,12 @@ bool qk_amx_t(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint
     }
     if (raw_max) cm.store(raw_max + m0, raw_min + m0, m2);
   }
-  return false;
 }
 
 bool qk_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
             int terms, float /*scale*/, float* st) {
-  return qk_amx_t(qv, mp, m, dqk, kb, ld, n, terms, st, nullptr, nullptr);
-}
-
-void qk_max_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
-                int terms, float* st, float* raw_max, float* raw_min) {
-  qk_amx_t(qv, mp, m, dqk, kb, ld, n, terms, st, raw_max, raw_min);
+  qk_max_amx(qv, mp, m, dqk, kb, ld, n, terms, st, nullptr, nullptr);
+  return false;
 }
 
 // fresh: the block's O^T is alpha O^T = 0 (alpha = 0 for every row: their first key tile), so

@@ -366,7 +366,7 @@ void softmax_avx512(const SoftmaxStep& s) {
       // it): it reaches the row sum instead (below).
       if (check)
         ext = _mm512_cmp_ps_mask(mx, big, _CMP_GE_OQ) |
-              _mm512_cmp_ps_mask(_mm512_mul_ps(mn, scale), _mm512_sub_ps(_mm512_setzero_ps(), big), _CMP_LE_OQ);
+              _mm512_cmp_ps_mask(_mm512_mul_ps(mn, scale), _mm512_set1_ps(-kExtremeScore), _CMP_LE_OQ);
     }
     // NaN scores are not kept by max_ps; they poison the row through p and l instead.
     const __m512 m_old = _mm512_maskz_loadu_ps(lanes, s.m_run + m0);
