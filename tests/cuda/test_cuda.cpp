@@ -943,6 +943,46 @@ TEST(CudaBackend, PerThreadDefaultStreamsShareNothing) {
 }
 
 // Unsupported inputs (float8 on the cuda backend) are rejected before anything is written.
+// NaN and infinite inputs give the reference's rows: NaN out and lse where a visible key of the
+// row is NaN or its query is infinite (inf - inf in the max subtraction), the reference's
+// values elsewhere -- unsplit, and with the keys spread over splits, where the split that met
+// the NaN carries it in its partial lse to the merge (which once dropped such a split as empty:
+// finite rows, or 0 with lse -inf, where the reference's are NaN). Prefill and decode rows, on
+// whichever kernel the planner picks.
+TEST(CudaBackend, NanInputsGiveNanRowsWithAndWithoutSplits) {
+  int n = 0;
+  for (int64_t sq : {1, 40})
+    for (int32_t splits : {1, 4})
+      for (int64_t d : {64, 128}) {
+        CaseConfig c;
+        c.dtype = DType::bfloat16;
+        c.batch = 2, c.hq = 4, c.hkv = 2, c.dqk = c.dv = d;
+        c.sq = sq, c.sk = 2000;
+        c.num_splits = splits;
+        const uint64_t seed = derive_seed(47000 + n++);
+        SCOPED_TRACE(c.describe());
+        FA4_SEED_TRACE(seed);
+        Case ref = make_gpu_case(c, seed), test = make_gpu_case(c, seed);
+        for (Case* x : {&ref, &test}) {
+          // k [B, Sk, Hkv, D]: key 777 of (batch 1, kv head 1), seen by every row of heads 2, 3.
+          x->k.set(x->k.off({1, 777, 1, 5}), std::numeric_limits<float>::quiet_NaN());
+          // q [B, Sq, Hq, D]: the last query row of (batch 0, head 0).
+          x->q.set(x->q.off({0, sq - 1, 0, 3}), std::numeric_limits<float>::infinity());
+        }
+        ASSERT_TRUE(ref.run(Backend::reference).ok());
+        // The premise: those rows are NaN in the reference (and only those).
+        ASSERT_TRUE(std::isnan(ref.out.get(ref.out_off(1, 0, 2, 0))));
+        ASSERT_TRUE(std::isnan(ref.out.get(ref.out_off(0, sq - 1, 0, 0))));
+        ASSERT_TRUE(std::isfinite(ref.out.get(ref.out_off(0, 0, 1, 0))));
+        DeviceCase dc(test);
+        expect_preferred_kernel(dc.params(), c.dtype);
+        ASSERT_TRUE(dc.run().ok());
+        CUDA_OK(cudaDeviceSynchronize());
+        dc.download();
+        EXPECT_TRUE(compare_runs(test, ref, gpu_tol(c.dtype, ref)));
+      }
+}
+
 TEST(CudaBackend, RejectsFloat8Untouched) {
   CaseConfig c;
   c.dtype = DType::float8_e4m3, c.dqk = 64, c.dv = 64, c.sq = 4, c.sk = 8;

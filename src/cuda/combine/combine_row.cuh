@@ -38,7 +38,11 @@ __device__ __forceinline__ float combine_row_warp(const float* lp, int64_t lp_s,
   for (int s = lane; s < splits; s += 32) sum += __expf(lp[s * lp_s] - m_use);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  const bool empty = !(sum > 0.f);
+  // Empty: every split saw nothing (sum 0). A NaN partial lse (a split whose row met a NaN
+  // score, finalize_row) makes sum and the merged lse NaN, every weight NaN, the row NaN: as the
+  // reference. (Testing !(sum > 0) dropped such rows as empty: finite or 0 where the reference
+  // is NaN, whenever the NaN key fell in one split of several.)
+  const bool empty = sum == 0.f;
   const float lse = empty ? -INFINITY : m_use + __logf(sum);
 
   // O = sum_s w_s O_s, w_s = exp(lse_s - lse): lane j of a 32-split chunk computes w_j once and

@@ -46,7 +46,10 @@ __device__ __forceinline__ bool rescale_needed(float mx_tile, float m_run, float
 // The end of a row: fold the sink logit into (m, l), then the factor that normalizes O and the
 // row's lse (natural log). m2 = the row max in log2 units (-inf: no visible key), l = the full
 // (quad-reduced) sum, sink2 = the sink logit in log2 units or -inf for none.
-// Empty row (no visible key, no sink): l == 0 -> scale 0 (O = 0), lse = -inf. Never NaN.
+// Empty row (no visible key, no sink): l == 0 -> scale 0 (O = 0), lse = -inf. A row that met a
+// NaN score (a NaN input, or inf - inf from an infinite one) has l = NaN: its lse is NaN (as the
+// reference's) and its O is NaN already (the NaN weight reached P V), scale 0 keeps it NaN. Split
+// partials carry that NaN lse into the merge (combine_row.cuh), which then makes the row NaN.
 struct RowFinal {
   float scale;  // multiply O by this
   float lse;    // natural log
@@ -61,7 +64,7 @@ __device__ __forceinline__ RowFinal finalize_row(float m2, float l, float sink2)
   }
   RowFinal r;
   r.scale = l > 0.f ? f / l : 0.f;
-  r.lse = l > 0.f ? (m2 + __log2f(l)) * kLn2 : -INFINITY;
+  r.lse = l > 0.f ? (m2 + __log2f(l)) * kLn2 : l == 0.f ? -INFINITY : l;
   return r;
 }
 

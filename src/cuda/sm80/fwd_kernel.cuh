@@ -661,11 +661,12 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
             l = l * f + ptx::exp2_approx(sink - mx);
             mrow = mx;
           }
-          // Empty row (no visible key, no sink): l == 0 -> O = 0, lse = -inf.
+          // Empty row (no visible key, no sink): l == 0 -> O = 0, lse = -inf; NaN l (a NaN score):
+          // lse NaN, O NaN already (common/softmax.cuh finalize_row).
           row_scale[rr] = l > 0.f ? f / l : 0.f;
           if (t4 == 0 && valid_row && p.lse != nullptr) {
             const int64_t i = row_i(m);
-            const float lse = l > 0.f ? (mrow + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+            const float lse = l > 0.f ? (mrow + __log2f(l)) * 0.6931471805599453f : l == 0.f ? -INFINITY : l;
             p.lse[si.lse_row(p, i) + row_h(m) * p.lse_sh] = lse;
           }
         }
@@ -829,11 +830,12 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       acc[0] += f * x0.x, acc[1] += f * x0.y, acc[2] += f * x0.z, acc[3] += f * x0.w;
       acc[4] += f * x1.x, acc[5] += f * x1.y, acc[6] += f * x1.z, acc[7] += f * x1.w;
     }
-    // Empty row (no visible key, no sink): l == 0 -> O = 0, lse = -inf.
+    // Empty row (no visible key, no sink): l == 0 -> O = 0, lse = -inf; NaN l (a NaN score):
+    // lse NaN (a split partial's NaN lse makes the merged row NaN, combine_row.cuh).
     const float inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    const float lse = l > 0.f ? (m_use + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+    const float lse = l > 0.f ? (m_use + __log2f(l)) * 0.6931471805599453f : l == 0.f ? -INFINITY : l;
 
     if (p.num_splits == 1) {
       Elem* dst = static_cast<Elem*>(p.out) + si.o_base + i * si.o_step + static_cast<int64_t>(h) * p.o_sh + ch * 8;

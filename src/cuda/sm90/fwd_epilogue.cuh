@@ -50,7 +50,7 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const TileWork& 
         sum += __expf(x - mx);
       }
     }
-    const bool empty = !(sum > 0.f);
+    const bool empty = sum == 0.f;  // a NaN partial lse: the row NaN (combine_row.cuh)
     const float lse = empty ? -INFINITY : mx + __logf(sum);
     float acc[kCols];
 #pragma unroll
