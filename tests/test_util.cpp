@@ -477,6 +477,32 @@ Case make_case(const CaseConfig& cfg, uint64_t seed) {
         }
       }
     }
+  // Per-token factors of slots no sequence attends (past the lengths, unused pages, cache rows
+  // of no sequence): NaN, so a backend that reads one shows it (through its scores, or 0 x NaN in
+  // P V). (Not with broadcast factors: every index of dim 0 is the same slice there.)
+  if (cfg.nan_unused && cfg.fp8_kv && cfg.kv_scale == KvScaleMode::per_token && !cfg.scale_broadcast) {
+    auto slot = [&](const Tensor& t, int64_t b, int64_t j, int64_t hk) -> int64_t {
+      switch (cfg.kv) {
+        case KvMode::dense: return t.off({b, j, hk});
+        case KvMode::varlen: return t.off({c.k_start[b] + j, hk});
+        case KvMode::cache: return t.off({c.cache_row[b], j, hk});
+        case KvMode::paged: return t.off({c.pages[b * c.max_pages + j / cfg.page_size], j % cfg.page_size, hk});
+      }
+      return 0;
+    };
+    for (Tensor* t : {&c.k_descale, &c.v_descale}) {
+      if (!t->present()) continue;
+      std::vector<std::pair<int64_t, float>> used;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < c.lk[b]; ++j)
+          for (int64_t hk = 0; hk < cfg.hkv; ++hk) {
+            const int64_t o = slot(*t, b, j, hk);
+            used.emplace_back(o, t->get(o));
+          }
+      for (int64_t o : t->offsets()) t->set(o, std::numeric_limits<float>::quiet_NaN());
+      for (const auto& [o, x] : used) t->set(o, x);
+    }
+  }
   return c;
 }
 

@@ -89,7 +89,10 @@ __global__ void kv_append_fp8_kernel(const __grid_constant__ FwdArgs p, const __
     const int64_t off = lead * a.dst_s0 + slot * a.dst_s1 + static_cast<int64_t>(h) * a.dst_sh + d;
     const int64_t so = b * a.src_s0 + row * a.src_s1 + h * a.src_sh + d;
     const float v = static_cast<float>(static_cast<const Src*>(a.src)[so]);
-    static_cast<uint8_t*>(a.dst)[off] = f32_to_e4m3_sat(__fdiv_rn(v, f));
+    // The correctly rounded fp32 quotient, as the host backends compute it: through double
+    // (53 >= 2 x 24 + 2 bits), which --use_fast_math does not flush (its fp32 division does:
+    // 0 / a subnormal factor gave NaN here, 0 on the host).
+    static_cast<uint8_t*>(a.dst)[off] = f32_to_e4m3_sat(__double2float_rn(__ddiv_rn(static_cast<double>(v), static_cast<double>(f))));
   }
 }
 

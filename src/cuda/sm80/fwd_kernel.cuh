@@ -702,16 +702,18 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       }
     // fp8 KV cache, per-token v factors: P's column j times key j's factor (the value row is
     // e4m3 x factor), after the row sums (l keeps the softmax weights), before P is rounded to
-    // 16 bits for P V.
+    // 16 bits for P V. A weight of exactly 0 (a masked key inside the sequence) stays 0: the
+    // reference never reads that key's factor, which may be inf or NaN.
     if constexpr (kFp8Kv) {
       if (tok_v) {
+        auto times = [](float p, float f) { return p == 0.f ? 0.f : p * f; };
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
           const float2 f = *reinterpret_cast<const float2*>(sFv + stage * kBlockN + key0 + nt * 8 + 2 * t4);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            s[mt][nt][0] *= f.x, s[mt][nt][1] *= f.y;
-            s[mt][nt][2] *= f.x, s[mt][nt][3] *= f.y;
+            s[mt][nt][0] = times(s[mt][nt][0], f.x), s[mt][nt][1] = times(s[mt][nt][1], f.y);
+            s[mt][nt][2] = times(s[mt][nt][2], f.x), s[mt][nt][3] = times(s[mt][nt][3], f.y);
           }
         }
       }
