@@ -41,6 +41,7 @@ struct Shape {
   // seqlen_q / k), else they are device-resident and sq / sk are the tensor bounds.
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;
   bool host_lengths = false;
+  bool kv_fp8 = false;  // an fp8 KV cache: e4m3 k / v under dtype (16-bit) q
 };
 
 class Planned {
@@ -55,6 +56,9 @@ class Planned {
     pb_.p = &params_;
     pb_.backend = Backend::cuda;
     pb_.dtype = pb_.out_dtype = s.dtype;
+    if (s.dtype == DType::float8_e4m3) pb_.out_dtype = DType::bfloat16;
+    pb_.kv_fp8 = s.kv_fp8;
+    pb_.kv_dtype = s.kv_fp8 ? DType::float8_e4m3 : s.dtype;
     pb_.batch = s.batch, pb_.hq = s.hq, pb_.hkv = s.hkv, pb_.group = s.hq / s.hkv;
     pb_.dqk = s.dqk, pb_.dv = s.dv;
     pb_.varlen_q = s.varlen;
@@ -860,6 +864,58 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   EXPECT_EQ(kernel(big, cap), Kernel::sm80);
   cap.smem_optin = 232448;
   EXPECT_EQ(kernel(big, cap), Kernel::sm90);
+}
+
+// e4m3 inputs run the sm80 kernel's fp8 instances whatever the preference or the device (the
+// sm90 kernels never see them), with their own shared memory (fwd_configs.h smem_bytes_fp8:
+// 16-bit Q + one 16-bit K / V tile + paged ring (+ pair_dv area), then the e4m3 ring, the
+// per-token factors and their paged ring) and no compact tile.
+TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
+  using fa4::cuda::sm80::Fp8;
+  const Shape big{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096};
+  Shape all = big, kv = big;
+  all.dtype = DType::float8_e4m3;
+  kv.kv_fp8 = true;
+  DeviceLimits pref = h200_auto();
+  for (std::optional<Kernel> k : {std::optional<Kernel>{}, std::optional<Kernel>{Kernel::sm90},
+                                  std::optional<Kernel>{Kernel::sm80}, std::optional<Kernel>{Kernel::simt}}) {
+    pref.prefer = k;
+    for (const Shape& s : {all, kv}) {
+      const Plan pl = Planned(s).on(pref);
+      EXPECT_FALSE(fa4::cuda::sm90_supports(Planned(s).problem(), pref));
+      EXPECT_EQ(pl.kernel, Kernel::sm80);
+      EXPECT_EQ(pl.sm80_fp8, s.kv_fp8 ? Fp8::kv : Fp8::all);
+      EXPECT_EQ(pl.sm80_tile, Tile::prefill);
+      // (128 x 128 + 64 x 256) x 2 B + 2 KB paged ring + 2 stages x 64 x 256 B + 2 x 2 x 64 x 4 B + 2 KB
+      EXPECT_EQ(pl.smem, 103424);
+    }
+  }
+  EXPECT_EQ(Planned(big).on(h200()).sm80_fp8, Fp8::none);  // 16-bit k / v: the 16-bit instances
+  EXPECT_EQ(Planned(big).on(h200()).smem, 100352);
+  // Decode, D = 128, an fp8 cache: the decode tile, 3 stages:
+  // (16 x 128 + 64 x 256) x 2 + 2048 + 3 x 64 x 256 + 3 x 2 x 64 x 4 + 2048.
+  const Plan dec = Planned({.batch = 1, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192, .kv_fp8 = true}).on(h200_auto());
+  EXPECT_EQ(dec.kernel, Kernel::sm80);
+  EXPECT_EQ(dec.sm80_tile, Tile::decode);
+  EXPECT_EQ(dec.smem, 91648);
+  EXPECT_TRUE(dec.pack_gqa);
+  // 99 KB (sm_86 / sm_89): D = 128 fp8 decode fits (91,648 B; prefill's 103,424 B does not, so
+  // prefill shapes run on the decode tile there too); D = 256 has no fp8 tile that fits
+  // (prefill 145,920 B with pair_dv, decode 144,384 B) and no compact one: the decode tile
+  // stays and cuda_check refuses it by its shared memory.
+  EXPECT_EQ(Planned({.batch = 1, .hq = 8, .hkv = 2, .sq = 1, .sk = 4096, .kv_fp8 = true}).on(ampere_99kb()).sm80_tile,
+            Tile::decode);
+  Shape pre128 = big;
+  pre128.kv_fp8 = true;
+  EXPECT_EQ(Planned(pre128).on(ampere_99kb()).sm80_tile, Tile::decode);
+  const Plan d256 = Planned({.batch = 2, .hq = 4, .hkv = 4, .dqk = 256, .dv = 256, .sq = 1000, .sk = 1000,
+                             .kv_fp8 = true}).on(ampere_99kb());
+  EXPECT_EQ(d256.sm80_tile, Tile::decode);
+  EXPECT_EQ(d256.smem, 144384);
+  const Plan p256 = Planned({.dtype = DType::float8_e4m3, .batch = 2, .hq = 4, .hkv = 4, .dqk = 256, .dv = 256,
+                             .sq = 1000, .sk = 1000}).on(h200());
+  EXPECT_EQ(p256.sm80_tile, Tile::prefill);
+  EXPECT_EQ(p256.smem, 145920);
 }
 
 TEST(CudaPlan, KernelPreferenceParsing) {

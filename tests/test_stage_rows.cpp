@@ -93,6 +93,58 @@ TEST(StageRows, OddHeadDimStagesEveryTensorWithItsRows) {
   EXPECT_EQ(o.d, 111);
 }
 
+// e4m3 tensors are staged by their own 1-byte rows: 16-byte rows are 16 elements, so an fp8 KV
+// cache with 59-element rows is copied to 64-byte rows next to bf16 q's 128-byte ones; 64-element
+// e4m3 rows are aligned as they are. All-fp8: q too, out stays bf16.
+TEST(StageRows, Fp8RowsAreStagedByTheirOwnBytes) {
+  AttentionParams p = params(59, 111);
+  p.k.dtype = p.v.dtype = DType::float8_e4m3;  // an fp8 KV cache under bf16 q
+  core::Problem pb;
+  ASSERT_TRUE(core::normalize(p, &pb));
+  EXPECT_TRUE(pb.kv_fp8);
+  EXPECT_EQ(pb.gpu_stage, core::kStageQ | core::kStageK | core::kStageV | core::kStageOut);
+  fa4::cuda::StagedCall sc;
+  ASSERT_TRUE(sc.build(pb, fake(8 << 20)));
+  const core::Problem& in = sc.problem();
+  EXPECT_TRUE(in.kv_fp8);
+  EXPECT_EQ(in.gpu_stage, 0u);
+  // q: 30 rows x 128 B = 3840; k: 42 rows of 59 -> 64 B = 2688 -> 2816; v: 42 x 112 B = 4704 ->
+  // 4864; out: 30 x 224 B = 6720 -> 6912
+  EXPECT_EQ(in.p->k.dtype, DType::float8_e4m3);
+  EXPECT_EQ(in.p->k.stride[2], 64);
+  EXPECT_EQ(in.p->k.stride[1], 3 * 64);
+  EXPECT_EQ(in.p->v.stride[2], 112);
+  EXPECT_EQ(in.p->k.data, fake((8 << 20) + 3840));
+  EXPECT_EQ(in.p->v.data, fake((8 << 20) + 3840 + 2816));
+  EXPECT_EQ(in.p->out.data, fake((8 << 20) + 3840 + 2816 + 4864));
+  EXPECT_EQ(sc.copy_bytes(), size_t{3840 + 2816 + 4864 + 6912});
+  ASSERT_EQ(sc.gathers().size(), 4u);
+  EXPECT_EQ(sc.gathers()[1].elem, 1);
+  EXPECT_EQ(sc.gathers()[1].pitch, 64);
+  EXPECT_EQ(sc.gathers()[2].pitch, 112);
+  EXPECT_EQ(sc.gathers()[0].elem, 2);
+
+  // 64-element e4m3 rows: aligned, q (bf16, 128 B) too.
+  AttentionParams a = params(64, 64);
+  a.k.dtype = a.v.dtype = DType::float8_e4m3;
+  ASSERT_TRUE(core::normalize(a, &pb));
+  EXPECT_EQ(pb.gpu_stage, 0u);
+  // 40-element e4m3 rows (40 B): k and v staged; bf16 q / out (80 B rows) are not.
+  AttentionParams b = params(40, 40);
+  b.k.dtype = b.v.dtype = DType::float8_e4m3;
+  ASSERT_TRUE(core::normalize(b, &pb));
+  EXPECT_EQ(pb.gpu_stage, core::kStageK | core::kStageV);
+
+  // All-fp8, 59-element rows: q, k, v 64-byte copies; out bf16 (128-byte copy).
+  AttentionParams f = params(59, 59);
+  f.q.dtype = f.k.dtype = f.v.dtype = DType::float8_e4m3;
+  ASSERT_TRUE(core::normalize(f, &pb));
+  ASSERT_TRUE(sc.build(pb, fake(8 << 20)));
+  EXPECT_EQ(sc.problem().p->q.stride[2], 64);
+  EXPECT_EQ(sc.problem().p->out.stride[2], 64);
+  EXPECT_EQ(sc.problem().p->k.data, fake((8 << 20) + 2048));  // q: 30 x 64 B = 1920 -> 2048
+}
+
 TEST(StageRows, PackedQkvSlicesAndStridedRows) {
   // q, k, v as slices of one [B, S, 3, H, D] tensor with D = 64: strides are 16-byte multiples
   // and the k / v pointers 3 * 64 * 2 bytes in: aligned, nothing staged.

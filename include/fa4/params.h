@@ -20,7 +20,7 @@
 //
 // Dtypes: q, k, v all float32, float16 or bfloat16 (out: q's dtype); all float8_e4m3 (out
 // bfloat16; q/k/v_descale [B, Hkv]); or an fp8 KV cache: q float16 / bfloat16 with k and v both
-// float8_e4m3, in any KV layout above (reference and cpu backends; cuda: unsupported). Then
+// float8_e4m3, in any KV layout above (every backend; cuda: its sm80 kernel). Then
 // out and lse are as for 16-bit q (out in q's dtype), q_descale must be absent, and K / V
 // are dequantized as e4m3 value x factor, the factors from k_descale / v_descale (fp32, each
 // optional = 1, any strides, 0 broadcasts) given either

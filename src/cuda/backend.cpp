@@ -199,6 +199,23 @@ FwdArgs make_args(const Problem& pb, const Plan& pl) {
   return a;
 }
 
+// The fp8 instances' arguments: FwdArgs plus the factors (cuda/common/fwd_args.h FwdArgsFp8).
+// k_sc / v_sc (core) hold k_descale / v_descale for all-fp8 and fp8-KV calls alike.
+cuda::FwdArgsFp8 make_fp8_args(const Problem& pb, const FwdArgs& a) {
+  const AttentionParams& p = *pb.p;
+  cuda::FwdArgsFp8 f;
+  static_cast<FwdArgs&>(f) = a;
+  if (p.q_descale.present()) {
+    f.q_descale = static_cast<const float*>(p.q_descale.data);
+    f.qd_s0 = p.q_descale.stride[0], f.qd_sh = p.q_descale.stride[1];
+  }
+  f.k_descale = pb.k_sc.data, f.kd_s0 = pb.k_sc.s0, f.kd_s1 = pb.k_sc.s1, f.kd_sh = pb.k_sc.head;
+  f.k_tok = pb.k_sc.data != nullptr && pb.k_sc.per_token ? 1 : 0;
+  f.v_descale = pb.v_sc.data, f.vd_s0 = pb.v_sc.s0, f.vd_s1 = pb.v_sc.s1, f.vd_sh = pb.v_sc.head;
+  f.v_tok = pb.v_sc.data != nullptr && pb.v_sc.per_token ? 1 : 0;
+  return f;
+}
+
 // fa4's own scratch, when the caller gives no workspace and no allocator hook: one buffer per
 // (device, stream) (cuda/scratch_cache.h: calls on different streams never share one; a buffer
 // outgrown while another call still enqueues with it is freed after that call's lease ends).
@@ -328,7 +345,8 @@ struct HookRelease {
 };
 
 bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
-bool is_supported(DType t) { return is_16bit(t) || t == DType::float32; }
+// q's dtype (an fp8 KV cache has 16-bit q: it is supported with it).
+bool is_supported(DType t) { return is_16bit(t) || t == DType::float32 || t == DType::float8_e4m3; }
 
 }  // namespace
 
@@ -345,11 +363,6 @@ std::string cuda_info() {
 
 Status cuda_check(const Problem& pb) {
   const AttentionParams& p = *pb.p;
-  // An fp8 KV cache (16-bit q, e4m3 k / v) has no kernel here yet; refused before anything
-  // (the staging of unaligned rows below sizes K / V by q's dtype).
-  if (pb.kv_fp8)
-    return Status::Unsupported("k", std::string("k: the cuda backend does not take ") + dtype_name(pb.kv_dtype) +
-                                        " k / v with " + dtype_name(pb.dtype) + " q yet (use backend=cpu)");
   if (pb.gpu_stage != 0) {  // the call that really runs: on the aligned copies (cuda/stage_rows.h)
     cuda::StagedCall sc;
     if (Status st = sc.build(pb, nullptr); !st) return st;
@@ -366,8 +379,8 @@ Status cuda_check(const Problem& pb) {
   }
   if (Status st = kernel_preference_status(); !st) return st;
   if (!is_supported(pb.dtype))
-    return Status::Unsupported("q", std::string("q: the cuda backend supports float16, bfloat16 and float32 inputs, got ") +
-                                        dtype_name(pb.dtype) + " (use backend=cpu for float8)");
+    return Status::Unsupported("q", std::string("q: the cuda backend supports float16, bfloat16, float32 and float8_e4m3 "
+                                                "inputs, got ") + dtype_name(pb.dtype));
   const int dev = p.q.device_index;
   if (dev < 0 || dev >= device_count())
     return Status::Invalid("q", "q: device index " + std::to_string(dev) + " is not a visible CUDA device");
@@ -397,7 +410,7 @@ Status cuda_check(const Problem& pb) {
 }
 
 size_t cuda_workspace_size(const Problem& pb) {
-  if (!is_supported(pb.dtype) || pb.kv_fp8) return 0;  // cuda_check refuses these
+  if (!is_supported(pb.dtype)) return 0;  // cuda_check refuses these
   if (pb.gpu_stage != 0) {
     cuda::StagedCall sc;
     if (!sc.build(pb, nullptr)) return 0;  // cuda_check reports why
@@ -498,7 +511,17 @@ Status cuda_forward(const Problem& pb) {
     ka.dst = p.k.data, ka.dst_s0 = pb.ks.s0, ka.dst_s1 = pb.ks.s1, ka.dst_sh = pb.ks.head, ka.d = a.dqk;
     va.src = p.v_new.data, va.src_s0 = pb.vnew_s.s0, va.src_s1 = pb.vnew_s.s1, va.src_sh = pb.vnew_s.head;
     va.dst = p.v.data, va.dst_s0 = pb.vs.s0, va.dst_s1 = pb.vs.s1, va.dst_sh = pb.vs.head, va.d = a.dv;
-    cudaError_t e = cuda::launch_kv_append(a, ka, va, static_cast<int>(dtype_size(pb.dtype)), stream);
+    cudaError_t e;
+    if (pb.kv_fp8) {  // 16-bit rows quantized into the e4m3 cache by their rows' factors
+      auto scale = [](const KvScale& k) {
+        cuda::AppendScale sc;
+        sc.data = k.data, sc.s0 = k.s0, sc.s1 = k.s1, sc.sh = k.head, sc.tok = k.data != nullptr && k.per_token;
+        return sc;
+      };
+      e = cuda::launch_kv_append_fp8(a, ka, va, scale(pb.k_sc), scale(pb.v_sc), pb.dtype == DType::bfloat16, stream);
+    } else {
+      e = cuda::launch_kv_append(a, ka, va, static_cast<int>(dtype_size(pb.dtype)), stream);
+    }
     if (e != cudaSuccess) return device_error("kv append launch", e);
   }
   if (!attend) return Status::Ok();
@@ -537,7 +560,11 @@ Status cuda_forward(const Problem& pb) {
       break;
     }
     case Kernel::sm80:
-      e = sm80::launch_fwd(a, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, pl.sm80_tile, grid, stream);
+      if (pl.sm80_fp8 != sm80::Fp8::none)
+        e = sm80::launch_fwd_fp8(make_fp8_args(pb, a), {pl.dqk, pl.dv}, pl.sm80_fp8, pb.dtype == DType::bfloat16,
+                                 pl.sm80_tile, grid, stream);
+      else
+        e = sm80::launch_fwd(a, {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, pl.sm80_tile, grid, stream);
       break;
     case Kernel::simt: e = cuda::simt::launch_fwd_f32(a, grid, stream); break;
   }

@@ -33,6 +33,12 @@ namespace {
 
 bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
 
+// e4m3 inputs (all-fp8, or an fp8 KV cache under 16-bit q): the sm80 kernel's fp8 instances
+// only (the sm90 kernels never see them).
+sm80::Fp8 fp8_mode(const Problem& pb) {
+  return pb.dtype == DType::float8_e4m3 ? sm80::Fp8::all : pb.kv_fp8 ? sm80::Fp8::kv : sm80::Fp8::none;
+}
+
 // TMA's rules for one tensor map of the sm90 kernel (fwd_params.h: (cols, heads, rows,
 // batch-like)): every stride of a dimension with more than one element a multiple of 16 bytes
 // below 2^40, every extent below 2^31 (the kernel's coordinates are signed 32-bit).
@@ -109,13 +115,13 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
 }  // namespace
 
 // The sm90 kernel's feature set: a compute capability 9.0 device (its sm_90a image runs there
-// only), fp16 / bf16, head dims with an instance (sm90/fwd_config.h), a shared-memory fit, paged
+// only), fp16 / bf16 q, k and v (no e4m3 KV cache: sm80 takes those), head dims with an instance (sm90/fwd_config.h), a shared-memory fit, paged
 // KV only with page sizes that are multiples of the key block (FA4_SM90_PAGED), split-KV and
 // PackGQA with FA4_SM90_DECODE (else prefill-shaped tiles only: decode-sized query tiles of a GQA
 // group take sm80's PackGQA tiles), and strides TMA can address.
 bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
-  if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !is_16bit(pb.dtype)) return false;
+  if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !is_16bit(pb.dtype) || pb.kv_fp8) return false;
   if (!sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return false;
   const sm90::Tile tile = sm90_tile(pb, d);
   if (sm90::smem_bytes(d.dqk, d.dv, tile) > dl.smem_optin) return false;
@@ -169,14 +175,14 @@ bool sm80_takes_decode(const Problem& pb, const DeviceLimits& dl) {
 bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
   switch (k) {
     case Kernel::sm90: return sm90_supports(pb, dl);
-    case Kernel::sm80: return is_16bit(pb.dtype);
+    case Kernel::sm80: return is_16bit(pb.dtype) || pb.dtype == DType::float8_e4m3;
     case Kernel::simt: return pb.dtype == DType::float32;
   }
   return false;
 }
 
-// The preference where it applies, else sm90 where it applies, else the kernel of the dtype.
-// (Inputs no kernel takes, float8, are planned as sm80; cuda_check refuses them first.)
+// The preference where it applies, else sm90 where it applies, else the kernel of the dtype:
+// simt for float32, sm80 for 16-bit and e4m3 inputs.
 Kernel choose_kernel(const Problem& pb, const DeviceLimits& dl) {
   if (dl.prefer && supports(*dl.prefer, pb, dl)) return *dl.prefer;
   if (sm90_supports(pb, dl)) {
@@ -249,20 +255,24 @@ Plan plan_sm80(const Problem& pb, const DeviceLimits& dl) {
   pl.kernel = Kernel::sm80;
   sm80_dims(pb, pl);
   const int dqk = pl.dqk, dv = pl.dv;
+  const sm80::Fp8 fp8 = fp8_mode(pb);
   const sm80::TileCfg pre = sm80::prefill_cfg(dqk, dv), dec = sm80::decode_cfg(dqk, dv);
-  auto fits = [&](const sm80::TileCfg& c) { return !dl.known || sm80::smem_bytes(c, dqk, dv) <= dl.smem_optin; };
+  auto fits = [&](const sm80::TileCfg& c) { return !dl.known || sm80::smem_bytes(c, dqk, dv, fp8) <= dl.smem_optin; };
   // Decode tile for short query tiles (PackGQA rows), prefill tile otherwise; each falls back to
   // the other where its shared memory does not fit the device's opt-in, and both to the compact
   // tile where the dims have one (GPUs with 99 KB per block, sm_86 / sm_89, at D = 192 / 256;
-  // without it the decode tile stays, and cuda_check refuses what does not fit).
+  // without it the decode tile stays, and cuda_check refuses what does not fit). The fp8
+  // instances have no compact tile (their byte ring exceeds 99 KB at D = 192 / 256 anyway).
   const bool short_rows = (pb.group > 1 && pb.max_sq < pre.m ? pb.max_sq * pb.group : pb.max_sq) <= dec.m;
-  const sm80::Tile last = sm80::has_compact(dqk, dv) ? sm80::Tile::compact : sm80::Tile::decode;
+  const sm80::Tile last =
+      sm80::has_compact(dqk, dv) && fp8 == sm80::Fp8::none ? sm80::Tile::compact : sm80::Tile::decode;
   if (short_rows)
     pl.sm80_tile = fits(dec) ? sm80::Tile::decode : fits(pre) ? sm80::Tile::prefill : last;
   else
     pl.sm80_tile = fits(pre) ? sm80::Tile::prefill : fits(dec) ? sm80::Tile::decode : last;
   const sm80::TileCfg c = sm80::tile_cfg(pl.sm80_tile, dqk, dv);
-  pl.smem = sm80::smem_bytes(c, dqk, dv);
+  pl.sm80_fp8 = fp8;
+  pl.smem = sm80::smem_bytes(c, dqk, dv, fp8);
   pl.m = c.m;
   pl.n = c.n;
   // PackGQA when a query tile would be mostly empty otherwise (decode, short chunks).

@@ -21,7 +21,8 @@ namespace fa4::cuda {
 
 // The forward kernels of the cuda backend:
 //   sm90  Hopper fast path (TMA + wgmma + warp specialization, src/cuda/sm90), sm_90 only;
-//   sm80  portable mma.sync + cp.async kernel (src/cuda/sm80), fp16 / bf16, every feature;
+//   sm80  portable mma.sync + cp.async kernel (src/cuda/sm80), fp16 / bf16 and e4m3 (all-fp8
+//         or an fp8 KV cache), every feature;
 //   simt  CUDA-core fp32 kernel (src/cuda/simt), float32 inputs.
 enum class Kernel { sm90, sm80, simt };
 const char* kernel_name(Kernel k);  // "sm90", "sm80", "simt"
@@ -58,6 +59,7 @@ struct Plan {
   int dqk = 0, dv = 0;  // the kernel instance's head dims: sm80 pads up to an instantiated pair,
                         // simt uses the actual ones. dv is the split partials' row stride.
   sm80::Tile sm80_tile = sm80::Tile::prefill;  // kernel == sm80: which of its tiles
+  sm80::Fp8 sm80_fp8 = sm80::Fp8::none;         // kernel == sm80: its fp8 instances (e4m3 K / V, or Q / K / V)
   sm90::Tile sm90_tile = sm90::Tile::standard;  // kernel == sm90: which of its tiles
   int m = 0, n = 0;     // tile: m query rows ((row, head) pairs with PackGQA) x n keys
   int smem = 0;         // bytes of dynamic shared memory per CTA

@@ -69,6 +69,22 @@ struct FwdArgs {
   int32_t dv_pad = 0;         // the kernel's Dv tile (row stride of o_part)
 };
 
+// The sm80 kernel's fp8 instances (sm80/fwd_fp8.cuh) take these: FwdArgs (whose layout, and so
+// the other kernels' parameter offsets, stays as it was) plus the e4m3 factors.
+//   All-fp8 (q, k, v e4m3): q/k/v_descale, each [B, Hkv] (nullptr = 1).
+//   fp8 KV cache (16-bit q, e4m3 k / v): k/v_descale per (batch, kv head) (*_tok = 0: element
+//   b * s0 + hk * sh) or per (token, kv head) (*_tok = 1: addressed as k's rows are,
+//   a * s0 + b * s1 + hk * sh: seq_info.cuh KvAddr with these strides); any strides, 0 broadcasts.
+struct FwdArgsFp8 : FwdArgs {
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  int64_t qd_s0 = 0, qd_sh = 0;
+  int64_t kd_s0 = 0, kd_s1 = 0, kd_sh = 0;
+  int64_t vd_s0 = 0, vd_s1 = 0, vd_sh = 0;
+  int32_t k_tok = 0, v_tok = 0;
+};
+
 // Arguments of the combine kernel; generic strides so the same kernel serves the internal
 // split-KV merge and the public combine_partials. A "row" r in [0, rows) is split into
 // (b, i) = (r / rows_per_b, r % rows_per_b).

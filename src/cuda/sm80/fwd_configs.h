@@ -72,14 +72,44 @@ constexpr TileCfg tile_cfg(Tile t, int dqk, int dv) {
   return t == Tile::decode ? decode_cfg(dqk, dv) : t == Tile::compact ? compact_cfg(dqk, dv) : prefill_cfg(dqk, dv);
 }
 
+// The pair_dv exchange area: the P fragment swap [warps][n / 16][32 lanes] x 16 B and two
+// [warps][32] float2 exchanges (O rescale factors, final row scales).
+constexpr int pair_bytes(const TileCfg& c) { return c.pair_dv ? c.warps_m * c.warps_n * 32 * (c.n / 16 * 16 + 2 * 8) : 0; }
+
 constexpr int smem_bytes(const TileCfg& c, int dqk, int dv) {
-  // Q + K/V stages (16-bit) + the paged-KV row-offset ring (2 x n int64 for k and for v).
-  // pair_dv adds the P fragment swap [warps][n / 16][32 lanes] x 16 B and two [warps][32] float2
-  // exchanges (O rescale factors, final row scales).
-  const int pair = c.pair_dv ? c.warps_m * c.warps_n * 32 * (c.n / 16 * 16 + 2 * 8) : 0;
-  const int pipe = (c.m * dqk + c.stages * c.n * (dqk + dv)) * 2 + 4 * c.n * 8 + pair;
+  // Q + K/V stages (16-bit) + the paged-KV row-offset ring (2 x n int64 for k and for v) + the
+  // pair_dv area.
+  const int pipe = (c.m * dqk + c.stages * c.n * (dqk + dv)) * 2 + 4 * c.n * 8 + pair_bytes(c);
   const int epi = c.warps_n * c.m * (dv + 8) * 4 + 2 * c.warps_n * c.m * 4;
   return pipe > epi ? pipe : epi;
+}
+
+}  // namespace fa4::cuda::sm80
+
+namespace fa4::cuda::sm80 {
+
+// fp8 e4m3 inputs (fwd_fp8.cuh): none; an fp8 KV cache (e4m3 K / V, 16-bit q, which sets the
+// compute type); or q, k, v all e4m3 (bf16 compute and output).
+enum class Fp8 { none, kv, all };
+
+// Shared memory of an fp8 instance (fwd_kernel.cuh carves it in this order): the 16-bit Q tile,
+// one 16-bit K and one V tile (the widened current tile), the paged-KV offset ring, the pair_dv
+// area; then the e4m3 byte ring (stages x n x (dqk + dv)), the per-token K / V factors (stages x
+// n fp32 each) and the paged ring of the factors' offsets (2 x n int64 each). The all-fp8 Q
+// bytes wait in the 16-bit K / V tiles until the first tile widens them.
+constexpr int fp8_base_bytes(const TileCfg& c, int dqk, int dv) {
+  return (c.m * dqk + c.n * (dqk + dv)) * 2 + 4 * c.n * 8 + pair_bytes(c);
+}
+constexpr int fp8_pipe_bytes(const TileCfg& c, int dqk, int dv) {
+  return fp8_base_bytes(c, dqk, dv) + c.stages * c.n * (dqk + dv) + 2 * c.stages * c.n * 4 + 4 * c.n * 8;
+}
+constexpr int smem_bytes_fp8(const TileCfg& c, int dqk, int dv) {
+  const int pipe = fp8_pipe_bytes(c, dqk, dv);
+  const int epi = c.warps_n * c.m * (dv + 8) * 4 + 2 * c.warps_n * c.m * 4;
+  return pipe > epi ? pipe : epi;
+}
+constexpr int smem_bytes(const TileCfg& c, int dqk, int dv, Fp8 fp8) {
+  return fp8 == Fp8::none ? smem_bytes(c, dqk, dv) : smem_bytes_fp8(c, dqk, dv);
 }
 
 }  // namespace fa4::cuda::sm80

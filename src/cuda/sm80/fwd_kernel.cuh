@@ -10,7 +10,8 @@
 // swap P through shared memory and each accumulate O for both warps' rows over one half of Dv,
 // so every V fragment read from shared memory feeds 32 rows. The epilogue merges the warps'
 // partial states through shared memory, adds the sink, normalizes, and writes out (+ lse) or the
-// fp32 partials of a split.
+// fp32 partials of a split. The fp8 instances (Inst::fp8_kv, Inst::fp8) copy e4m3 K / V (and Q)
+// tiles as bytes and widen them to 16 bits in shared memory before the same MMAs (fwd_fp8.cuh).
 //
 // Shared memory tiles are row-major [rows][D] with the 16-byte chunks of each row XOR-swizzled by
 // (row % 8), so both the cp.async writes and the ldmatrix reads (8 rows x 16 bytes) hit 8
@@ -23,6 +24,7 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/fwd_args.h"
 #include "cuda/common/mask.cuh"
@@ -31,6 +33,7 @@
 #include "cuda/common/seq_info.cuh"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/sm80/fwd_configs.h"
+#include "cuda/sm80/fwd_fp8.cuh"
 
 namespace fa4::cuda::sm80 {
 
@@ -52,6 +55,10 @@ struct FwdTraits {
   static constexpr int kVElems = kBlockN * kDv;
   static constexpr int kOStride = kDv + 8;  // fp32 staging row: +8 floats = 2-way (minimal) conflicts
   static constexpr int kSmemBytes = smem_bytes(TileCfg{kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kPairDv_}, kDqk, kDv);
+  // fp8 instances (fwd_configs.h smem_bytes_fp8): their extra buffers start at kFp8Base bytes.
+  static constexpr TileCfg kCfg{kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kPairDv_};
+  static constexpr int kSmemBytesFp8 = smem_bytes_fp8(kCfg, kDqk, kDv);
+  static constexpr int kFp8Base = fp8_base_bytes(kCfg, kDqk, kDv);
   static_assert(!kPairDv || (kWarpsN == 1 && kWarpRows == 16 && kWarpsM % 2 == 0 && kStages == 1 && kDv % 32 == 0),
                 "pair_dv: 16-row warps in pairs, keys unsplit, the single-buffer schedule (its mid-iteration barrier)");
   static_assert(kWarpRows % 16 == 0 && kWarpKeys % 16 == 0, "warp tile must be whole m16 x k16 steps");
@@ -156,20 +163,33 @@ struct TileLoader {
 // case (dense q; no softcap; contiguous / varlen / cache KV) gets its own smaller instance, and
 // so does varlen q without softcap / paging (prefill tiles): in the general instance it ran at
 // 0.84-0.94x of the same problem dense, 0.93-1.0x in a softcap- and paging-free one (H200).
-enum class Inst : int { common, varlen, general };
+// The fp8 instances have the general instance's features with e4m3 K / V (fp8_kv: 16-bit q, an
+// fp8 KV cache) or e4m3 Q / K / V (fp8: bf16 compute and output), and take FwdArgsFp8 (the
+// factors); fwd_fp8.cuh says how the bytes flow.
+enum class Inst : int { common, varlen, general, fp8_kv, fp8 };
 
-template <class T, Inst kInst>
-__global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant__ FwdArgs p) {
-  constexpr bool kGeneral = kInst == Inst::general;
+constexpr bool is_fp8(Inst i) { return i == Inst::fp8_kv || i == Inst::fp8; }
+
+// Args: FwdArgs, or FwdArgsFp8 (the factors) for the fp8 instances; the fp8 code is compiled out
+// of the others. (One kernel template: a __forceinline__ body shared by two entries perturbed
+// the register allocation of the 16-bit instances' code.)
+template <class T, Inst kInst, class Args = FwdArgs>
+__global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant__ Args p) {
+  static_assert(is_fp8(kInst) == std::is_same_v<Args, FwdArgsFp8>, "fp8 instances take FwdArgsFp8, the others FwdArgs");
+  constexpr bool kFp8Kv = is_fp8(kInst);     // K / V arrive as e4m3 bytes
+  constexpr bool kFp8Q = kInst == Inst::fp8;  // Q too
+  constexpr bool kGeneral = kInst == Inst::general || kFp8Kv;
   using Elem = typename T::Elem;
   constexpr int kDqk = T::kDqk, kDv = T::kDv, kBlockM = T::kBlockM, kBlockN = T::kBlockN;
   constexpr int kMT = T::kMT, kNT = T::kNT, kOT = T::kOT, kStages = T::kStages, kThreads = T::kThreads;
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  // fp8: one 16-bit K and V tile (the current tile, widened from the byte ring below).
+  constexpr int kKVBufs = kFp8Kv ? 1 : kStages;
   Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
   Elem* sK = sQ + T::kQElems;
-  Elem* sV = sK + kStages * T::kKElems;
+  Elem* sV = sK + kKVBufs * T::kKElems;
   // Paged KV: element offsets of the tile's key rows in k and v, a 2-deep ring [2][kBlockN].
-  int64_t* sOffK = reinterpret_cast<int64_t*>(sV + kStages * T::kVElems);
+  int64_t* sOffK = reinterpret_cast<int64_t*>(sV + kKVBufs * T::kVElems);
   int64_t* sOffV = sOffK + 2 * kBlockN;
   // pair_dv: the O tile of a warp pair is [32 rows] x [Dv], split by columns: warp `ph` of the pair
   // accumulates columns [ph * Dv / 2, (ph + 1) * Dv / 2) for its own 16 rows (o[0]) and its
@@ -181,6 +201,23 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   uint4* sPfrag = reinterpret_cast<uint4*>(sOffV + 2 * kBlockN);            // [warp][kPSteps][lane]
   float2* sAlpha = reinterpret_cast<float2*>(sPfrag + (kThreads / 32) * kPSteps * 32);  // [warp][lane]
   float2* sRowScale = sAlpha + kThreads;                                                 // [warp][lane]
+  // fp8 (fwd_configs.h smem_bytes_fp8): the e4m3 ring, [kStages][kBlockN][kDqk] and [kDv] bytes;
+  // per-token factors [kStages][kBlockN] fp32 for K and for V; the paged ring of the factors'
+  // offsets [2][kBlockN] each. All-fp8 Q bytes [kBlockM][kDqk] wait in the 16-bit K / V tiles
+  // (free until the first tile is widened, which widens Q first).
+  static_assert(!kFp8Kv || (T::kFp8Base % 16 == 0 && T::kFp8Base + kStages * kBlockN * (kDqk + kDv) +
+                                                           2 * kStages * kBlockN * 4 + 4 * kBlockN * 8 ==
+                                                       fp8_pipe_bytes(T::kCfg, kDqk, kDv)),
+                "fp8 carve-up must match smem_bytes_fp8");
+  static_assert(!kFp8Q || kBlockM * kDqk <= (T::kKElems + T::kVElems) * 2, "all-fp8 Q bytes fit the 16-bit K / V tiles");
+  static_assert(!kFp8Kv || kThreads >= kBlockN, "one thread per key row copies the per-token factors");
+  [[maybe_unused]] uint8_t* rK = smem_raw + T::kFp8Base;
+  [[maybe_unused]] uint8_t* rV = rK + kStages * kBlockN * kDqk;
+  [[maybe_unused]] float* sFk = reinterpret_cast<float*>(rV + kStages * kBlockN * kDv);
+  [[maybe_unused]] float* sFv = sFk + kStages * kBlockN;
+  [[maybe_unused]] int64_t* sOffFk = reinterpret_cast<int64_t*>(sFv + kStages * kBlockN);
+  [[maybe_unused]] int64_t* sOffFv = sOffFk + 2 * kBlockN;
+  [[maybe_unused]] uint8_t* rQ = reinterpret_cast<uint8_t*>(sK);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;
@@ -206,12 +243,28 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   auto row_h = [&](int m) -> int { return p.pack_gqa ? hk * p.group + m % p.group : head_idx; };
 
   const Elem* gq = static_cast<const Elem*>(p.q);
+  // Swizzled element offsets of the 16-bit tiles (the fp8 widening writes them).
+  [[maybe_unused]] auto swz_qk = [](int r, int c) { return swz<kDqk>(r, c); };
+  [[maybe_unused]] auto swz_v = [](int r, int c) { return swz<kDv>(r, c); };
   // ---- prologue: Q tile first, then the first kStages - 1 K/V tiles ----
   // The copies are issued as early as the addresses allow (ncu, D = 256, S = 512: ~290
   // instructions ran before the Q copy; the key range and the mask bounds below are not needed
   // for it). Measured neutral on H200 (same run, 2 x 2 interleaved sweeps), kept as the natural
   // order.
-  if (!p.pack_gqa) {
+  if constexpr (kFp8Q) {
+    // e4m3 Q rows as bytes into rQ; the first key tile widens them into sQ (main loop).
+    const uint8_t* gq8 = static_cast<const uint8_t*>(p.q);
+    ByteTileLoader<kBlockM, kDqk, kThreads> lq;
+    lq.init(tid, p.dqk);
+    if (!p.pack_gqa) {
+      lq.load_strided(rQ, gq8, si.q_base + static_cast<int64_t>(head_idx) * p.q_sh, si.q_step, m0, rows_seq);
+    } else {
+      lq.load(rQ, gq8, m0, rows_seq, [&](int r) {
+        const int m = m0 + r;
+        return si.q_base + static_cast<int64_t>(row_i(m)) * si.q_step + static_cast<int64_t>(row_h(m)) * p.q_sh;
+      });
+    }
+  } else if (!p.pack_gqa) {
     // Rows of one head are evenly strided: the same unrolled copy as a K tile (a per-chunk
     // division loop here was ~10% of all executed instructions at S = 512, ncu 2026-11-29).
     TileLoader<Elem, kBlockM, kDqk, kThreads> lq;
@@ -251,6 +304,30 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   kaddr.init(p, si, p.k_s0, p.k_s1, p.k_sh, hk);
   vaddr.init(p, si, p.v_s0, p.v_s1, p.v_sh, hk);
   const bool paged = kGeneral && kaddr.paged;
+  [[maybe_unused]] const uint8_t* gk8 = static_cast<const uint8_t*>(p.k);
+  [[maybe_unused]] const uint8_t* gv8 = static_cast<const uint8_t*>(p.v);
+
+  // fp8 factors. Per (batch, kv head): q_descale x k_descale fold into the score scale, v_descale
+  // into the output normalization (epilogue). Per token (fp8 KV cache): copied with each key
+  // tile (issue_factors) and applied to the columns of S (k) and of P (v).
+  float fp8_qk = 1.f, fp8_v = 1.f;
+  bool tok_k = false, tok_v = false;
+  KvAddr fkaddr, fvaddr;  // per-token factors: addressed as k's / v's rows, with their strides
+  if constexpr (kFp8Kv) {
+    tok_k = p.k_descale != nullptr && p.k_tok != 0;
+    tok_v = p.v_descale != nullptr && p.v_tok != 0;
+    if (p.q_descale != nullptr) fp8_qk = p.q_descale[si.b * p.qd_s0 + hk * p.qd_sh];
+    if (p.k_descale != nullptr && !tok_k) fp8_qk *= p.k_descale[si.b * p.kd_s0 + hk * p.kd_sh];
+    if (p.v_descale != nullptr && !tok_v) fp8_v = p.v_descale[si.b * p.vd_s0 + hk * p.vd_sh];
+    fkaddr.init(p, si, p.kd_s0, p.kd_s1, p.kd_sh, hk);
+    fvaddr.init(p, si, p.vd_s0, p.vd_s1, p.vd_sh, hk);
+  }
+  ByteTileLoader<kBlockN, kDqk, kThreads> bk;
+  ByteTileLoader<kBlockN, kDv, kThreads> bv;
+  if constexpr (kFp8Kv) {
+    bk.init(tid, p.dqk);
+    bv.init(tid, p.dv);
+  }
 
   using LoadK = TileLoader<Elem, kBlockN, kDqk, kThreads>;
   using LoadV = TileLoader<Elem, kBlockN, kDv, kThreads>;
@@ -283,6 +360,10 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       const int64_t page = clamp64(pf_page, 0, kaddr.num_pages - 1);
       sOffK[(pf_tile & 1) * kBlockN + tid] = page * kaddr.s0 + static_cast<int64_t>(pf_row) * kaddr.s1;
       sOffV[(pf_tile & 1) * kBlockN + tid] = page * vaddr.s0 + static_cast<int64_t>(pf_row) * vaddr.s1;
+      if constexpr (kFp8Kv) {
+        sOffFk[(pf_tile & 1) * kBlockN + tid] = page * fkaddr.s0 + static_cast<int64_t>(pf_row) * fkaddr.s1;
+        sOffFv[(pf_tile & 1) * kBlockN + tid] = page * fvaddr.s0 + static_cast<int64_t>(pf_row) * fvaddr.s1;
+      }
     }
     pf_tile = -1;
   };
@@ -290,17 +371,51 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     fetch_page(tile);
     store_page();
   };
+  // fp8 per-token factors of the keys n0 .. of tile `tile` into ring stage `stage`, K's and V's
+  // both with K's copies (the single-buffer schedule applies V's to P before V lands); zeros past
+  // the sequence (those keys are masked).
+  [[maybe_unused]] auto issue_factors = [&](int stage, int tile, int n0) {
+    if constexpr (kFp8Kv) {
+      if (tid < kBlockN && (tok_k || tok_v)) {
+        const int j = n0 + tid;
+        const bool in = j < sk;
+        const uint32_t bytes = in ? 4u : 0u;
+        const int slot = (tile & 1) * kBlockN + tid;
+        if (tok_k) {
+          const int64_t o = !in ? 0 : fkaddr.base + (paged ? sOffFk[slot] : static_cast<int64_t>(j) * fkaddr.step);
+          ptx::cp_async_4(ptx::smem_u32(sFk + stage * kBlockN + tid), p.k_descale + o, bytes);
+        }
+        if (tok_v) {
+          const int64_t o = !in ? 0 : fvaddr.base + (paged ? sOffFv[slot] : static_cast<int64_t>(j) * fvaddr.step);
+          ptx::cp_async_4(ptx::smem_u32(sFv + stage * kBlockN + tid), p.v_descale + o, bytes);
+        }
+      }
+    }
+  };
   auto issue_k = [&](int stage, int tile) {
     const int n0 = (n_lo + tile) * kBlockN;
-    Elem* dk = sK + stage * T::kKElems;
-    if (!paged) lk.load_strided(dk, gk, kaddr.base, kaddr.step, n0, sk);
-    else lk.load_paged(dk, gk, kaddr.base, sOffK + (tile & 1) * kBlockN, n0, sk);
+    if constexpr (kFp8Kv) {
+      uint8_t* dk = rK + stage * kBlockN * kDqk;
+      if (!paged) bk.load_strided(dk, gk8, kaddr.base, kaddr.step, n0, sk);
+      else bk.load_paged(dk, gk8, kaddr.base, sOffK + (tile & 1) * kBlockN, n0, sk);
+      issue_factors(stage, tile, n0);
+    } else {
+      Elem* dk = sK + stage * T::kKElems;
+      if (!paged) lk.load_strided(dk, gk, kaddr.base, kaddr.step, n0, sk);
+      else lk.load_paged(dk, gk, kaddr.base, sOffK + (tile & 1) * kBlockN, n0, sk);
+    }
   };
   auto issue_v = [&](int stage, int tile) {
     const int n0 = (n_lo + tile) * kBlockN;
-    Elem* dv = sV + stage * T::kVElems;
-    if (!paged) lv.load_strided(dv, gv, vaddr.base, vaddr.step, n0, sk);
-    else lv.load_paged(dv, gv, vaddr.base, sOffV + (tile & 1) * kBlockN, n0, sk);
+    if constexpr (kFp8Kv) {
+      uint8_t* dv = rV + stage * kBlockN * kDv;
+      if (!paged) bv.load_strided(dv, gv8, vaddr.base, vaddr.step, n0, sk);
+      else bv.load_paged(dv, gv8, vaddr.base, sOffV + (tile & 1) * kBlockN, n0, sk);
+    } else {
+      Elem* dv = sV + stage * T::kVElems;
+      if (!paged) lv.load_strided(dv, gv, vaddr.base, vaddr.step, n0, sk);
+      else lv.load_paged(dv, gv, vaddr.base, sOffV + (tile & 1) * kBlockN, n0, sk);
+    }
   };
   if constexpr (kStages == 1) {
     // Single K and V buffers (FlashAttention-2's loads, for tiles whose smem must stay small
@@ -368,9 +483,12 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
   const bool softcap = kGeneral && p.softcap_log2 != 0.f;
   // Softcap keeps tanh values, softcap * log2(e) (> 0) folded into the exponentials as the
   // scale is without softcap; a non-positive scale keeps log2 units (the max would flip).
-  const bool fold = softcap || p.scale_log2 > 0.f;
-  const float sc = softcap ? p.softcap_log2 : fold ? p.scale_log2 : 1.f;
-  const float softcap_in2 = p.softcap_in * 2.f * 1.4426950408889634f;  // exp2 argument of e^{2y}
+  // fp8: q_descale x k_descale of this (batch, kv head) scale every score, as the scale does.
+  const float scale_log2 = kFp8Kv ? p.scale_log2 * fp8_qk : p.scale_log2;
+  const float softcap_in = kFp8Kv ? p.softcap_in * fp8_qk : p.softcap_in;
+  const bool fold = softcap || scale_log2 > 0.f;
+  const float sc = softcap ? p.softcap_log2 : fold ? scale_log2 : 1.f;
+  const float softcap_in2 = softcap_in * 2.f * 1.4426950408889634f;  // exp2 argument of e^{2y}
   // Conditional rescaling (common/softmax.cuh): warp-uniform, so a skipped rescale skips the
   // whole warp's O multiplies.
   const int q_row0 = wm * T::kWarpRows;
@@ -419,8 +537,21 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       ptx::cp_async_commit();
     }
     const int stage = t % kStages;
-    const uint32_t tK = ptx::smem_u32(sK) + stage * T::kKElems * 2;
-    const uint32_t tV = ptx::smem_u32(sV) + stage * T::kVElems * 2;
+    if constexpr (kFp8Kv) {
+      // Widen the tile's e4m3 bytes into the 16-bit tiles: the barrier above saw them land and
+      // every warp finish the previous tile's MMAs. All-fp8 Q first, once: its bytes sit in the
+      // 16-bit K / V tiles, so a barrier separates the two. (Single buffer: V lands mid-iteration
+      // and is widened there.)
+      if (kFp8Q && t == 0) {
+        widen_tile<Elem, kBlockM, kDqk, kThreads>(sQ, rQ, tid, swz_qk);
+        __syncthreads();
+      }
+      widen_tile<Elem, kBlockN, kDqk, kThreads>(sK, rK + stage * kBlockN * kDqk, tid, swz_qk);
+      if constexpr (kStages > 1) widen_tile<Elem, kBlockN, kDv, kThreads>(sV, rV + stage * kBlockN * kDv, tid, swz_v);
+      __syncthreads();  // the 16-bit tiles are complete before any warp's ldmatrix
+    }
+    const uint32_t tK = ptx::smem_u32(sK) + (kFp8Kv ? 0 : stage * T::kKElems * 2);
+    const uint32_t tV = ptx::smem_u32(sV) + (kFp8Kv ? 0 : stage * T::kVElems * 2);
     const int n0 = (n_lo + t) * kBlockN;
 
     // S = Q K^T   [kMT*16 rows x kNT*8 keys] per warp
@@ -460,6 +591,21 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         }
     }
 
+    // fp8 KV cache, per-token k factors: key j's score is (q . e4m3 row) x its factor, before
+    // softcap, scale and mask (C fragment: elements 0 / 2 are key 2 t4, 1 / 3 key 2 t4 + 1).
+    if constexpr (kFp8Kv) {
+      if (tok_k) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const float2 f = *reinterpret_cast<const float2*>(sFk + stage * kBlockN + key0 + nt * 8 + 2 * t4);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            s[mt][nt][0] *= f.x, s[mt][nt][1] *= f.y;
+            s[mt][nt][2] *= f.x, s[mt][nt][3] *= f.y;
+          }
+        }
+      }
+    }
     // Softcap / unfolded scale (uniform branches, outside the element loops), then the mask on
     // partial tiles only.
     if (softcap) {
@@ -469,14 +615,14 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            s[mt][nt][e] = softcap_tanh(s[mt][nt][e], p.softcap_in, softcap_in2);
+            s[mt][nt][e] = softcap_tanh(s[mt][nt][e], softcap_in, softcap_in2);
     } else if (!fold) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= scale_log2;
     }
     if (n0 < full_lo || n0 + kBlockN > full_hi) {
 #pragma unroll
@@ -554,6 +700,24 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
         }
         l_run[rr] += sum;
       }
+    // fp8 KV cache, per-token v factors: P's column j times key j's factor (the value row is
+    // e4m3 x factor), after the row sums (l keeps the softmax weights), before P is rounded to
+    // 16 bits for P V. A weight of exactly 0 (a masked key inside the sequence) stays 0: the
+    // reference never reads that key's factor, which may be inf or NaN.
+    if constexpr (kFp8Kv) {
+      if (tok_v) {
+        auto times = [](float p, float f) { return p == 0.f ? 0.f : p * f; };
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const float2 f = *reinterpret_cast<const float2*>(sFv + stage * kBlockN + key0 + nt * 8 + 2 * t4);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            s[mt][nt][0] = times(s[mt][nt][0], f.x), s[mt][nt][1] = times(s[mt][nt][1], f.y);
+            s[mt][nt][2] = times(s[mt][nt][2], f.x), s[mt][nt][3] = times(s[mt][nt][3], f.y);
+          }
+        }
+      }
+    }
 
     // pair_dv: P as mma A fragments, kept for this warp's rows and published (with this tile's
     // O rescale of those rows) for the partner; the barrier below orders the stores before the
@@ -576,6 +740,12 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
       __syncthreads();  // V_t landed; every warp is done with Q K_t (the K buffer is free)
       if (t + 1 < n_tiles) issue_k(0, t + 1);
       ptx::cp_async_commit();
+      if constexpr (kFp8Kv) {
+        // V_t's bytes landed (the wait above); every warp is done with P V_{t-1} since the top
+        // barrier, so the 16-bit V tile is free.
+        widen_tile<Elem, kBlockN, kDv, kThreads>(sV, rV, tid, swz_v);
+        __syncthreads();
+      }
     }
 
     if constexpr (kPair) {
@@ -663,7 +833,8 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
           }
           // Empty row (no visible key, no sink): l == 0 -> O = 0, lse = -inf; NaN l (a NaN score):
           // lse NaN, O NaN already (common/softmax.cuh finalize_row).
-          row_scale[rr] = l > 0.f ? f / l : 0.f;
+          // (fp8: times v_descale of this (batch, kv head).)
+          row_scale[rr] = l > 0.f ? (kFp8Kv ? f / l * fp8_v : f / l) : 0.f;
           if (t4 == 0 && valid_row && p.lse != nullptr) {
             const int64_t i = row_i(m);
             const float lse = l > 0.f ? (mrow + __log2f(l)) * 0.6931471805599453f : l == 0.f ? -INFINITY : l;
@@ -832,7 +1003,7 @@ __global__ void __launch_bounds__(T::kThreads) fwd_kernel(const __grid_constant_
     }
     // Empty row (no visible key, no sink): l == 0 -> O = 0, lse = -inf; NaN l (a NaN score):
     // lse NaN (a split partial's NaN lse makes the merged row NaN, combine_row.cuh).
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = l > 0.f ? (kFp8Kv ? fp8_v / l : 1.f / l) : 0.f;  // (fp8: times v_descale)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= inv;
     const float lse = l > 0.f ? (m_use + __log2f(l)) * 0.6931471805599453f : l == 0.f ? -INFINITY : l;

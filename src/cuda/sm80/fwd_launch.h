@@ -25,4 +25,15 @@ cudaError_t launch_fwd_d192(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, c
 cudaError_t launch_fwd_d256(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d192_128(const FwdArgs& p, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
 
+// The fp8 instances (mode kv: e4m3 K / V, bf16 says q's dtype; mode all: e4m3 q / k / v, bf16
+// compute and output), prefill and decode tiles (compact: cudaErrorInvalidConfiguration).
+cudaError_t launch_fwd_fp8(const FwdArgsFp8& p, DimPair dims, Fp8 mode, bool bf16, Tile tile, dim3 grid,
+                           cudaStream_t stream);
+cudaError_t launch_fwd_fp8_d64(const FwdArgsFp8& p, Fp8 mode, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_fp8_d128(const FwdArgsFp8& p, Fp8 mode, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_fp8_d192(const FwdArgsFp8& p, Fp8 mode, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_fp8_d256(const FwdArgsFp8& p, Fp8 mode, bool bf16, Tile tile, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_fp8_d192_128(const FwdArgsFp8& p, Fp8 mode, bool bf16, Tile tile, dim3 grid,
+                                    cudaStream_t stream);
+
 }  // namespace fa4::cuda::sm80
