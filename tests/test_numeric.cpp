@@ -46,6 +46,16 @@ TEST(Numeric, EveryE4m3EncodingRoundTrips) {
     EXPECT_TRUE(std::isfinite(f));
     ASSERT_EQ(f32_to_e4m3(f), b) << b << " = " << f;
   }
+  // Every finite byte against the format's definition: (-1)^s (1 + m/8) 2^(e-7), subnormals
+  // (e = 0) m/8 2^-6, signed zeros kept.
+  for (uint32_t b = 0; b < 256; ++b) {
+    if ((b & 0x7f) == 0x7f) continue;
+    const int e = static_cast<int>((b >> 3) & 0xf), m = static_cast<int>(b & 7);
+    const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+    const float f = e4m3_to_f32(static_cast<uint8_t>(b));
+    EXPECT_EQ(static_cast<double>(f), b & 0x80 ? -mag : mag) << b;
+    EXPECT_EQ(std::signbit(f), (b & 0x80) != 0) << b;
+  }
   EXPECT_EQ(e4m3_to_f32(0x7e), 448.0f);
   EXPECT_EQ(e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
   EXPECT_EQ(e4m3_to_f32(0x38), 1.0f);
