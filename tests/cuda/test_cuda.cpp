@@ -1136,8 +1136,8 @@ TEST(CudaBackend, Fp8UnalignedRowsStaged) {
 }
 
 // Special values: e4m3 NaN bytes (0x7f / 0xff) in V at visible keys (those output columns NaN,
-// the rest and lse finite); NaN in K and +-inf in 16-bit q (NaN rows; lse not requested: the
-// sm80 kernels write -inf where the reference's lse of a NaN row is NaN, in every dtype); and
+// the rest and lse finite); NaN in K and +-inf in 16-bit q (NaN rows and lse, split or not: a
+// split's NaN partial must reach the merge, NanInputsGiveNanRowsWithAndWithoutSplits); and
 // fp8-cache factors that are 0 or 0.5 (4-32x the cases' own) in some per-head / per-token
 // entries. No mask, so every key inside the lengths is visible: a NaN factor or byte at a masked
 // key would meet P = 0 in P V (0 x NaN), where the reference never reads it.
@@ -1152,11 +1152,9 @@ TEST(CudaBackend, Fp8SpecialValues) {
       c.page_size = 16;
       c.batch = 2, c.hq = 8, c.hkv = 2, c.dqk = c.dv = 128;
       c.sq = k % 3 == 0 ? 1 : 40, c.sk = 300;
-      // NaN / inf inputs (variant 1) unsplit: a split whose rows turned NaN writes lse = -inf and
-      // the combine drops it as empty, so the merged row is finite where the reference's is NaN
-      // (sm80 split-KV in every dtype, docs/perf/sm90-notes.md; to fix with device time).
-      c.num_splits = k % 3 == 2 && variant != 1 ? 3 : 1;
-      c.lse = variant != 1;
+      // (NaN / inf inputs: four of the five cases split.)
+      c.num_splits = k % 3 == 2 || (variant == 1 && k % 2 == 1) ? 3 : 1;
+      c.lse = true;
       c.nan_unused = false;
       const uint64_t seed = derive_seed(43000 + k++);
       SCOPED_TRACE(c.describe() + " variant " + std::to_string(variant));

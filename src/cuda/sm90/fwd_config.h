@@ -117,12 +117,12 @@
 //                          consumer) merges them (sm90/fwd_epilogue.cuh merge_split_rows), so no
 //                          combine kernel follows -- in the split_kv instance (D 128, fused_merge
 //                          below; the planner picks it for split launches only with this switch
-//                          on). H200 2026-12-05 (docs/perf/h200-2026-12-05-session.md): decode
-//                          B 1 / 4 at kv 8k +7-11 % in builds with the merge in the standard D 128
-//                          instance; the split_kv build itself is not yet run on a GPU (the
-//                          session's device time ran out): 0 until that call.
+//                          on). H100 2026-12-05 (docs/perf/h100-2026-12-05-session.md, the
+//                          split_kv build against 0 in one process): decode B 1 / 4 at kv 8k
+//                          +7-9 % (Sq 1 and 4, contiguous and paged), kv 128k +1-2 %, B 32 and
+//                          chunked prefill 1.00 (they do not split); 0 switches it off.
 #ifndef FA4_SM90_FUSED_COMBINE
-#define FA4_SM90_FUSED_COMBINE 0
+#define FA4_SM90_FUSED_COMBINE 1
 #endif
 //   FA4_SM90_PDL           1: the kernel is launched as a programmatic dependent of the stream's
 //                          previous grid (ptx::griddep_*): its CTAs start, and init their
