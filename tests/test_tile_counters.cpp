@@ -114,4 +114,24 @@ TEST(TileCounterPool, ThreadsOnDifferentStreamsGetDifferentPairs) {
   EXPECT_EQ(dev.allocs, 16);
 }
 
+// cudaStreamPerThread: one handle, a stream per host thread. Each thread's key (cuda/backend.cpp
+// stream_key: the address of a thread_local) keeps its own block, and the block is zeroed on the
+// handle the call passed -- never on the key, which is no stream (a memset there was undefined;
+// on the H100 it failed, so the per-thread split calls lost their in-kernel merge, 2026-12-05).
+TEST(TileCounterPool, PerThreadKeysZeroOnTheCallersStream) {
+  FakeDevice dev;
+  g_dev = &dev;
+  TileCounterPool pool(fake_alloc_zeroed, 8);
+  const void* handle = stream_id(7);
+  int key_a = 0, key_b = 0;
+  uint32_t* a = pool.get(0, &key_a, handle);
+  uint32_t* b = pool.get(0, &key_b, handle);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b) << "two threads' streams never share a block";
+  EXPECT_EQ(pool.get(0, &key_a, handle), a);
+  ASSERT_EQ(dev.zeroed_on.size(), 2u);
+  for (const auto& [s, p] : dev.zeroed_on) EXPECT_EQ(s, handle) << "zeroed on the handle, not on the key";
+}
+
 }  // namespace

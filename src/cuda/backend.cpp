@@ -329,7 +329,7 @@ uint32_t* tile_counter_for(const AttentionParams& p, Scratch* held, bool split =
   static cuda::TileCounterPool* const pool = new cuda::TileCounterPool(counter_alloc_zeroed);  // never destroyed
   static cuda::TileCounterPool* const split_pool =
       new cuda::TileCounterPool(counter_alloc_zeroed, 64, cuda::TileCounterPool::kSplitBytes);
-  return (split ? split_pool : pool)->get(p.q.device_index, stream_key(p.stream));
+  return (split ? split_pool : pool)->get(p.q.device_index, stream_key(p.stream), p.stream);
 }
 
 // The scratch of a staged call comes from the same three sources as the split-KV workspace, in

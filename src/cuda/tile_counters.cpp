@@ -4,18 +4,18 @@
 
 namespace fa4::cuda {
 
-uint32_t* TileCounterPool::get(int dev, const void* stream) {
+uint32_t* TileCounterPool::get(int dev, const void* key, const void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   int on_dev = 0;
   for (const Entry& e : entries_) {
     if (e.dev != dev) continue;
-    if (e.stream == stream) return e.ptr;
+    if (e.key == key) return e.ptr;
     ++on_dev;
   }
   if (on_dev >= max_per_device_) return nullptr;
   auto* p = static_cast<uint32_t*>(alloc_(dev, stream, bytes_));
   if (p == nullptr) return nullptr;  // not remembered: a later call may succeed
-  entries_.push_back(Entry{dev, stream, p});
+  entries_.push_back(Entry{dev, key, p});
   return p;
 }
 

@@ -37,15 +37,20 @@ class TileCounterPool {
   static constexpr size_t kSplitBytes = 16384 * sizeof(uint32_t);
   size_t bytes() const { return bytes_; }
 
-  // The pair of (dev, stream), made on first use; nullptr past the bound or when allocation fails.
-  uint32_t* get(int dev, const void* stream);
+  // The pair of (dev, key), made on first use -- allocated and zeroed in the order of `stream`,
+  // the call's real stream; nullptr past the bound or when allocation fails. key is the stream
+  // handle, except for cudaStreamPerThread: one handle, a different stream in each host thread
+  // (cuda/backend.cpp stream_key gives each thread its own key; the memset must still go to the
+  // handle, which a thread's key is not).
+  uint32_t* get(int dev, const void* key, const void* stream);
+  uint32_t* get(int dev, const void* stream) { return get(dev, stream, stream); }
 
   size_t pairs() const;  // for tests: pairs made so far
 
  private:
   struct Entry {
     int dev;
-    const void* stream;
+    const void* key;
     uint32_t* ptr;
   };
   AllocZeroedFn alloc_;

@@ -23,27 +23,37 @@ __device__ __forceinline__ void store_out(void* base, int64_t off, int32_t dtype
   }
 }
 
+// The merged lse of a row and whether it is empty, from its splits' lse (split s at lp + s *
+// lp_s): the max, then the sum in split order. Every merge computes it this way -- each lane of
+// the combine kernel's warp, each thread of the sm90 kernel's in-kernel merge --, and every
+// weight exp(lse_s - lse) and partial sum (merge_term) the same way, so a split call gives the
+// same bits whichever merges it (the in-kernel merge falls back to the combine kernel when the
+// stream's counters cannot be had). (L2 loads: in the sm90 kernel, rows other CTAs wrote in this
+// launch.) Empty: every split saw nothing (sum 0). A NaN partial lse (a split whose row met a
+// NaN score, finalize_row) makes sum and the merged lse NaN, every weight NaN, the row NaN: as
+// the reference. (Testing !(sum > 0) dropped such rows as empty: finite or 0 where the reference
+// is NaN, whenever the NaN key fell in one split of several.)
+__device__ __forceinline__ float merged_lse(const float* lp, int64_t lp_s, int splits, bool* empty) {
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(lp + s * lp_s));
+  const float m_use = mx == -INFINITY ? 0.f : mx;
+  float sum = 0.f;
+  for (int s = 0; s < splits; ++s) sum += __expf(__ldcg(lp + s * lp_s) - m_use);
+  *empty = sum == 0.f;
+  return *empty ? -INFINITY : m_use + __logf(sum);
+}
+// acc + w x, where a split that saw nothing (w = 0) adds nothing -- not even 0 x NaN from its
+// unused row. One rounding (an explicit fma): the same bits in every merge.
+__device__ __forceinline__ float merge_term(float acc, float w, float x) { return w != 0.f ? __fmaf_rn(w, x, acc) : acc; }
+
 // lp: split 0's lse of the row (split s at lp + s * lp_s); op: split 0's O row (column d at
 // op + s * op_s + d); out: column d at out + d (elements of out_dtype). Returns the merged lse
 // (the same value in every lane). Every lane of the warp calls it with the same arguments.
 __device__ __forceinline__ float combine_row_warp(const float* lp, int64_t lp_s, const float* op, int64_t op_s, int splits,
                                                   int dv, void* out, int64_t out_off, int32_t out_dtype) {
   const int lane = threadIdx.x & 31;
-  float mx = -INFINITY;
-  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, lp[s * lp_s]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  const float m_use = mx == -INFINITY ? 0.f : mx;
-  float sum = 0.f;
-  for (int s = lane; s < splits; s += 32) sum += __expf(lp[s * lp_s] - m_use);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  // Empty: every split saw nothing (sum 0). A NaN partial lse (a split whose row met a NaN
-  // score, finalize_row) makes sum and the merged lse NaN, every weight NaN, the row NaN: as the
-  // reference. (Testing !(sum > 0) dropped such rows as empty: finite or 0 where the reference
-  // is NaN, whenever the NaN key fell in one split of several.)
-  const bool empty = sum == 0.f;
-  const float lse = empty ? -INFINITY : m_use + __logf(sum);
+  bool empty;
+  const float lse = merged_lse(lp, lp_s, splits, &empty);  // (every lane: the loads broadcast)
 
   // O = sum_s w_s O_s, w_s = exp(lse_s - lse): lane j of a 32-split chunk computes w_j once and
   // the warp broadcasts it; each lane owns kCols columns of a pass (lane + 32 c: every load of
@@ -68,7 +78,7 @@ __device__ __forceinline__ float combine_row_warp(const float* lp, int64_t lp_s,
         for (int c = 0; c < kCols; ++c) {
           const int d = d0 + lane + 32 * c;
           const float x = d < dv ? src[d] : 0.f;
-          acc[c] += w != 0.f ? w * x : 0.f;  // a split that saw nothing adds nothing (not even 0 * NaN)
+          acc[c] = merge_term(acc[c], w, x);
         }
       }
     }

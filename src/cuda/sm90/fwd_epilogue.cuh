@@ -38,20 +38,8 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const TileWork& 
     if (p.pack_gqa) i = m / p.group, head += m - i * p.group;
     const int64_t prow = (w.si.token0 + i) * p.hq + head;  // split 0's row
     const float* lp = p.lse_part + prow;
-    // lse = log sum_s exp(lse_s), online (a split that saw no key has lse_s = -inf)
-    float mx = -INFINITY, sum = 0.f;
-#pragma unroll kUnroll
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float x = __ldcg(lp + s * split_rows);  // (L2: rows other CTAs wrote in this launch)
-      if (x > mx) {
-        sum = sum * __expf(mx - x) + 1.f;
-        mx = x;
-      } else if (x != -INFINITY) {
-        sum += __expf(x - mx);
-      }
-    }
-    const bool empty = sum == 0.f;  // a NaN partial lse: the row NaN (combine_row.cuh)
-    const float lse = empty ? -INFINITY : mx + __logf(sum);
+    bool empty;
+    const float lse = merged_lse(lp, split_rows, p.num_splits, &empty);  // (combine_row.cuh)
     float acc[kCols];
 #pragma unroll
     for (int k = 0; k < kCols; ++k) acc[k] = 0.f;
@@ -64,11 +52,10 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const TileWork& 
 #pragma unroll
         for (int q = 0; q < kCols / 4; ++q) {
           const float4 x = __ldcg(src + q);
-          // a split that saw nothing adds nothing (not even 0 * NaN from its unused row)
-          acc[4 * q] += wt != 0.f ? wt * x.x : 0.f;
-          acc[4 * q + 1] += wt != 0.f ? wt * x.y : 0.f;
-          acc[4 * q + 2] += wt != 0.f ? wt * x.z : 0.f;
-          acc[4 * q + 3] += wt != 0.f ? wt * x.w : 0.f;
+          acc[4 * q] = merge_term(acc[4 * q], wt, x.x);
+          acc[4 * q + 1] = merge_term(acc[4 * q + 1], wt, x.y);
+          acc[4 * q + 2] = merge_term(acc[4 * q + 2], wt, x.z);
+          acc[4 * q + 3] = merge_term(acc[4 * q + 3], wt, x.w);
         }
       }
     }
