@@ -12,87 +12,87 @@
 namespace fa4::cuda {
 namespace {
 
+// Element x of an append's walk: every (batch, new row, kv head, dim) of k_new, then of v_new.
+// Where it lands in the cache: `lead` (cache row of the sequence, or page) and `slot` (row
+// within it); false where the row falls outside the cache's capacity (the element is skipped).
+struct AppendElem {
+  bool is_k;
+  int32_t b, row, h, d;
+  int64_t lead, slot;
+};
+__device__ __forceinline__ bool append_elem(const FwdArgs& p, const AppendArgs& ka, const AppendArgs& va, int64_t x,
+                                            AppendElem* e) {
+  const int64_t per_b_k = static_cast<int64_t>(p.snew) * p.hkv * ka.d;
+  const int64_t per_b_v = static_cast<int64_t>(p.snew) * p.hkv * va.d;
+  e->is_k = x < p.batch * per_b_k;
+  const AppendArgs& a = e->is_k ? ka : va;
+  const int64_t y = e->is_k ? x : x - p.batch * per_b_k;
+  const int64_t per_b = e->is_k ? per_b_k : per_b_v;
+  e->b = static_cast<int32_t>(y / per_b);
+  int64_t rem = y % per_b;
+  e->d = static_cast<int32_t>(rem % a.d);
+  rem /= a.d;
+  e->h = static_cast<int32_t>(rem % p.hkv);
+  e->row = static_cast<int32_t>(rem / p.hkv);
+  const int64_t pos = static_cast<int64_t>(p.cache_seqlens[e->b * p.cache_seqlens_st]) + e->row;
+  if (pos < 0 || pos >= p.kv_slot) return false;
+  if (p.kv_mode == kKvPaged) {
+    const int64_t pi = pos / p.page_size;
+    e->lead = clamp64(p.page_table[e->b * p.pt_s0 + pi * p.pt_s1], 0, p.kv_rows0 - 1);
+    e->slot = pos - pi * p.page_size;
+  } else {
+    e->lead = p.cache_batch_idx ? clamp64(p.cache_batch_idx[e->b * p.cbi_st], 0, p.kv_rows0 - 1) : e->b;
+    e->slot = pos;
+  }
+  return true;
+}
+__device__ __forceinline__ int64_t append_total(const FwdArgs& p, const AppendArgs& ka, const AppendArgs& va) {
+  return static_cast<int64_t>(p.batch) * p.snew * p.hkv * (ka.d + va.d);
+}
+__device__ __forceinline__ int64_t append_dst(const AppendArgs& a, const AppendElem& e) {
+  return e.lead * a.dst_s0 + e.slot * a.dst_s1 + static_cast<int64_t>(e.h) * a.dst_sh + e.d;
+}
+__device__ __forceinline__ int64_t append_src(const AppendArgs& a, const AppendElem& e) {
+  return e.b * a.src_s0 + static_cast<int64_t>(e.row) * a.src_s1 + static_cast<int64_t>(e.h) * a.src_sh + e.d;
+}
+
 template <typename Word>
 __global__ void kv_append_kernel(const __grid_constant__ FwdArgs p, const __grid_constant__ AppendArgs ka,
                                  const __grid_constant__ AppendArgs va) {
-  const int64_t per_b_k = static_cast<int64_t>(p.snew) * p.hkv * ka.d;
-  const int64_t per_b_v = static_cast<int64_t>(p.snew) * p.hkv * va.d;
-  const int64_t total = static_cast<int64_t>(p.batch) * (per_b_k + per_b_v);
+  const int64_t total = append_total(p, ka, va);
   for (int64_t x = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; x < total;
        x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const bool is_k = x < p.batch * per_b_k;
-    const AppendArgs& a = is_k ? ka : va;
-    const int64_t y = is_k ? x : x - p.batch * per_b_k;
-    const int64_t per_b = is_k ? per_b_k : per_b_v;
-    const int32_t b = static_cast<int32_t>(y / per_b);
-    int64_t rem = y % per_b;
-    const int32_t d = static_cast<int32_t>(rem % a.d);
-    rem /= a.d;
-    const int32_t h = static_cast<int32_t>(rem % p.hkv);
-    const int32_t row = static_cast<int32_t>(rem / p.hkv);
-    const int64_t pos = static_cast<int64_t>(p.cache_seqlens[b * p.cache_seqlens_st]) + row;
-    if (pos < 0 || pos >= p.kv_slot) continue;
-    int64_t off;
-    if (p.kv_mode == kKvPaged) {
-      const int64_t pi = pos / p.page_size;
-      const int64_t page = clamp64(p.page_table[b * p.pt_s0 + pi * p.pt_s1], 0, p.kv_rows0 - 1);
-      off = page * a.dst_s0 + (pos - pi * p.page_size) * a.dst_s1;
-    } else {
-      const int64_t cb = p.cache_batch_idx ? clamp64(p.cache_batch_idx[b * p.cbi_st], 0, p.kv_rows0 - 1) : b;
-      off = cb * a.dst_s0 + pos * a.dst_s1;
-    }
-    off += static_cast<int64_t>(h) * a.dst_sh + d;
-    const int64_t so = b * a.src_s0 + row * a.src_s1 + h * a.src_sh + d;
-    static_cast<Word*>(a.dst)[off] = static_cast<const Word*>(a.src)[so];
+    AppendElem e;
+    if (!append_elem(p, ka, va, x, &e)) continue;
+    const AppendArgs& a = e.is_k ? ka : va;
+    static_cast<Word*>(a.dst)[append_dst(a, e)] = static_cast<const Word*>(a.src)[append_src(a, e)];
   }
 }
 
 // The fp8 KV cache append: as kv_append_kernel (same element walk and bounds), reading 16-bit
-// Src and writing the e4m3 byte of x / factor. The quotient is __fdiv_rn (IEEE division:
-// --use_fast_math would make `/` approximate, and a quotient off by an ulp can round to another
-// code than the host backends write); its flush of fp32 subnormals changes nothing, every
-// quotient below 2^-10 being stored as a (signed) zero anyway.
+// Src and writing the e4m3 byte of x / factor, the factor of the row's slot (per head or per
+// token). The quotient must be the host backends' correctly rounded one: a quotient off by an ulp
+// can round to another e4m3 code (--use_fast_math makes `/` approximate).
 template <typename Src>
 __global__ void kv_append_fp8_kernel(const __grid_constant__ FwdArgs p, const __grid_constant__ AppendArgs ka,
                                      const __grid_constant__ AppendArgs va, const __grid_constant__ AppendScale ks,
                                      const __grid_constant__ AppendScale vs) {
-  const int64_t per_b_k = static_cast<int64_t>(p.snew) * p.hkv * ka.d;
-  const int64_t per_b_v = static_cast<int64_t>(p.snew) * p.hkv * va.d;
-  const int64_t total = static_cast<int64_t>(p.batch) * (per_b_k + per_b_v);
+  const int64_t total = append_total(p, ka, va);
   for (int64_t x = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; x < total;
        x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const bool is_k = x < p.batch * per_b_k;
-    const AppendArgs& a = is_k ? ka : va;
-    const AppendScale& sc = is_k ? ks : vs;
-    const int64_t y = is_k ? x : x - p.batch * per_b_k;
-    const int64_t per_b = is_k ? per_b_k : per_b_v;
-    const int32_t b = static_cast<int32_t>(y / per_b);
-    int64_t rem = y % per_b;
-    const int32_t d = static_cast<int32_t>(rem % a.d);
-    rem /= a.d;
-    const int32_t h = static_cast<int32_t>(rem % p.hkv);
-    const int32_t row = static_cast<int32_t>(rem / p.hkv);
-    const int64_t pos = static_cast<int64_t>(p.cache_seqlens[b * p.cache_seqlens_st]) + row;
-    if (pos < 0 || pos >= p.kv_slot) continue;
-    int64_t lead, slot;  // the row's (cache row or page, row within it)
-    if (p.kv_mode == kKvPaged) {
-      const int64_t pi = pos / p.page_size;
-      lead = clamp64(p.page_table[b * p.pt_s0 + pi * p.pt_s1], 0, p.kv_rows0 - 1);
-      slot = pos - pi * p.page_size;
-    } else {
-      lead = p.cache_batch_idx ? clamp64(p.cache_batch_idx[b * p.cbi_st], 0, p.kv_rows0 - 1) : b;
-      slot = pos;
-    }
+    AppendElem e;
+    if (!append_elem(p, ka, va, x, &e)) continue;
+    const AppendArgs& a = e.is_k ? ka : va;
+    const AppendScale& sc = e.is_k ? ks : vs;
     float f = 1.f;
     if (sc.data != nullptr)
-      f = sc.data[(sc.tok ? lead * sc.s0 + slot * sc.s1 : b * sc.s0) + static_cast<int64_t>(h) * sc.sh];
-    const int64_t off = lead * a.dst_s0 + slot * a.dst_s1 + static_cast<int64_t>(h) * a.dst_sh + d;
-    const int64_t so = b * a.src_s0 + row * a.src_s1 + h * a.src_sh + d;
-    const float v = static_cast<float>(static_cast<const Src*>(a.src)[so]);
+      f = sc.data[(sc.tok ? e.lead * sc.s0 + e.slot * sc.s1 : e.b * sc.s0) + static_cast<int64_t>(e.h) * sc.sh];
+    const float v = static_cast<float>(static_cast<const Src*>(a.src)[append_src(a, e)]);
     // The correctly rounded fp32 quotient, as the host backends compute it: through double
     // (53 >= 2 x 24 + 2 bits), which --use_fast_math does not flush (its fp32 division does:
     // 0 / a subnormal factor gave NaN here, 0 on the host).
-    static_cast<uint8_t*>(a.dst)[off] = f32_to_e4m3_sat(__double2float_rn(__ddiv_rn(static_cast<double>(v), static_cast<double>(f))));
+    static_cast<uint8_t*>(a.dst)[append_dst(a, e)] =
+        f32_to_e4m3_sat(__double2float_rn(__ddiv_rn(static_cast<double>(v), static_cast<double>(f))));
   }
 }
 

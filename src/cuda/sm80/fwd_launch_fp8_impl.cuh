@@ -5,6 +5,9 @@
 // planner never picks it for fp8).
 #pragma once
 
+#include <atomic>
+
+#include "cuda/common/smem_optin.h"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_launch.h"
 
@@ -16,19 +19,10 @@ template <typename Elem, int Dqk, int Dv, Tile kTile, Inst kInst>
 cudaError_t launch_fp8_instance(const FwdArgsFp8& p, dim3 grid, cudaStream_t stream) {
   constexpr TileCfg c = tile_cfg(kTile, Dqk, Dv);
   using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages, c.pair_dv>;
-  static bool configured[64] = {};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
+  static std::atomic<bool> configured[64] = {};
+  const cudaError_t err =
+      ensure_smem_optin(reinterpret_cast<const void*>(fwd_kernel<T, kInst, FwdArgsFp8>), T::kSmemBytesFp8, configured);
   if (err != cudaSuccess) return err;
-  if (dev < 64 && !configured[dev]) {
-    int optin = 0;
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (err != cudaSuccess) return err;
-    if (optin < T::kSmemBytesFp8) return cudaErrorInvalidConfiguration;
-    err = cudaFuncSetAttribute(fwd_kernel<T, kInst, FwdArgsFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytesFp8);
-    if (err != cudaSuccess) return err;
-    configured[dev] = true;
-  }
   fwd_kernel<T, kInst, FwdArgsFp8><<<grid, T::kThreads, T::kSmemBytesFp8, stream>>>(p);
   return cudaGetLastError();
 }

@@ -2,6 +2,9 @@
 // fwd_dXXX.cu files only).
 #pragma once
 
+#include <atomic>
+
+#include "cuda/common/smem_optin.h"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_launch.h"
 
@@ -16,21 +19,9 @@ template <typename Elem, int Dqk, int Dv, Tile kTile, Inst kInst>
 cudaError_t launch_instance(const FwdArgs& p, dim3 grid, cudaStream_t stream) {
   constexpr TileCfg c = tile_cfg(kTile, Dqk, Dv);
   using T = FwdTraits<Elem, Dqk, Dv, c.m, c.n, c.warps_m, c.warps_n, c.stages, c.pair_dv>;
-  // The dynamic shared-memory opt-in is per device; set it once per device and instance
-  // (cudaFuncSetAttribute is not a stream operation, so this stays CUDA-graph safe).
-  static bool configured[64] = {};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
+  static std::atomic<bool> configured[64] = {};
+  const cudaError_t err = ensure_smem_optin(reinterpret_cast<const void*>(fwd_kernel<T, kInst>), T::kSmemBytes, configured);
   if (err != cudaSuccess) return err;
-  if (dev < 64 && !configured[dev]) {
-    int optin = 0;
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (err != cudaSuccess) return err;
-    if (optin < T::kSmemBytes) return cudaErrorInvalidConfiguration;
-    err = cudaFuncSetAttribute(fwd_kernel<T, kInst>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    configured[dev] = true;
-  }
   fwd_kernel<T, kInst><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
