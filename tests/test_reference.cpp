@@ -7,6 +7,8 @@
 #include <limits>
 #include <sstream>
 
+#include <omp.h>
+
 #include "test_util.h"
 #include "tiny.h"
 
@@ -84,6 +86,28 @@ TEST(ReferenceVsNaive, RandomConfigurationsOfEveryLayout) {
     const Status st = c.run(Backend::reference);
     ASSERT_TRUE(st.ok()) << st.message;
     expect_matches_oracle(c, naive_attention(c));
+  }
+}
+
+// The reference runs its (batch, head) pairs on OpenMP's threads: one thread and many give the
+// same bits (each row's sums in one order), on random configurations of every layout.
+TEST(ReferenceVsNaive, ThreadCountDoesNotChangeTheBits) {
+  const int threads = omp_get_max_threads();
+  for (int i = 0; i < 40; ++i) {
+    const uint64_t seed = derive_seed(50500 + i);
+    FA4_SEED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    CaseConfig cfg = random_config(rng);
+    cfg.batch = std::max<int64_t>(cfg.batch, 2);
+    SCOPED_TRACE(cfg.describe());
+    Case one = make_case(cfg, seed), many = make_case(cfg, seed);
+    omp_set_num_threads(1);
+    const Status s1 = one.run(Backend::reference);
+    omp_set_num_threads(std::max(threads, 4));
+    const Status s2 = many.run(Backend::reference);
+    omp_set_num_threads(threads);
+    ASSERT_TRUE(s1.ok() && s2.ok()) << s1.message << s2.message;
+    EXPECT_TRUE(bitwise_equal(one, many));
   }
 }
 
