@@ -29,6 +29,16 @@ Sweeps (D = 128, bf16, scale 1/sqrt(D)):
   chunked  chunked prefill against a cache: B = 4, 32/8, Sq {128, 512, 2048}, kv {8k, 64k} (the
            chunk is the cache's last Sq positions), causal bottom-right, contiguous, page 64 and page
            256 (the page size FA3's paged path takes); TFLOP/s too (FLOPs = 4 * B * Hq * D * visible (query, key) pairs).
+  fp8 KV   --fp8-kv (issue 15 item 4): fa4 only, the same bf16 q against the bf16 cache and
+           against an e4m3 cache quantized from it (factors amax / 448 per (batch, kv head), or per
+           token with --kv-scale per-token; bench/peers.py quantize_e4m3), both timed in the same
+           rounds on every layout. Default points B = 32, 32/8, Sq 1, kv {4k, 16k, 64k}, contiguous
+           and page 16 / 64; --b / --heads / --sq / --kv / --pages replace their list (--quick changes
+           nothing). GB/s of what each call reads (e4m3 K + V and the fp32 factors; bf16 K + V), the
+           fraction of 4.8 TB/s, and tokens/s fp8 / bf16 (= bf16 time / fp8 time). Checks: each
+           output against fp32 attention on the values its cache holds (the e4m3 one dequantized),
+           every sequence: max abs (2e-2) and rel-L2 (1e-2: q is bf16, DESIGN.md §4); "quant_rel_l2"
+           is the fp8 output against the bf16 cache's fp32 result (what quantizing costs; no bound).
 Metric: GB/s of K+V bytes read = 2 * B * kv_len * Hkv * D * 2 bytes / time (the same bytes for
 Sq > 1); the tables show TB/s and the fraction of the H200's 4.8 TB/s HBM. Each row is one
 (point, layout): page 0 = contiguous. "best peer" is the fastest peer on the row's layout; on a paged
@@ -53,9 +63,11 @@ nan. Also fa4 (contiguous) and FA3 against an fp32 computation on the first and 
 Usage: python3 bench/decode_peers.py --lib build-cuda/libfa4.so --out DIR [--quick]
            [--b 1,32] [--heads 32/8,64/8] [--sq 1,4] [--kv 8k,128k] [--pages 0,64]
            [--splits N] [--ab NAME=other/libfa4.so ...] [--skip-decode] [--skip-chunked]
+       python3 bench/decode_peers.py --fp8-kv [--kv-scale per-token] [--b ...] --lib ... --out DIR
        python3 bench/decode_peers.py --dry-run [...]   # the points and a time estimate, no GPU
-Outputs: DIR/decode.json (meta + rows, rewritten after every point), DIR/decode.md (tables), and a
-summary printed last (fa4 / best peer min and median, paged / contiguous per page size, points < 1x).
+Outputs: DIR/decode.json (meta + rows, rewritten after every point; "fp8_kv" rows with --fp8-kv),
+DIR/decode.md (tables), and a summary printed last (fa4 / best peer min and median, paged /
+contiguous per page size, points < 1x; with --fp8-kv tokens/s fp8 / bf16 per layout).
 """
 import argparse
 import datetime
@@ -74,6 +86,7 @@ import peers  # noqa: E402  (bench/peers.py: Fa4, Timer, FA3, sdpa, fmt, ratio)
 D = 128
 HBM_GBS = 4800.0  # H200 HBM3e peak, GB/s
 TOL = 2e-2
+REL_L2_TOL = 1e-2  # fp8-KV rows: bf16 q's rel-L2 bound (DESIGN.md §4) on the dequantized reference
 DEC_B = (1, 4, 32, 128)
 DEC_HEADS = ((32, 32), (32, 8), (64, 8), (128, 8))
 DEC_SQ = (1, 2, 4, 8)
@@ -85,6 +98,7 @@ CHUNK_KV = (8192, 65536)
 CHUNK_PAGES = (0, 64, 256)
 QUICK = dict(b=(1, 4, 32), heads=((32, 8),), sq=(1, 4), kv=(8192, 131072), pages=(0, 64))
 QUICK_CHUNK = dict(sq=(512, 2048), kv=(65536,), pages=(0, 64, 256))
+FP8_KV = dict(b=(32,), heads=((32, 8),), sq=(1,), kv=(4096, 16384, 65536), pages=(0, 16, 64))  # issue 15 item 4
 PEER_COLS = ("fa3", "fa3_sched", "cudnn", "flash")  # "best peer" candidates
 
 
@@ -116,6 +130,12 @@ def parse_heads(spec):
 def kv_bytes(b, kv_len, hkv, d=D, elem=2):
     """K + V bytes a call reads: 2 * B * kv_len * Hkv * D * elem."""
     return 2 * b * kv_len * hkv * d * elem
+
+
+def fp8_kv_bytes(b, kv_len, hkv, per_token, d=D):
+    """What an fp8-KV call reads: the e4m3 K + V (half the bf16 bytes) and their fp32 factors, one
+    per (batch, kv head) or per (token, kv head), for K and for V."""
+    return kv_bytes(b, kv_len, hkv, d, elem=1) + 2 * 4 * b * hkv * (kv_len if per_token else 1)
 
 
 def visible_pairs(sq, kv_len, causal):
@@ -182,6 +202,14 @@ def scatter_pages(k, table, page):
     return kp
 
 
+def scatter_fp8_pages(x8, f, table, page):
+    """scatter_pages for an e4m3 cache and its factors: the bytes move as uint8 (torch's index
+    kernels need not take float8); per-token factors [B, L, H] follow their tokens into
+    [num_pages, page, H], per-(batch, head) ones [B, H] are the same for every layout."""
+    xp = scatter_pages(x8.view(torch.uint8), table, page).view(torch.float8_e4m3fn)
+    return xp, (scatter_pages(f[..., None], table, page)[..., 0] if f.dim() == 3 else f)
+
+
 def gather_pages(kp, table, kv_len):
     """The inverse of scatter_pages (for the tests): [B, kv_len, H, D]."""
     b = table.shape[0]
@@ -236,6 +264,9 @@ def impl_names(pt, fa3=True, fa3_paged=True, n_ab=0):
     out = []
     for page in pt["pages"]:
         out.append(("fa4", page))
+        if pt["kind"] == "fp8kv":  # fa4 on the e4m3 cache and on the bf16 one
+            out.append(("fa4_bf16", page))
+            continue
         out += [(f"ab{i}", page) for i in range(n_ab)]
         if fa3 and (page == 0 or (fa3_paged and fa3_paged_expected(pt, page))):
             out += [("fa3", page), ("fa3_sched", page)]
@@ -295,6 +326,12 @@ def ref_attention_fp32(q, k, v, kv_len, causal, scale=None, max_elems=1 << 27):
     return out
 
 
+def ref_fp32_batch(q, k_at, v_at, kv_len, causal):
+    """ref_attention_fp32 of every sequence: [B, Sq, Hq, Dv] fp32; k_at(s) / v_at(s) give sequence
+    s's cache [>= kv_len, Hkv, D], so one sequence's fp32 copy exists at a time."""
+    return torch.stack([ref_attention_fp32(q[s], k_at(s), v_at(s), kv_len, causal) for s in range(q.shape[0])])
+
+
 def maxdiff(a, b):
     """max |a - b| as a float (nan when either holds a NaN: a poisoned output left unwritten)."""
     d = (a.float() - b.float()).abs()
@@ -316,13 +353,24 @@ def jnum(x):
     return x
 
 
-def bad(x):
-    """A max-abs diff that fails the check (nan, string nan, or over TOL)."""
+def rel_l2(a, ref):
+    """||a - ref|| / ||ref|| as a float (nan when a holds a NaN)."""
+    return ((a.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def bad(x, tol=TOL):
+    """A max-abs diff (or with tol another error) that fails the check (nan, string nan, or over tol)."""
     if x is None:
         return False
     if isinstance(x, str):
         return True
-    return not (x <= TOL)
+    return not (x <= tol)
+
+
+def fp8_fails(r):
+    """The checks an fp8-KV row fails: max abs over TOL, rel-L2 over REL_L2_TOL, either cache."""
+    return ([k for k in ("maxdiff", "maxdiff_bf16") if bad(r.get(k))] +
+            [k for k in ("rel_l2", "rel_l2_bf16") if bad(r.get(k), REL_L2_TOL)])
 
 
 def finish_rows(rows):
@@ -343,6 +391,19 @@ def finish_rows(rows):
     return rows
 
 
+def finish_fp8_rows(rows):
+    """Fills the fp8-KV rows of one point (page -> row; page 0 contiguous): tokens/s fp8 / bf16,
+    the fractions of HBM peak, the fp8 call's paged / contiguous."""
+    contig = rows.get(0, {})
+    for page, r in rows.items():
+        r["tokens_ratio_fp8_bf16"] = peers.ratio(r.get("fa4_bf16_us"), r.get("fa4_us"))
+        r["hbm_frac"] = None if r.get("fa4_gbs") is None else r["fa4_gbs"] / HBM_GBS
+        r["hbm_frac_bf16"] = None if r.get("fa4_bf16_gbs") is None else r["fa4_bf16_gbs"] / HBM_GBS
+        if page > 0:
+            r["paged_over_contig"] = peers.ratio(contig.get("fa4_us"), r.get("fa4_us"))
+    return rows
+
+
 def _best(r):
     xs = [(r[n], n) for n in PEER_COLS if r.get(n) is not None]
     return max(xs) if xs else (None, None)
@@ -356,29 +417,36 @@ def _ratio_s(x, nd=2):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def _diff_s(x):
+def _diff_s(x, tol=TOL):
     if x is None:
         return "-"
     if isinstance(x, str) or not math.isfinite(x):
         return f"**{x}**"
-    return f"**{x:.2g}**" if x > TOL else f"{x:.2g}"
+    return f"**{x:.2g}**" if x > tol else f"{x:.2g}"
+
+
+def _pct_s(frac):
+    return _ratio_s(None if frac is None else 100 * frac, 0)
 
 
 def _kv_s(n):
     return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
-def markdown(meta, dec, chunk, skipped, ab_names=()):
+def markdown(meta, dec, chunk, skipped, ab_names=(), fp8=()):
     L = [f"# fa4 vs peers on KV caches: {meta.get('gpu')}, {meta.get('date')}", "",
          f"- commit: `{meta.get('commit')}`", f"- command: `{meta.get('command')}`",
          f"- torch {meta.get('torch')}, CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}, FA3 {meta.get('fa3')}"
-         f" (paged layouts tried: {meta.get('fa3_paged')})",
-         f"- D = 128, bf16; GB/s of K+V read (2 * B * kv * Hkv * D * 2 bytes), shown in TB/s; %HBM of {HBM_GBS / 1000:.1f} TB/s;"
-         f" fa4 num_splits {meta.get('num_splits')}",
-         "- timing: bench/peers.py's interleaved rounds (CUDA events, median), launch overhead hidden behind a spin kernel"
-         f" ({'on' if meta.get('hide_launch') else 'off'}); L2 flushed before each rep where K+V <= 2 x L2 (note L2: K+V fits in it)",
-         "- page 0 = contiguous cache; best peer: fastest of FA3, FA3 with precomputed scheduler metadata, cuDNN, FA2 on the"
-         " same layout, or on the contiguous cache where no peer runs paged ((c))", ""]
+         f" (paged layouts tried: {meta.get('fa3_paged')})"]
+    if not fp8:  # the peers' sweep; the fp8-KV table says what it measures itself
+        L.append(f"- D = 128, bf16; GB/s of K+V read (2 * B * kv * Hkv * D * 2 bytes), shown in TB/s; %HBM of {HBM_GBS / 1000:.1f} TB/s;"
+                 f" fa4 num_splits {meta.get('num_splits')}")
+    L.append("- timing: bench/peers.py's interleaved rounds (CUDA events, median), launch overhead hidden behind a spin kernel"
+             f" ({'on' if meta.get('hide_launch') else 'off'}); L2 flushed before each rep where K+V <= 2 x L2 (note L2: K+V fits in it)")
+    if not fp8:
+        L.append("- page 0 = contiguous cache; best peer: fastest of FA3, FA3 with precomputed scheduler metadata, cuDNN, FA2 on the"
+                 " same layout, or on the contiguous cache where no peer runs paged ((c))")
+    L.append("")
     if dec:
         L += ["## Decode and speculative decode (TB/s)", "",
               "| B | Sq | Hq/Hkv | kv | page | K+V GB | fa4 | FA3 | FA3 md | cuDNN | FA2 | best peer | fa4/best | %HBM | paged/contig | maxdiff (ref) | note |",
@@ -403,11 +471,34 @@ def markdown(meta, dec, chunk, skipped, ab_names=()):
             L.append(f"| {r['kind']} | {r['b']} | {r['sq']} | {r['hq']}/{r['hkv']} | {_kv_s(r['kv_len'])} | {r['page']} | {tbs(r.get('fa4'))} | " +
                      " | ".join(f"{tbs(r.get('ab_' + n))} | {_ratio_s(peers.ratio(r.get('ab_' + n), r.get('fa4')), 3)} | "
                                 f"{_diff_s(r.get('ab_' + n + '_maxdiff_vs_fa4'))}" for n in ab_names) + " |")
+    if fp8:
+        L += _fp8_md(fp8, meta.get("num_splits"))
     if skipped:
         L += ["", f"Skipped ({len(skipped)}): " + "; ".join(
             f"B {s['b']} Sq {s['sq']} {s['hq']}/{s['hkv']} kv {_kv_s(s['kv_len'])} ({s['reason']})" for s in skipped)]
-    L += ["", "## Summary", "", "```", summary(dec, chunk), "```"]
+    L += ["", "## Summary", "", "```", summary(dec, chunk, fp8), "```"]
     return "\n".join(L) + "\n"
+
+
+def _fp8_md(rows, num_splits):
+    L = ["## fp8 KV cache: e4m3 K / V against the bf16 cache (fa4 both, same q, same rounds)", "",
+         "D = 128, bf16 q; TB/s of what each call reads (e4m3 K + V and the fp32 factors; bf16 K + V); %HBM of "
+         f"{HBM_GBS / 1000:.1f} TB/s; tokens/s fp8 / bf16 = bf16 time / fp8 time; fa4 num_splits {num_splits}. "
+         "maxdiff / rel-L2: against fp32 attention on the values the call's cache holds (the e4m3 one dequantized), "
+         f"bounds {TOL:g} / {REL_L2_TOL:g}; quant rel-L2: the fp8 output against the bf16 cache's fp32 result.", "",
+         "| B | Sq | Hq/Hkv | kv | page | factors | e4m3 GB | fp8 TB/s | %HBM | bf16 TB/s | %HBM | tokens/s fp8/bf16 |"
+         " fp8 paged/contig | fp8 maxdiff / rel-L2 | bf16 maxdiff / rel-L2 | quant rel-L2 | note |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        note = (["L2"] if r.get("l2_resident") else []) + ([str(r["error"])[:60]] if r.get("error") else [])
+        L.append(f"| {r['b']} | {r['sq']} | {r['hq']}/{r['hkv']} | {_kv_s(r['kv_len'])} | {r['page']} | {r['kv_scale']} | "
+                 f"{r.get('kv_gb', 0):.3g} | {tbs(r.get('fa4_gbs'))} | {_pct_s(r.get('hbm_frac'))} | "
+                 f"{tbs(r.get('fa4_bf16_gbs'))} | {_pct_s(r.get('hbm_frac_bf16'))} | "
+                 f"**{_ratio_s(r.get('tokens_ratio_fp8_bf16'), 3)}** | {_ratio_s(r.get('paged_over_contig'), 3)} | "
+                 f"{_diff_s(r.get('maxdiff'))} / {_diff_s(r.get('rel_l2'), REL_L2_TOL)} | "
+                 f"{_diff_s(r.get('maxdiff_bf16'))} / {_diff_s(r.get('rel_l2_bf16'), REL_L2_TOL)} | "
+                 f"{_ratio_s(r.get('quant_rel_l2'), 4)} | {' '.join(note)} |")
+    return L
 
 
 def _md_row(r):
@@ -434,10 +525,10 @@ def _label(r):
     return f"{r['kind']} B{r['b']} Sq{r['sq']} {r['hq']}/{r['hkv']} kv{_kv_s(r['kv_len'])} page{r['page']}"
 
 
-def summary(dec, chunk=()):
+def summary(dec, chunk=(), fp8=()):
     """The lines printed last: fa4 / best peer, paged / contiguous per page size, points < 1x and
-    the failed checks."""
-    L = []
+    the failed checks (fp8-KV rows: fp8_summary)."""
+    L = fp8_summary(fp8) if fp8 else []
     for title, rows in (("decode", dec), ("chunked prefill", chunk)):
         if not rows:
             continue
@@ -465,6 +556,25 @@ def summary(dec, chunk=()):
         if missing:
             L.append(f"{title}: {len(missing)} rows without an fa4 time: " + "; ".join(_label(r) for r in missing[:20]))
     return "\n".join(L)
+
+
+def fp8_summary(rows):
+    """tokens/s fp8 / bf16 per layout, both caches' fractions of HBM peak, the failed checks."""
+    L = []
+    for page in sorted(set(r["page"] for r in rows)):
+        xs = [r["tokens_ratio_fp8_bf16"] for r in rows if r["page"] == page and r.get("tokens_ratio_fp8_bf16") is not None]
+        L.append(f"fp8 KV: tokens/s fp8 / bf16, {'contiguous' if page == 0 else f'page {page}'}: {_stats(xs)}")
+    for key, what in (("hbm_frac", "e4m3"), ("hbm_frac_bf16", "bf16")):
+        h = [r[key] for r in rows if r["page"] == 0 and r.get(key) is not None and not r.get("l2_resident")]
+        L.append(f"fp8 KV: fa4 on the {what} cache, contiguous, fraction of HBM peak (points not L2-resident): {_stats(h)}")
+    fails = [r for r in rows if fp8_fails(r)]
+    if fails:
+        L.append(f"fp8 KV: !!! {len(fails)} rows FAIL the checks (max abs {TOL:g}, rel-L2 {REL_L2_TOL:g}):")
+        L += ["    " + _label(r) + "  " + "  ".join(f"{k}={r[k]}" for k in fp8_fails(r)) for r in fails]
+    missing = [r for r in rows if r.get("fa4_gbs") is None or r.get("fa4_bf16_gbs") is None]
+    if missing:
+        L.append(f"fp8 KV: {len(missing)} rows without both fa4 times: " + "; ".join(_label(r) for r in missing[:20]))
+    return L
 
 
 # ---------------------------------------------------------------- GPU side
@@ -684,6 +794,104 @@ def run_point(ctx, pt, seed):
     return finish_rows(rows)
 
 
+def run_fp8_point(ctx, pt, seed):
+    """One --fp8-kv point on all its layouts: the same bf16 q against the bf16 cache and against
+    an e4m3 cache quantized from it (ctx.args.kv_scale factors), both fa4, every layout in one set
+    of interleaved rounds (as many paged copies as fit: plan_groups); each output checked against
+    fp32 attention on its cache's values, every sequence. Returns {page: row}."""
+    b, sq, hq, hkv, L = pt["b"], pt["sq"], pt["hq"], pt["hkv"], pt["kv_len"]
+    causal = sq > 1
+    per_token = ctx.args.kv_scale == "per-token"
+    nb16, nb8 = kv_bytes(b, L, hkv), fp8_kv_bytes(b, L, hkv, per_token)
+    est = est_call_ms(nb16, attn_flops(b, hq, sq, L, causal))  # the bf16 call's: the longer of the two
+    timer = ctx.timer
+    timer.reps = reps_for(est, ctx.args.reps, ctx.args.target_ms)
+    timer.max_warmup = 1 if est > 1.0 else 2
+    flush = nb16 <= 2 * ctx.l2_bytes
+    base = dict(kind=pt["kind"], b=b, sq=sq, hq=hq, hkv=hkv, kv_len=L, kv_scale=ctx.args.kv_scale, kv_gb=nb8 / 1e9,
+                bf16_gb=nb16 / 1e9, l2_resident=nb8 <= ctx.l2_bytes, flushed=flush, reps=timer.reps, causal=int(causal),
+                fa4_gbs=None, fa4_bf16_gbs=None, fa4_us=None, fa4_bf16_us=None)
+    rows = {page: dict(base, page=page) for page in pt["pages"]}
+    dev, bf = ctx.device, torch.bfloat16
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    q = torch.randn(b, sq, hq, D, device=dev, dtype=bf, generator=gen)
+    k = torch.randn(b, L, hkv, D, device=dev, dtype=bf, generator=gen)
+    v = torch.randn(b, L, hkv, D, device=dev, dtype=bf, generator=gen)
+    (k8, kf), (v8, vf) = peers.quantize_e4m3(k, per_token), peers.quantize_e4m3(v, per_token)
+    seqlens = torch.full((b,), L, dtype=torch.int32, device=dev)
+    outs = {(c, page): torch.empty_like(q) for c in ("bf16", "fp8") for page in pt["pages"]}
+    check = not ctx.args.no_check
+    if check:
+        deq = lambda x8, f: lambda s: peers.dequantize_e4m3(x8[s:s + 1], f[s:s + 1])[0]
+        ref16 = ref_fp32_batch(q, lambda s: k[s], lambda s: v[s], L, causal)
+        ref8 = ref_fp32_batch(q, deq(k8, kf), deq(v8, vf), L, causal)
+
+    free = torch.cuda.mem_get_info()[0] if dev == "cuda" else ctx.free_bytes
+    groups, no_room = plan_groups(pt["pages"], nb16 + nb8, free, ctx.margin_bytes)  # a paged copy of both caches
+    for page in no_room:
+        rows[page]["error"] = "no memory for the paged copies"
+    for group in groups:
+        caches = {}  # page -> (bf16 k, v, e4m3 k, v, their factors, page table)
+        for page in group:
+            if page == 0:
+                caches[0] = (k, v, k8, v8, kf, vf, None)
+                continue
+            try:
+                table = make_page_table(b, L, page, gen=gen, device=dev)
+                (k8p, kfp), (v8p, vfp) = (scatter_fp8_pages(x8, f, table, page) for x8, f in ((k8, kf), (v8, vf)))
+                caches[page] = (scatter_pages(k, table, page), scatter_pages(v, table, page), k8p, v8p, kfp, vfp, table)
+            except torch.cuda.OutOfMemoryError:
+                rows[page]["error"] = "out of memory building the paged copies"
+                if dev == "cuda":
+                    torch.cuda.empty_cache()
+        fns, params = {}, {}
+        for page, (kc, vc, k8c, v8c, kfc, vfc, table) in caches.items():
+            common = dict(causal=causal, cache_seqlens=seqlens, page_table=table, num_splits=ctx.args.splits)
+            params[("bf16", page)] = ctx.fa4.params(q, kc, vc, outs[("bf16", page)], **common)
+            params[("fp8", page)] = ctx.fa4.params(q, k8c, v8c, outs[("fp8", page)], k_descale=kfc, v_descale=vfc,
+                                                   **common)
+            for c in ("bf16", "fp8"):
+                fns[f"{c}@{page}"] = _fa4_fn(ctx.fa4, params[(c, page)])
+        t = timer.compare_ms(fns, flush=flush) if fns else {}
+        for page in caches:
+            r = rows[page]
+            for c, nb, sfx in (("fp8", nb8, ""), ("bf16", nb16, "_bf16")):
+                ms = t.get(f"{c}@{page}")
+                r[f"fa4{sfx}_gbs"] = None if ms is None else nb / ms / 1e6
+                r[f"fa4{sfx}_us"] = None if ms is None else ms * 1e3
+        if check:
+            for page in caches:
+                r = rows[page]
+                try:  # bf16 first: an fp8 call that fails leaves the bf16 check standing
+                    for c, ref, sfx in (("bf16", ref16, "_bf16"), ("fp8", ref8, "")):
+                        o = outs[(c, page)]
+                        o.fill_(float("nan"))
+                        ctx.fa4.call(params[(c, page)])
+                        sync()
+                        r["maxdiff" + sfx] = jnum(maxdiff(o, ref))
+                        r["rel_l2" + sfx] = jnum(rel_l2(o, ref))
+                    r["ref"] = "fp32"
+                    r["quant_rel_l2"] = jnum(rel_l2(outs[("fp8", page)], ref16))
+                except Exception as e:
+                    r["error"] = f"check: {type(e).__name__}: {str(e)[:120]}"
+        del caches, fns, params
+    return finish_fp8_rows(rows)
+
+
+def _print_fp8_rows(rows):
+    g = lambda x: "-" if x is None else x if isinstance(x, str) else f"{x:.3g}"
+    for r in rows.values():
+        flag = "  !!! MISMATCH" if fp8_fails(r) else ""
+        print(f"  {_label(r)} {r['kv_scale']}: fp8 {tbs(r.get('fa4_gbs'))} TB/s ({_pct_s(r.get('hbm_frac'))} % HBM)"
+              f"  bf16 {tbs(r.get('fa4_bf16_gbs'))} TB/s ({_pct_s(r.get('hbm_frac_bf16'))} %)"
+              f"  tokens/s fp8/bf16 {_ratio_s(r.get('tokens_ratio_fp8_bf16'), 3)}"
+              f"  maxdiff {g(r.get('maxdiff'))} rel-L2 {g(r.get('rel_l2'))} (bf16 cache {g(r.get('maxdiff_bf16'))},"
+              f" {g(r.get('rel_l2_bf16'))})  quant rel-L2 {g(r.get('quant_rel_l2'))}{flag}" +
+              (f"  [{r['error']}]" if r.get("error") else ""), flush=True)
+
+
 def _print_rows(rows):
     for page, r in rows.items():
         flag = "  !!! MISMATCH" if any(bad(r.get(k2)) for k2 in r if "maxdiff" in k2) else ""
@@ -745,16 +953,38 @@ def build_args(argv=None):
     ap.add_argument("--dry-run", action="store_true", help="print the points and the time estimate; no GPU")
     ap.add_argument("--ab", action="append", default=[], metavar="NAME=LIB",
                     help="another libfa4 build timed in the same rounds on every layout (repeatable)")
+    ap.add_argument("--fp8-kv", action="store_true",
+                    help="instead of the peers' sweep: fa4 on an e4m3 KV cache against the bf16 one (default points "
+                         "B 32, 32/8, Sq 1, kv 4k/16k/64k, contiguous + page 16/64; the list options replace theirs)")
+    ap.add_argument("--kv-scale", choices=("per-head", "per-token"),
+                    help="--fp8-kv factors: per (batch, kv head) [B, Hkv] (default) or per (token, kv head)")
     args = ap.parse_args(argv)
     for spec in args.ab:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             ap.error(f"--ab: expected NAME=LIB, got {spec!r}")
+    if args.fp8_kv and args.ab:
+        ap.error("--ab: not with --fp8-kv (its rounds time one build on two caches)")
+    if args.kv_scale and not args.fp8_kv:
+        ap.error("--kv-scale: only with --fp8-kv")
+    if args.fp8_kv:
+        args.kv_scale = args.kv_scale or "per-head"
     return ap, args
 
 
+def fp8_sweep(args):
+    """(fp8-KV points, [], skipped): FP8_KV's lists where the arguments give none."""
+    pick = lambda spec, parse, key: parse(spec) if spec else FP8_KV[key]
+    pts, skipped = decode_points(pick(args.b, parse_ints, "b"), pick(args.heads, parse_heads, "heads"),
+                                 pick(args.sq, parse_ints, "sq"), pick(args.kv, parse_ints, "kv"),
+                                 pick(args.pages, parse_ints, "pages"), args.max_gb * 1e9, False, kind="fp8kv")
+    return pts, [], skipped
+
+
 def sweep(args):
-    """(decode points, chunked points, skipped) for the arguments."""
+    """(decode points, chunked points, skipped) for the arguments (--fp8-kv: fp8_sweep)."""
+    if args.fp8_kv:
+        return fp8_sweep(args)
     q = args.quick
     bs = parse_ints(args.b) if args.b else (QUICK["b"] if q else DEC_B)
     heads = parse_heads(args.heads) if args.heads else (QUICK["heads"] if q else DEC_HEADS)
@@ -780,12 +1010,19 @@ def main(argv=None):
     est_s, est_calls = estimate_seconds(dec_pts + chunk_pts, args.reps, args.target_ms, args.idle_ms / 1e3,
                                         args.l2_mb * 1e6, fa3=True, fa3_paged=fa3_paged, n_ab=n_ab)
     n_rows = sum(len(p["pages"]) for p in dec_pts + chunk_pts)
-    print(f"decode_peers: {len(dec_pts)} decode + {len(chunk_pts)} chunked-prefill points ({n_rows} rows), "
-          f"{len(skipped)} skipped; estimate on an H200 (with FA3): {est_s:.0f} s, {est_calls} timed calls", flush=True)
+    fp8 = args.fp8_kv
+    if fp8:
+        print(f"decode_peers --fp8-kv ({args.kv_scale} factors): {len(dec_pts)} points ({n_rows} rows), "
+              f"{len(skipped)} skipped; estimate on an H200: {est_s:.0f} s, {est_calls} timed calls", flush=True)
+    else:
+        print(f"decode_peers: {len(dec_pts)} decode + {len(chunk_pts)} chunked-prefill points ({n_rows} rows), "
+              f"{len(skipped)} skipped; estimate on an H200 (with FA3): {est_s:.0f} s, {est_calls} timed calls", flush=True)
     if args.dry_run:
         for p in dec_pts + chunk_pts:
+            e4m3 = (f" bf16, {fp8_kv_bytes(p['b'], p['kv_len'], p['hkv'], args.kv_scale == 'per-token') / 1e9:.3g} GB"
+                    f" e4m3 + {args.kv_scale} factors") if fp8 else ""
             print(f"  {p['kind']} B{p['b']} Sq{p['sq']} {p['hq']}/{p['hkv']} kv{_kv_s(p['kv_len'])} pages {p['pages']}"
-                  f"  K+V {kv_bytes(p['b'], p['kv_len'], p['hkv']) / 1e9:.3g} GB")
+                  f"  K+V {kv_bytes(p['b'], p['kv_len'], p['hkv']) / 1e9:.3g} GB{e4m3}")
         for s in skipped:
             print(f"  skipped: {s['kind']} B{s['b']} Sq{s['sq']} {s['hq']}/{s['hkv']} kv{_kv_s(s['kv_len'])}: {s['reason']}")
         return 0
@@ -817,38 +1054,50 @@ def main(argv=None):
                 hbm_gbs=HBM_GBS, tol=TOL, estimate_s=round(est_s), command="python3 " + " ".join(sys.argv))
     if ctx.variants and os.path.isfile(os.path.join(staged, "ab_revs")):
         meta["ab_revs"] = open(os.path.join(staged, "ab_revs")).read().split("\n")[:-1]
+    if fp8:
+        meta.update(fp8_kv=True, kv_scale=args.kv_scale, rel_l2_tol=REL_L2_TOL)
     print(f"decode_peers: {meta['gpu']} commit {commit}; FA3 {meta['fa3']} (paged layouts tried: {fa3_paged})", flush=True)
     os.makedirs(args.out, exist_ok=True)
-    dec_rows, chunk_rows = [], []
+    dec_rows, chunk_rows, fp8_rows = [], [], []
     t0 = time.time()
 
     def save():
+        out = dict(meta=dict(meta, elapsed_s=round(time.time() - t0)), decode=dec_rows, chunked_prefill=chunk_rows,
+                   skipped=skipped)
+        if fp8:
+            out["fp8_kv"] = fp8_rows
         with open(os.path.join(args.out, "decode.json"), "w") as f:
-            json.dump(dict(meta=dict(meta, elapsed_s=round(time.time() - t0)), decode=dec_rows,
-                           chunked_prefill=chunk_rows, skipped=skipped), f, indent=1)
+            json.dump(out, f, indent=1)
         with open(os.path.join(args.out, "decode.md"), "w") as f:  # partial tables survive a time-out
             f.write(markdown(dict(meta, elapsed_s=round(time.time() - t0)), dec_rows, chunk_rows, skipped,
-                             list(ctx.variants)))
+                             list(ctx.variants), fp8_rows))
 
     for i, pt in enumerate(dec_pts + chunk_pts):
         try:
-            rows = run_point(ctx, pt, args.seed * 100003 + i)
+            rows = (run_fp8_point if fp8 else run_point)(ctx, pt, args.seed * 100003 + i)
         except Exception as e:  # out of memory, a broken context: the point is recorded, the run goes on
             print(f"  {pt['kind']} point {pt} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
-            blank = {c: None for c in ("fa4",) + PEER_COLS + tuple("ab_" + n for n in ctx.variants)}
-            rows = finish_rows({page: dict(blank, kind=pt["kind"], b=pt["b"], sq=pt["sq"], hq=pt["hq"], hkv=pt["hkv"],
-                                           kv_len=pt["kv_len"], page=page, kv_gb=kv_bytes(pt["b"], pt["kv_len"], pt["hkv"]) / 1e9,
-                                           error=f"{type(e).__name__}: {str(e)[:200]}") for page in pt["pages"]})
+            err = f"{type(e).__name__}: {str(e)[:200]}"
+            where = dict(kind=pt["kind"], b=pt["b"], sq=pt["sq"], hq=pt["hq"], hkv=pt["hkv"], kv_len=pt["kv_len"])
+            if fp8:
+                nb8 = fp8_kv_bytes(pt["b"], pt["kv_len"], pt["hkv"], args.kv_scale == "per-token")
+                rows = finish_fp8_rows({page: dict(where, page=page, kv_scale=args.kv_scale, kv_gb=nb8 / 1e9, fa4_gbs=None,
+                                                   fa4_bf16_gbs=None, error=err) for page in pt["pages"]})
+            else:
+                blank = {c: None for c in ("fa4",) + PEER_COLS + tuple("ab_" + n for n in ctx.variants)}
+                rows = finish_rows({page: dict(blank, **where, page=page,
+                                               kv_gb=kv_bytes(pt["b"], pt["kv_len"], pt["hkv"]) / 1e9, error=err)
+                                    for page in pt["pages"]})
         try:
             torch.cuda.empty_cache()
         except Exception:
             pass
-        _print_rows(rows)
-        (dec_rows if pt["kind"] == "decode" else chunk_rows).extend(rows.values())
+        (_print_fp8_rows if fp8 else _print_rows)(rows)
+        (fp8_rows if fp8 else dec_rows if pt["kind"] == "decode" else chunk_rows).extend(rows.values())
         save()
     save()
     print(f"decode_peers: {time.time() - t0:.0f} s (estimate {est_s:.0f} s); {args.out}/decode.json, decode.md", flush=True)
-    print(summary(dec_rows, chunk_rows), flush=True)
+    print(summary(dec_rows, chunk_rows, fp8_rows), flush=True)
     return 0
 
 

@@ -3,13 +3,20 @@
 FLOP counts, the scattered page tables, the groups that share timing rounds, the fp32 reference's
 bottom-right mask, the markdown / summary with nulls, and one whole point end to end with stand-ins
 for fa4, FA3 and the timer (the rows, the poisoned checks, a stand-in fa4 that writes nothing).
+--fp8-kv: its points and argument rules, the e4m3 byte counts, bench/peers.py's quantize_e4m3 /
+dequantize_e4m3 and the e4m3 dtype code / descale fields of its C ABI wrapper, the paged e4m3
+copies and their factors, and fp8-KV points end to end (a stand-in fa4 that dequantizes by the
+contract of fa4/params.h, and one that ignores the factors, which the check must catch).
 
 Usage: python3 bench/decode_peers_test.py   (needs torch; prints 'N passed, N failed')
 """
+import contextlib
 import inspect
+import io
 import json
 import math
 import os
+import re
 import sys
 import types
 import unittest
@@ -101,6 +108,106 @@ class Shapes(unittest.TestCase):
         self.assertEqual(dp.reps_for(4.0, 100, 40), 10)
         self.assertEqual(dp.reps_for(100.0, 100, 40), 10)
         self.assertEqual(dp.reps_for(1.0, 5, 40), 5)
+
+
+class Fp8Kv(unittest.TestCase):
+    def test_points_and_arguments(self):
+        _, args = dp.build_args(["--fp8-kv"])
+        self.assertEqual(args.kv_scale, "per-head")
+        dec, chunk, skipped = dp.sweep(args)
+        self.assertEqual([(p["kind"], p["b"], p["hq"], p["hkv"], p["sq"], p["kv_len"], p["pages"]) for p in dec],
+                         [("fp8kv", 32, 32, 8, 1, L, [0, 16, 64]) for L in (4096, 16384, 65536)])
+        self.assertEqual((chunk, skipped), ([], []))
+        _, args = dp.build_args(["--fp8-kv", "--quick", "--kv-scale", "per-token", "--b", "1,4", "--kv", "8k",
+                                 "--pages", "0,256", "--sq", "2"])
+        dec, _, _ = dp.sweep(args)
+        self.assertEqual([(p["b"], p["sq"], p["kv_len"], p["pages"]) for p in dec], [(1, 2, 8192, [0, 256]),
+                                                                                  (4, 2, 8192, [0, 256])])
+        self.assertEqual(args.kv_scale, "per-token")
+        for bad_args in (["--fp8-kv", "--ab", "x=y.so"], ["--kv-scale", "per-token"]):
+            with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+                dp.build_args(bad_args)
+        _, args = dp.build_args([])  # the peers' sweep keeps its own lists
+        self.assertIsNone(args.kv_scale)
+        self.assertEqual(len(dp.sweep(args)[0]), 232)
+
+    def test_bytes_and_timed_calls(self):
+        self.assertEqual(dp.fp8_kv_bytes(32, 4096, 8, False), dp.kv_bytes(32, 4096, 8) // 2 + 2 * 4 * 32 * 8)
+        self.assertEqual(dp.fp8_kv_bytes(32, 4096, 8, True), dp.kv_bytes(32, 4096, 8) // 2 + 2 * 4 * 32 * 4096 * 8)
+        pt = dict(kind="fp8kv", b=32, sq=1, hq=32, hkv=8, kv_len=4096, pages=[0, 16])
+        self.assertEqual(dp.impl_names(pt, fa3=True, n_ab=1), [("fa4", 0), ("fa4_bf16", 0), ("fa4", 16), ("fa4_bf16", 16)])
+
+    def test_c_abi_dtype_code_and_descales(self):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "fa4", "fa4_c.h")) as f:
+            header = f.read()
+        code = int(re.search(r"FA4_FLOAT8_E4M3\s*=\s*(\d+)", header).group(1))
+        x8 = torch.zeros(2, 3, 4, dtype=torch.float8_e4m3fn)
+        self.assertEqual(peers.fa4_tensor(x8).dtype, code)
+        lib = peers.Fa4.__new__(peers.Fa4)
+        lib.lib = types.SimpleNamespace(fa4_params_init=lambda p: None)
+        saved = torch.cuda.current_stream
+        torch.cuda.current_stream = lambda: types.SimpleNamespace(cuda_stream=None)
+        try:
+            q = torch.zeros(2, 1, 4, 8, dtype=torch.bfloat16)
+            k8 = torch.zeros(2, 16, 2, 8, dtype=torch.float8_e4m3fn)
+            kf = torch.ones(2, 16, 2)[:, :, :1].expand(2, 16, 2)  # per token, broadcast over heads: stride 0
+            p = lib.params(q, k8, k8, q, k_descale=kf, v_descale=torch.ones(2, 2))
+            self.assertEqual(p.k.dtype, code)
+            self.assertEqual(p.q_descale.ndim, 0)  # absent = not given
+            self.assertEqual((p.k_descale.ndim, tuple(p.k_descale.shape[:3]), tuple(p.k_descale.stride[:3])),
+                             (3, (2, 16, 2), (32, 2, 0)))
+            self.assertEqual((p.v_descale.ndim, p.v_descale.dtype), (2, 0))
+            self.assertEqual(lib.params(q, k8, k8, q).k_descale.ndim, 0)
+        finally:
+            torch.cuda.current_stream = saved
+
+    def test_quantize_round_trip(self):
+        g = torch.Generator().manual_seed(3)
+        x = (torch.randn(3, 40, 4, 16, generator=g) * torch.rand(3, 40, 4, 1, generator=g) * 10).to(torch.bfloat16)
+        x[1, :, 2] = 0  # a (batch, head) of zeros: stays zero, no NaN
+        for per_token in (False, True):
+            x8, f = peers.quantize_e4m3(x, per_token)
+            self.assertEqual(x8.dtype, torch.float8_e4m3fn)
+            self.assertEqual(tuple(f.shape), (3, 40, 4) if per_token else (3, 4))
+            self.assertEqual(f.dtype, torch.float32)
+            amax = x.float().abs().amax(dim=-1)
+            amax = amax if per_token else amax.amax(dim=1)
+            nz = amax > 0
+            self.assertTrue(torch.allclose(f[nz], amax[nz] / 448))
+            # every group's largest |x| lands on 448; each element within half an e4m3 step of x / f
+            top = x8.float().abs().amax(dim=-1)
+            top = top if per_token else top.amax(dim=1)
+            self.assertTrue(torch.equal(top[nz], torch.full_like(top[nz], 448.0)))
+            back = peers.dequantize_e4m3(x8, f)
+            self.assertFalse(torch.isnan(back).any())
+            self.assertTrue(torch.equal(back[1, :, 2], torch.zeros_like(back[1, :, 2])))
+            fb = f[:, None, :, None] if f.dim() == 2 else f[..., None]
+            err = (back - x.float()).abs() / fb  # in units of e4m3 values
+            step = torch.exp2(torch.floor(torch.log2((x.float() / fb).abs().clamp_min(2.0 ** -6))) - 3)
+            self.assertTrue(bool((err <= step / 2 * (1 + 1e-5)).all()))  # ties: exactly half
+            exact = peers.dequantize_e4m3(x8, f, torch.float64)
+            self.assertEqual(exact.dtype, torch.float64)
+            self.assertLess((exact - back.double()).abs().max().item(), 1e-5)
+
+    def test_paged_e4m3_copies(self):
+        g = torch.Generator().manual_seed(4)
+        b, L, page = 3, 100, 16  # a partial last page
+        x = torch.randn(b, L, 2, 8, generator=g).to(torch.bfloat16)
+        table = dp.make_page_table(b, L, page, gen=g)
+        for per_token in (False, True):
+            x8, f = peers.quantize_e4m3(x, per_token)
+            xp, fp = dp.scatter_fp8_pages(x8, f, table, page)
+            self.assertEqual(xp.dtype, torch.float8_e4m3fn)
+            self.assertEqual(tuple(xp.shape), (b * 7, page, 2, 8))
+            back = dp.gather_pages(xp.view(torch.uint8), table, L).view(torch.float8_e4m3fn)
+            self.assertTrue(torch.equal(back.view(torch.uint8), x8.view(torch.uint8)))
+            if per_token:  # fa4's per-token pattern for paged caches: [num_pages, page_size, Hkv]
+                self.assertEqual(tuple(fp.shape), (b * 7, page, 2))
+                self.assertTrue(torch.equal(dp.gather_pages(fp[..., None], table, L)[..., 0], f))
+                s, t = 2, L - 1
+                self.assertEqual(fp[table[s, t // page].item(), t % page, 1].item(), f[s, t, 1].item())
+            else:
+                self.assertIs(fp, f)
 
 
 class Pages(unittest.TestCase):
@@ -210,15 +317,36 @@ class FakeLib:
         self.calls = 0
 
     def params(self, q, k, v, out, causal=False, lse=None, cache_seqlens=None, page_table=None, num_splits=0,
-               cu_seqlens=None, max_seqlen=0):
-        return dict(q=q, k=k, v=v, out=out, causal=causal, seqlens=cache_seqlens, table=page_table)
+               cu_seqlens=None, max_seqlen=0, q_descale=None, k_descale=None, v_descale=None):
+        return dict(q=q, k=k, v=v, out=out, causal=causal, seqlens=cache_seqlens, table=page_table,
+                    k_descale=k_descale, v_descale=v_descale)
 
     def call(self, p):
         self.calls += 1
         if not self.writes:
             return
-        o = fake_attention(p["q"], p["k"], p["v"], p["seqlens"], p["table"], p["causal"])
+        k, v, table = p["k"], p["v"], p["table"]
+        if k.dtype == torch.float8_e4m3fn:
+            L = int(p["seqlens"][0])
+            k, v = (fake_dequantize(x, p[n], table, L) for x, n in ((k, "k_descale"), (v, "v_descale")))
+            table = None
+        o = fake_attention(p["q"], k, v, p["seqlens"], table, p["causal"])
         p["out"].copy_(o)
+
+
+def fake_dequantize(x8, f, table, kv_len):
+    """What fa4 reads from an e4m3 cache, written from fa4/params.h (not from the helpers under
+    test): e4m3 value x factor, the factor per (batch, kv head) [B, Hkv] or per token (k's shape
+    without its last dim); fp32 [B, kv_len, Hkv, D]. Checks the factors' shapes as validate does."""
+    b = table.shape[0] if table is not None else x8.shape[0]
+    hkv = x8.shape[2]
+    assert f.dtype == torch.float32 and tuple(f.shape) in ((b, hkv), tuple(x8.shape[:3])), tuple(f.shape)
+    x = x8.float()
+    if f.dim() == 3:
+        x = x * f[..., None]
+    if table is not None:
+        x = dp.gather_pages(x, table, kv_len)
+    return x[:, :kv_len] * (f[:, None, :, None] if f.dim() == 2 else 1.0)
 
 
 def fake_attention(q, k, v, seqlens, table, causal):
@@ -251,7 +379,7 @@ def fake_fa3():
 
 class FakeTimer:
     """compare_ms: calls each implementation once; fixed times by name (failures: None)."""
-    MS = {"fa4": 1.0, "ab_x": 0.9, "fa3": 1.25, "fa3_sched": 1.1, "cudnn": 2.0, "flash": 1.5}
+    MS = {"fa4": 1.0, "ab_x": 0.9, "fa3": 1.25, "fa3_sched": 1.1, "cudnn": 2.0, "flash": 1.5, "bf16": 1.0, "fp8": 0.6}
 
     def __init__(self):
         self.reps, self.max_warmup, self.flushes, self.seen = 100, 2, [], []
@@ -278,8 +406,8 @@ class EndToEnd(unittest.TestCase):
     def tearDown(self):
         peers.FA3 = self.saved
 
-    def ctx(self, fa4, variants=None, fa3_paged=True, free=1 << 40):
-        _, args = dp.build_args([])
+    def ctx(self, fa4, variants=None, fa3_paged=True, free=1 << 40, argv=()):
+        _, args = dp.build_args(list(argv))
         c = dp.Ctx()
         c.device, c.free_bytes = "cpu", free
         c.args, c.fa4, c.variants, c.timer = args, fa4, variants or {}, FakeTimer()
@@ -393,6 +521,105 @@ class EndToEnd(unittest.TestCase):
         self.assertIn("## Chunked prefill", md)
         self.assertIn("## A/B", md)
         self.assertIn("## Summary", md)
+        self.assertNotIn("fp8_kv", js)  # the peers' sweep writes what it wrote before --fp8-kv
+        self.assertNotIn("fp8 KV", md)
+
+    def test_fp8_kv_points(self):
+        for scale in ("per-head", "per-token"):
+            c = self.ctx(FakeLib(), argv=["--fp8-kv", "--kv-scale", scale])
+            b, hkv, L = 2, 2, 100  # a partial last page at page 16 and 64
+            rows = dp.run_fp8_point(c, dict(kind="fp8kv", b=b, sq=1, hq=4, hkv=hkv, kv_len=L, pages=[0, 16, 64]), 0)
+            self.assertEqual(sorted(rows), [0, 16, 64])
+            self.assertEqual(c.timer.seen, [sorted(f"{x}@{p}" for x in ("bf16", "fp8") for p in (0, 16, 64))])
+            nb8, nb16 = dp.fp8_kv_bytes(b, L, hkv, scale == "per-token"), dp.kv_bytes(b, L, hkv)
+            for page, r in rows.items():
+                slow = 1.1 if page == 16 else 1.0  # FakeTimer's page-16 penalty
+                self.assertEqual((r["kind"], r["kv_len"], r["page"], r["kv_scale"]), ("fp8kv", L, page, scale))
+                self.assertAlmostEqual(r["fa4_gbs"], nb8 / (0.6 * slow) / 1e6)
+                self.assertAlmostEqual(r["fa4_bf16_gbs"], nb16 / (1.0 * slow) / 1e6)
+                self.assertAlmostEqual(r["tokens_ratio_fp8_bf16"], 1 / 0.6)
+                self.assertAlmostEqual(r["hbm_frac"], r["fa4_gbs"] / dp.HBM_GBS)
+                self.assertAlmostEqual(r["kv_gb"], nb8 / 1e9)
+                self.assertEqual(dp.fp8_fails(r), [], r)
+                self.assertLess(r["maxdiff"], 1e-2)  # the stand-in's bf16 output rounding
+                self.assertLess(r["rel_l2"], 1e-2)
+                self.assertLess(r["rel_l2_bf16"], 1e-2)
+                self.assertGreater(r["quant_rel_l2"], 1e-3)  # e4m3 rounding: a few percent, not a check
+                self.assertLess(r["quant_rel_l2"], 0.1)
+            self.assertAlmostEqual(rows[16]["paged_over_contig"], 1 / 1.1)
+            json.dumps(list(rows.values()))
+
+    def test_fp8_check_catches_ignored_factors_and_unwritten_outputs(self):
+        class NoFactors(FakeLib):  # reads the e4m3 values as if every factor were 1
+            def call(self, p):
+                if p["k_descale"] is not None:
+                    p = dict(p, k_descale=torch.ones_like(p["k_descale"]), v_descale=torch.ones_like(p["v_descale"]))
+                super().call(p)
+        pt = dict(kind="fp8kv", b=1, sq=2, hq=4, hkv=2, kv_len=32, pages=[0, 16])
+        rows = dp.run_fp8_point(self.ctx(NoFactors(), argv=["--fp8-kv"]), pt, 0)
+        for r in rows.values():
+            self.assertEqual(r["causal"], 1)
+            self.assertEqual(dp.fp8_fails(r), ["maxdiff", "rel_l2"])  # the bf16 cache's checks pass
+        self.assertIn("FAIL", dp.summary([], [], list(rows.values())))
+        rows = dp.run_fp8_point(self.ctx(FakeLib(writes=False), argv=["--fp8-kv"]), pt, 0)
+        for r in rows.values():
+            self.assertEqual((r["maxdiff"], r["maxdiff_bf16"]), ("nan", "nan"))
+
+    def test_fp8_markdown_with_nulls(self):
+        rows = dp.finish_fp8_rows({0: dict(kind="fp8kv", b=32, sq=1, hq=32, hkv=8, kv_len=4096, page=0, kv_scale="per-head",
+                                           kv_gb=0.27, fa4_gbs=3000.0, fa4_bf16_gbs=3300.0, fa4_us=89.5, fa4_bf16_us=162.7,
+                                           maxdiff=0.001, rel_l2=0.003, maxdiff_bf16=0.001, rel_l2_bf16=0.002,
+                                           quant_rel_l2=0.04),
+                                   16: dict(kind="fp8kv", b=32, sq=1, hq=32, hkv=8, kv_len=4096, page=16, kv_scale="per-head",
+                                            kv_gb=0.27, fa4_gbs=None, fa4_bf16_gbs=None, error="fa4: out of memory")})
+        self.assertAlmostEqual(rows[0]["tokens_ratio_fp8_bf16"], 162.7 / 89.5)
+        self.assertIsNone(rows[16]["tokens_ratio_fp8_bf16"])
+        meta = dict(gpu="H100", date="d", commit="c", command="x", torch="t", cuda="12", cudnn=9, fa3_paged=False,
+                    num_splits=0, hide_launch=True)
+        md = dp.markdown(meta, [], [], [], fp8=list(rows.values()))
+        self.assertIn("| 32 | 1 | 32/8 | 4k | 0 | per-head | 0.27 | 3.00 | 62 | 3.30 | 69 | **1.818** | - |", md)
+        self.assertIn("| 32 | 1 | 32/8 | 4k | 16 | per-head |", md)
+        self.assertNotIn("best peer: fastest", md)
+        s = dp.summary([], [], list(rows.values()))
+        self.assertIn("tokens/s fp8 / bf16, contiguous: min 1.818", s)
+        self.assertIn("1 rows without both fa4 times", s)
+        self.assertNotIn("FAIL", s)
+
+    def test_fp8_main_and_dry_run(self):
+        import tempfile
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            self.assertEqual(dp.main(["--fp8-kv", "--dry-run"]), 0)
+        listed = [x for x in buf.getvalue().splitlines() if x.startswith("  fp8kv")]
+        self.assertEqual(len(listed), 3)
+        self.assertIn("fp8kv B32 Sq1 32/8 kv64k pages [0, 16, 64]  K+V 8.59 GB bf16, 4.29 GB e4m3 + per-head factors",
+                      listed[2])
+        saved = (dp.DecodeTimer, peers.Fa4, torch.cuda.get_device_name, dp.Ctx.device, dp.Ctx.free_bytes)
+        try:
+            dp.DecodeTimer, peers.Fa4 = (lambda reps, hide_launch=True: FakeTimer()), (lambda path: FakeLib())
+            torch.cuda.get_device_name = lambda *a: "cpu (test)"
+            dp.Ctx.device, dp.Ctx.free_bytes = "cpu", 1 << 40
+            FakeTimer.hide_launch = True
+            with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()):
+                rc = dp.main(["--fp8-kv", "--kv-scale", "per-token", "--out", out, "--b", "2", "--heads", "4/2",
+                              "--kv", "64", "--pages", "0,16"])
+                with open(os.path.join(out, "decode.json")) as f:
+                    js = json.load(f)
+                with open(os.path.join(out, "decode.md")) as f:
+                    md = f.read()
+        finally:
+            dp.DecodeTimer, peers.Fa4, torch.cuda.get_device_name, dp.Ctx.device, dp.Ctx.free_bytes = saved
+            del FakeTimer.hide_launch
+        self.assertEqual(rc, 0)
+        self.assertEqual((js["decode"], js["chunked_prefill"]), ([], []))
+        self.assertEqual((js["meta"]["fp8_kv"], js["meta"]["kv_scale"]), (True, "per-token"))
+        self.assertEqual([r["page"] for r in js["fp8_kv"]], [0, 16])
+        for r in js["fp8_kv"]:
+            for key in ("kv_len", "page", "fa4_gbs", "fa4_bf16_gbs", "tokens_ratio_fp8_bf16", "hbm_frac", "maxdiff",
+                        "rel_l2", "maxdiff_bf16", "rel_l2_bf16", "quant_rel_l2"):
+                self.assertIsNotNone(r[key], key)
+        self.assertIn("## fp8 KV cache", md)
+        self.assertIn("fp8 KV: tokens/s fp8 / bf16, page 16", md)
 
     def test_no_fa3(self):
         peers.FA3 = None

@@ -12,6 +12,7 @@ Sweeps:
   prefill  B*S = 16384, H*D = 2048, D in {64, 128, 256}, causal in {0, 1},
            S in {512 .. 16k}, bf16; TFLOP/s with FLOPs = 4*B*H*Sq*Sk*D (halved for causal);
            --dims 192x128: D(q, k) = 192, D(v) = 128 (MLA prefill), FLOPs 2*B*H*Sq*Sk*(192 + 128)
+           --dtypes fp16, e4m3 (fp8: q / k / v quantized per (batch, head), fa4 against FA3's fp8)
   decode   1 query token, B = 32, Hq = 32, Hkv = 8, D = 128, kv length {4k, 16k, 64k},
            contiguous and paged (page 16, 64, 256); GB/s of K+V bytes read
 
@@ -65,7 +66,35 @@ class Fa4Params(ctypes.Structure):
                 ("workspace_alloc", ctypes.c_void_p), ("workspace_free", ctypes.c_void_p), ("workspace_ctx", ctypes.c_void_p)]
 
 
-DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 4}
+DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float8_e4m3fn: 3, torch.int32: 4}
+E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
+
+
+def quantize_e4m3(x, per_token=False):
+    """x [B, S, H, D] -> (e4m3 values, fp32 descale factors f) with x ~ e4m3 * f: one factor per
+    (batch, head), [B, H] (FlashAttention-3's q / k / v_descale, fa4's for all-fp8 inputs), or
+    per (token, head), [B, S, H] (an fp8 KV cache's per-token factors); f = amax / 448, so the
+    largest |x| of each group lands on e4m3's largest finite value. One sequence at a time: a
+    decode cache in fp32 at once would be 8 GB."""
+    b, s, h, _ = x.shape
+    x8 = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    f = torch.empty((b, s, h) if per_token else (b, h), dtype=torch.float32, device=x.device)
+    for i in range(b):
+        xf = x[i].float()
+        amax = xf.abs().amax(dim=-1)  # [S, H]
+        # tiny: a group of zeros gets a factor that keeps it 0 (0 / 0 would be NaN)
+        fi = (amax if per_token else amax.amax(dim=0)).clamp_min(torch.finfo(torch.float32).tiny) / E4M3_MAX
+        f[i] = fi
+        # Clamped: x / f may pass 448 by an ulp, and torch turns e4m3 overflow into NaN.
+        x8[i] = (xf / fi[..., None]).clamp(-E4M3_MAX, E4M3_MAX)
+    return x8, f
+
+
+def dequantize_e4m3(x8, f, dtype=torch.float32):
+    """The values e4m3 x8 [B, S, H, D] with factors f ([B, H] or [B, S, H]) stand for: x8 * f in
+    dtype (float64: exact, for a reference)."""
+    f = f.to(dtype)
+    return x8.to(dtype) * (f[:, None, :, None] if f.dim() == 2 else f[..., None])
 
 
 def fa4_tensor(t):
@@ -89,10 +118,15 @@ class Fa4:
         self.lib.fa4_params_init.argtypes = [ctypes.POINTER(Fa4Params)]
 
     def params(self, q, k, v, out, causal=False, lse=None, cache_seqlens=None, page_table=None, num_splits=0,
-               cu_seqlens=None, max_seqlen=0):
+               cu_seqlens=None, max_seqlen=0, q_descale=None, k_descale=None, v_descale=None):
+        """q_descale / k_descale / v_descale: fp32 factors of e4m3 inputs (fa4/params.h: [B, Hkv],
+        or for an fp8 KV cache under 16-bit q per token too); None = not given."""
         p = Fa4Params()
         self.lib.fa4_params_init(ctypes.byref(p))
         p.q, p.k, p.v, p.out = fa4_tensor(q), fa4_tensor(k), fa4_tensor(v), fa4_tensor(out)
+        for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+            if t is not None:
+                setattr(p, name, fa4_tensor(t))
         if cu_seqlens is not None:  # packed [tokens, H, D] q and k/v, one cu_seqlens for both
             p.cu_seqlens_q = fa4_tensor(cu_seqlens)
             p.cu_seqlens_k = fa4_tensor(cu_seqlens)
@@ -219,6 +253,14 @@ def peer_fns(q, k, v, causal):
     return fns
 
 
+def fp8_peer_fns(q, k, v, causal, descales):
+    """The peers on e4m3 q / k / v with [B, Hkv] descale factors: FA3 only (SDPA and FA4 CuTe
+    take no fp8 inputs)."""
+    if FA3 is None:
+        return {}
+    return {"fa3": lambda: first(FA3.flash_attn_func(q, k, v, causal=causal, **descales))}
+
+
 def best_peer(r):
     xs = [r.get(n) for n in PEERS if r.get(n) is not None]
     return max(xs) if xs else None
@@ -236,7 +278,7 @@ def bench_gemm(timer):
     return 2 * 8192 ** 3 / ms / 1e9
 
 
-PREFILL_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+PREFILL_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn}
 
 
 def parse_dims(spec):
@@ -249,32 +291,42 @@ def parse_dims(spec):
 
 
 def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=("bf16",)):
-    """dims: (dqk, dv) pairs; H = 2048 // dqk."""
+    """dims: (dqk, dv) pairs; H = 2048 // dqk. dtype e4m3: q / k / v drawn in bf16 and quantized
+    with one factor per (batch, head) (quantize_e4m3, FA3's descale convention), out bf16; fa4
+    against FA3's fp8 path, and the check against FA2 on the dequantized values rounded to bf16."""
     variants = variants or {}
     rows = []
     for dname, (d, dv), causal, s in ((dn, d, c, s) for dn in dtypes for d in dims for c in causals for s in seqs):
         dt = PREFILL_DTYPES[dname]
+        fp8 = dt == torch.float8_e4m3fn
         b, h = 16384 // s, 2048 // d
-        q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-        k = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-        v = torch.randn(b, s, h, dv, device="cuda", dtype=dt)
-        out = torch.empty_like(v)
-        p = fa4.params(q, k, v, out, causal=causal)
-        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BHSD views
+        q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16 if fp8 else dt)
+        k = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16 if fp8 else dt)
+        v = torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16 if fp8 else dt)
+        ds = {}  # the descale factors of e4m3 inputs
+        if fp8:
+            (q, ds["q_descale"]), (k, ds["k_descale"]), (v, ds["v_descale"]) = (quantize_e4m3(x) for x in (q, k, v))
+            ref_in = [dequantize_e4m3(x, ds[n]).to(torch.bfloat16) for x, n in
+                      ((q, "q_descale"), (k, "k_descale"), (v, "v_descale"))]
+        else:
+            ref_in = (q, k, v)
+        out = torch.empty_like(v, dtype=torch.bfloat16 if fp8 else dt)
+        p = fa4.params(q, k, v, out, causal=causal, **ds)
+        qt, kt, vt = (x.transpose(1, 2) for x in ref_in)  # BHSD views
         flops = 2 * b * h * s * s * (d + dv) / (2 if causal else 1)
         # The reference: FlashAttention-2 (SDPA) where it runs (equal head dims), else the
         # memory-efficient backend.
         ref_backend = SDPBackend.FLASH_ATTENTION if d == dv else SDPBackend.EFFICIENT_ATTENTION
         fns = {"fa4": lambda: fa4.call(p)}
-        fns.update(peer_fns(q, k, v, causal))
+        fns.update(fp8_peer_fns(q, k, v, causal, ds) if fp8 else peer_fns(q, k, v, causal))
         outs_ab = {}
         for name, lib in variants.items():
-            outs_ab[name] = torch.empty_like(v)
-            pv = lib.params(q, k, v, outs_ab[name], causal=causal)
+            outs_ab[name] = torch.empty_like(out)
+            pv = lib.params(q, k, v, outs_ab[name], causal=causal, **ds)
             fns["ab_" + name] = (lambda lib, pv: lambda: lib.call(pv))(lib, pv)
         t = timer.compare_ms(fns)
         err = None
-        if check:
+        if check and t["fa4"] is not None:  # a shape fa4 refuses (an fp8 head dim) stays a null row
             fa4.call(p)
             ref = sdpa(qt, kt, vt, causal, ref_backend).transpose(1, 2)
             err = (out.float() - ref.float()).abs().max().item()
@@ -294,7 +346,7 @@ def bench_prefill(fa4, timer, dims, causals, seqs, check, variants=None, dtypes=
               "  ".join(f"{n} {fmt(r[n])}" for n in PEERS) + " TFLOP/s" +
               (f"  maxdiff {err:.3g}" if err is not None else "") +
               "".join(f"  {n} {fmt(r['ab_' + n])}" for n in variants), flush=True)
-        del q, k, v, out, qt, kt, vt, outs_ab
+        del q, k, v, out, qt, kt, vt, outs_ab, ref_in, ds
     return rows
 
 
@@ -621,7 +673,8 @@ def main():
     ap.add_argument("--dims", default="64,128,256", help="prefill head dims (comma-separated); DQKxDV for a v head dim of its own (192x128)")
     ap.add_argument("--varlen-dims", default="128", help="varlen head dims (comma-separated)")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384", help="prefill lengths (comma-separated)")
-    ap.add_argument("--dtypes", default="bf16", help="prefill input types: bf16, fp16 or bf16,fp16")
+    ap.add_argument("--dtypes", default="bf16", help="prefill input types, comma list of bf16, fp16, e4m3 (e4m3: "
+                                                      "q / k / v quantized per (batch, head), against FA3's fp8)")
     ap.add_argument("--ab", action="append", default=[], metavar="NAME=LIB",
                     help="another libfa4 build timed in the same rounds on the prefill and varlen sweeps (repeatable)")
     args = ap.parse_args()
