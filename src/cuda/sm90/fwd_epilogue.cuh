@@ -20,14 +20,14 @@ namespace fa4::cuda::sm90 {
 // The merge of one consumer's rows (tile rows row0 ..) of every split into out / lse, by its 128
 // threads: thread (row r, columns col0 .. col0 + kCols - 1), so a pass covers 128 / (Dv / kCols)
 // rows, and every split's loads (its lse, its 16-byte column pieces) are independent of the
-// running sums: the unrolled loops keep several splits in flight. (One warp per row, combine_row_warp, walked a decode
+// running sums: they go in batches of splits, in flight together. (One warp per row, combine_row_warp, walked a decode
 // tile's rows one after another: 4 dependent rows per warp at Sq 4 x GQA 4, 0.64x of the
 // separate combine kernel; H200 2026-12-05.)
 template <class Elem, int kDv, int kCols>
 __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const TileWork& w, const int row0, const int tid) {
   constexpr int kOut = static_cast<int>(std::is_same_v<Elem, __half> ? DType::float16 : DType::bfloat16);
   constexpr int kThreadsPerRow = kDv / kCols, kRowsPerPass = 128 / kThreadsPerRow;
-  constexpr int kUnroll = kCols > 8 ? 4 : 8;
+  constexpr int kBatch = kCols > 8 ? 4 : 8;  // splits in flight (registers: kBatch x kCols floats)
   static_assert(kCols % 4 == 0 && kDv % kCols == 0 && 128 % kThreadsPerRow == 0, "merge: whole 16-byte pieces per thread");
   const int64_t split_rows = p.rows_total * p.hq;  // partial rows per split
   const int col0 = (tid % kThreadsPerRow) * kCols;
@@ -45,17 +45,31 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const TileWork& 
     for (int k = 0; k < kCols; ++k) acc[k] = 0.f;
     const float* op = p.o_part + prow * p.dv_pad + col0;
     if (!empty) {
-#pragma unroll kUnroll
-      for (int s = 0; s < p.num_splits; ++s) {
-        const float wt = __expf(__ldcg(lp + s * split_rows) - lse);
-        const float4* src = reinterpret_cast<const float4*>(op + s * split_rows * p.dv_pad);
+      // kBatch splits' weights and column pieces in flight together (merged_lse's batches, which
+      // say why), then merged in split order (the combine kernel's order: the same bits).
+      for (int s0 = 0; s0 < p.num_splits; s0 += kBatch) {
+        float lw[kBatch];
+        float4 x[kBatch][kCols / 4];
 #pragma unroll
-        for (int q = 0; q < kCols / 4; ++q) {
-          const float4 x = __ldcg(src + q);
-          acc[4 * q] = merge_term(acc[4 * q], wt, x.x);
-          acc[4 * q + 1] = merge_term(acc[4 * q + 1], wt, x.y);
-          acc[4 * q + 2] = merge_term(acc[4 * q + 2], wt, x.z);
-          acc[4 * q + 3] = merge_term(acc[4 * q + 3], wt, x.w);
+        for (int j = 0; j < kBatch; ++j) {
+          const int64_t s = merge_split(s0, j, p.num_splits);
+          lw[j] = __ldcg(lp + s * split_rows);
+          const float4* src = reinterpret_cast<const float4*>(op + s * split_rows * p.dv_pad);
+#pragma unroll
+          for (int q = 0; q < kCols / 4; ++q) x[j][q] = __ldcg(src + q);
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          // (past the last split: weight 0, which merge_term skips -- no branch, or the compiler
+          // sinks each split's loads behind it and the batch is one round trip per split again)
+          const float wt = s0 + j < p.num_splits ? __expf(lw[j] - lse) : 0.f;
+#pragma unroll
+          for (int q = 0; q < kCols / 4; ++q) {
+            acc[4 * q] = merge_term(acc[4 * q], wt, x[j][q].x);
+            acc[4 * q + 1] = merge_term(acc[4 * q + 1], wt, x[j][q].y);
+            acc[4 * q + 2] = merge_term(acc[4 * q + 2], wt, x[j][q].z);
+            acc[4 * q + 3] = merge_term(acc[4 * q + 3], wt, x[j][q].w);
+          }
         }
       }
     }
