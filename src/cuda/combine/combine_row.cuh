@@ -91,15 +91,26 @@ __device__ __forceinline__ float combine_row_warp(const float* lp, int64_t lp_s,
       const int s = s0 + lane;
       const float w_lane = s < splits ? __expf(lp[s * lp_s] - lse) : 0.f;
       const int count = splits - s0 < 32 ? splits - s0 : 32;
-#pragma unroll 4
-      for (int j = 0; j < count; ++j) {
-        const float w = __shfl_sync(0xffffffffu, w_lane, j);
-        const float* src = op + (s0 + j) * op_s;
+      // kBatch splits' columns in flight together (indices clamped to the chunk's last split;
+      // past it the broadcast weight is that of a lane past the splits, 0, which merge_term
+      // skips): see merged_lse on why not a plain loop.
+      constexpr int kBatch = 4;
+      for (int j0 = 0; j0 < count; j0 += kBatch) {
+        float x[kBatch][kCols];
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          const int d = d0 + lane + 32 * c;
-          const float x = d < dv ? src[d] : 0.f;
-          acc[c] = merge_term(acc[c], w, x);
+        for (int jj = 0; jj < kBatch; ++jj) {
+          const float* src = op + (s0 + (j0 + jj < count ? j0 + jj : count - 1)) * op_s;
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) {
+            const int d = d0 + lane + 32 * c;
+            x[jj][c] = d < dv ? src[d] : 0.f;
+          }
+        }
+#pragma unroll
+        for (int jj = 0; jj < kBatch; ++jj) {
+          const float w = __shfl_sync(0xffffffffu, w_lane, j0 + jj);  // (j0 + jj <= 31: count <= 32)
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) acc[c] = merge_term(acc[c], w, x[jj][c]);
         }
       }
     }
