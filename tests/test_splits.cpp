@@ -76,4 +76,53 @@ TEST(Splits, SmallestCountWithin85PercentOfTheBestWave) {
 }
 
 }  // namespace
+// Tile-granular counts (SplitWork::tiles, the sm90 decode planner's FA4_SM90_TILE_SPLITS): the
+// H100 / H200 (132 SMs, one CTA each), B 1 x 8 kv heads, 128-key tiles, >= 2 tiles per split.
+TEST(Splits, TileGranularKnownCounts) {
+  using fa4::core::tile_granular_splits;
+  // kv 2k, 16 tiles: 8 splits of 2 (the waves rule: 7 splits of 3, 3, 3, 3, 3, 1, 0 tiles).
+  EXPECT_EQ(choose_num_splits({.units = 8, .slots = 132, .max_splits = 8}), 7);
+  EXPECT_EQ(choose_num_splits({.units = 8, .slots = 132, .max_splits = 8, .tiles = 16}), 8);
+  // kv 8k, 64 tiles: one wave holds 16 splits of 4 (waves: 14 splits of 5).
+  EXPECT_EQ(choose_num_splits({.units = 8, .slots = 132, .max_splits = 32}), 14);
+  EXPECT_EQ(choose_num_splits({.units = 8, .slots = 132, .max_splits = 32, .tiles = 64}), 16);
+  // 17 tiles, at most 8 splits: 3 tiles per split at the fewest, which 6 splits already give.
+  EXPECT_EQ(tile_granular_splits({.units = 8, .slots = 132, .max_splits = 8, .tiles = 17}), 6);
+  // No two splits fit one wave (B 16 x 8 heads on 132 SMs): the waves rule decides.
+  EXPECT_EQ(tile_granular_splits({.units = 128, .slots = 132, .max_splits = 32, .tiles = 64}), 0);
+  EXPECT_EQ(choose_num_splits({.units = 128, .slots = 132, .max_splits = 32, .tiles = 64}), 1);
+  EXPECT_EQ(choose_num_splits({.units = 40, .slots = 132, .max_splits = 32, .tiles = 64}),
+            choose_num_splits({.units = 40, .slots = 132, .max_splits = 32}));
+}
+
+// The tile rule over random shapes: within one wave, no count in [2, max] runs fewer tiles per
+// split, and none smaller runs as few.
+TEST(Splits, TileGranularFewestTilesPerSplitThenFewestSplits) {
+  const uint64_t seed = derive_seed(95004);
+  FA4_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < 20000; ++t) {
+    SplitWork w;
+    w.slots = 1 + static_cast<int64_t>(rng() % 300);
+    w.units = 1 + static_cast<int64_t>(rng() % w.slots);
+    w.tiles = 1 + static_cast<int64_t>(rng() % 600);
+    w.max_splits = static_cast<int64_t>(rng() % 200);
+    SCOPED_TRACE(::testing::Message() << "units " << w.units << " slots " << w.slots << " max_splits " << w.max_splits
+                                      << " tiles " << w.tiles);
+    const int64_t s = fa4::core::tile_granular_splits(w);
+    const int64_t hi = std::min<int64_t>({128, w.max_splits, w.slots / w.units});
+    if (hi < 2) {
+      ASSERT_EQ(s, 0);
+      continue;
+    }
+    ASSERT_GE(s, 1);
+    ASSERT_LE(s, hi);
+    auto per = [&](int64_t n) { return (w.tiles + n - 1) / n; };
+    for (int64_t n = 1; n <= hi; ++n) {
+      ASSERT_GE(per(n), per(s)) << n;
+      if (n < s) ASSERT_GT(per(n), per(s)) << n;
+    }
+  }
+}
+
 }  // namespace fa4test

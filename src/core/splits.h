@@ -18,7 +18,17 @@ struct SplitWork {
   int64_t max_splits = 0;  // most splits the longest key range allows: each split must keep enough
                            // keys to pay for its partial (O, lse) write and the combine
   int32_t requested = 0;   // AttentionParams::num_splits: 0 = heuristic, n > 0 = exactly n
+  // > 0: the key range is split in whole tiles of this many (a split runs ceil(tiles / s) of
+  // them, the last splits fewer or none), and the heuristic counts in tiles where one wave holds
+  // the split problem (tile_granular_splits).
+  int64_t tiles = 0;
 };
+
+// Among the counts s in [2, max_splits] whose items fit one wave (units * s <= slots), the one
+// with the fewest tiles per split, ceil(tiles / s), and of those the smallest; 0 where no count
+// of two or more fits one wave. (Waves alone picked 7 splits for 16 tiles -- 3 tiles for most
+// splits, none for the last -- where 8 splits run 2 each.)
+int64_t tile_granular_splits(const SplitWork& w);
 
 // The split count, in [1, 128] for the heuristic (or `requested` when that is > 0).
 int choose_num_splits(const SplitWork& w);

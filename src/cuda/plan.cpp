@@ -227,12 +227,17 @@ int64_t z_per_split(const Problem& pb, const Plan& pl) { return pl.varlen_tiles 
 
 // The split count (forced, or the heuristic over the unsplit grid's CTAs and `slots` resident
 // CTAs), clamped so grid.z stays within 65535, and the fp32 partials it needs.
-void plan_splits(const Problem& pb, const DeviceLimits& dl, int64_t slots_per_sm, int64_t max_splits, Plan& pl) {
+// (tiles > 0: the splits take whole key tiles of the longest sequence's `tiles`, core/splits.h.)
+void plan_splits(const Problem& pb, const DeviceLimits& dl, int64_t slots_per_sm, int64_t max_splits, Plan& pl,
+                 int64_t tiles = 0) {
   const int64_t zs = z_per_split(pb, pl);
   // An unknown device has no slots to fill: no heuristic split.
   const int64_t slots = dl.known ? dl.sms * slots_per_sm : 0;
-  pl.splits = core::choose_num_splits(
-      {.units = zs * pl.grid.y * pl.grid.x, .slots = slots, .max_splits = max_splits, .requested = pb.p->num_splits});
+  pl.splits = core::choose_num_splits({.units = zs * pl.grid.y * pl.grid.x,
+                                       .slots = slots,
+                                       .max_splits = max_splits,
+                                       .requested = pb.p->num_splits,
+                                       .tiles = tiles});
   if (zs > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / zs)));
   pl.grid.z = zs * pl.splits;
   if (pl.splits > 1)
@@ -490,7 +495,8 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   pl.pack_gqa = sm90_packs(pb, pl.m);
   decompose(pb, pl);
   if (FA4_SM90_DECODE) {
-    plan_splits(pb, dl, 1, (pb.max_sk + pl.n - 1) / pl.n / 2, pl);
+    const int64_t tiles = (pb.max_sk + pl.n - 1) / pl.n;
+    plan_splits(pb, dl, 1, tiles / 2, pl, FA4_SM90_TILE_SPLITS ? tiles : 0);
   } else {
     pl.grid.z = z_per_split(pb, pl);
   }

@@ -124,6 +124,15 @@
 #ifndef FA4_SM90_FUSED_COMBINE
 #define FA4_SM90_FUSED_COMBINE 1
 #endif
+//   FA4_SM90_TILE_SPLITS   1: the split count of a decode counts whole key tiles (core/splits.h
+//                          tile_granular_splits): the fewest tiles per split that one wave of
+//                          CTAs holds. The waves rule gave B 1 kv 2k / 8k 7 / 14 splits of 3 / 5
+//                          tiles (an empty last split) where 8 / 16 splits run 2 / 4 (host probe,
+//                          2026-12-05). Not yet run on a GPU: 0 until an A/B
+//                          (bench/stage_sm90_variant.sh ts -DFA4_SM90_TILE_SPLITS=1).
+#ifndef FA4_SM90_TILE_SPLITS
+#define FA4_SM90_TILE_SPLITS 0
+#endif
 //   FA4_SM90_PDL           1: the kernel is launched as a programmatic dependent of the stream's
 //                          previous grid (ptx::griddep_*): its CTAs start, and init their
 //                          barriers, while that grid's last CTAs still run, and wait for it before
