@@ -368,13 +368,20 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   }
   EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::short_masked, 128, 128));
   EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::long_keys, 128, 128));
-  // Split-KV launches of the D 128 tile run the instance that merges its own splits (the same
-  // tile shape and shared memory as the standard one); every other dim keeps its tile.
-  EXPECT_TRUE(fa4::cuda::sm90::has_tile(Tile::split_kv, 128, 128));
-  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::split_kv, 64, 64));
-  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::split_kv, 256, 256));
+  // Split-KV launches run the instance that merges its own splits: D 128's and D 256's have the
+  // standard tile's shape and shared memory, D 64's two consumers (short_masked's shape); the
+  // (192, 128) pair has none. D 64 / 256 take theirs only with FA4_SM90_SPLIT_KV_ALL_DIMS.
+  using fa4::cuda::sm90::tile_cfg;
+  for (int d : {64, 128, 256}) {
+    EXPECT_TRUE(fa4::cuda::sm90::has_tile(Tile::split_kv, d, d)) << d;
+    EXPECT_LE(fa4::cuda::sm90::smem_bytes(d, d, Tile::split_kv), fa4::cuda::sm90::kSmemLimit) << d;
+  }
   EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::split_kv, 192, 128));
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::split_kv, 64, 128));
   EXPECT_EQ(fa4::cuda::sm90::smem_bytes(128, 128, Tile::split_kv), fa4::cuda::sm90::smem_bytes(128, 128, Tile::standard));
+  EXPECT_EQ(fa4::cuda::sm90::smem_bytes(256, 256, Tile::split_kv), fa4::cuda::sm90::smem_bytes(256, 256, Tile::standard));
+  EXPECT_EQ(tile_cfg(64, 64, Tile::split_kv).block_m(), tile_cfg(64, 64, Tile::short_masked).block_m());
+  EXPECT_EQ(tile_cfg(64, 64, Tile::split_kv).block_n, tile_cfg(64, 64, Tile::standard).block_n);
   auto decode = [](int64_t d, int32_t splits) {
     return Planned({.batch = 1, .hq = 32, .hkv = 8, .dqk = d, .dv = d, .sq = 1, .sk = 8192, .num_splits = splits}).on(h200_auto());
   };
@@ -384,8 +391,17 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   EXPECT_EQ(std::make_tuple(split128.sm90_tile, split128.m, split128.n),
             std::make_tuple(FA4_SM90_FUSED_COMBINE ? Tile::split_kv : Tile::standard, 128, 128));
   EXPECT_EQ(decode(128, 1).sm90_tile, Tile::standard);  // one split: nothing to merge
-  EXPECT_NE(decode(64, 0).sm90_tile, Tile::split_kv);
-  EXPECT_NE(decode(256, 0).sm90_tile, Tile::split_kv);
+  for (int64_t d : {64, 256}) {
+    const Plan pl = decode(d, 0);
+    EXPECT_GT(pl.splits, 1) << d;
+    if (FA4_SM90_FUSED_COMBINE && FA4_SM90_SPLIT_KV_ALL_DIMS) {
+      // Planned on the split_kv tile: 128 rows (D 64: two consumers, not the standard three).
+      EXPECT_EQ(std::make_tuple(pl.sm90_tile, pl.m, pl.n),
+                std::make_tuple(Tile::split_kv, 128, tile_cfg(d, d, Tile::split_kv).block_n)) << d;
+    } else {
+      EXPECT_NE(pl.sm90_tile, Tile::split_kv) << d;
+    }
+  }
 }
 
 // Persistent CTAs: at most one per SM, walking the tile grid; a causal schedule groups the
@@ -784,18 +800,20 @@ TEST(CudaPlan, Sm90DecodePacksAndSplits) {
   if (!FA4_SM90_DECODE) GTEST_SKIP() << "built with FA4_SM90_DECODE=0: decode stays on sm80";
   // B 1, 32 / 8, one token, 8192 keys: 8 packed tiles of 4 rows (one per kv head); 64 key tiles of
   // 128 allow 32 splits; 8 s / 132 slots: s = 16 and 32 fill 97 %, the first count within 85 % of
-  // that is 14 (112 CTAs, 85 %).
+  // that is 14 (112 CTAs, 85 %). Counted in key tiles (FA4_SM90_TILE_SPLITS): one wave holds 16
+  // splits of 4 tiles (14 would run 5).
   const Plan dec = Planned({.hq = 32, .hkv = 8, .sq = 1, .sk = 8192}).on(h200_auto());
+  const int s = FA4_SM90_TILE_SPLITS ? 16 : 14;
   EXPECT_EQ(dec.kernel, Kernel::sm90);
   EXPECT_TRUE(dec.pack_gqa);
   EXPECT_EQ(dec.rows, 4);
   EXPECT_EQ(dec.grid.x, 1);
   EXPECT_EQ(dec.grid.y, 8);
-  EXPECT_EQ(dec.splits, 14);
-  EXPECT_EQ(dec.grid.z, 14);
-  EXPECT_EQ(dec.sched.total(), 112);
-  EXPECT_EQ(dec.ctas, 112);
-  EXPECT_EQ(dec.workspace, size_t{14} * 1 * 32 * (128 + 1) * 4);
+  EXPECT_EQ(dec.splits, s);
+  EXPECT_EQ(dec.grid.z, s);
+  EXPECT_EQ(dec.sched.total(), 8 * s);
+  EXPECT_EQ(dec.ctas, 8 * s);
+  EXPECT_EQ(dec.workspace, size_t(s) * 1 * 32 * (128 + 1) * 4);
   // Speculative decode, 4 tokens x group 16 = 64 rows: still one consumer's worth, packed.
   const Plan spec = Planned({.batch = 2, .hq = 128, .hkv = 8, .sq = 4, .sk = 4096, .causal = true}).on(h200_auto());
   EXPECT_EQ(spec.kernel, Kernel::sm90);

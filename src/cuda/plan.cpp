@@ -488,23 +488,35 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d);
   pl.dqk = d.dqk, pl.dv = d.dv;
-  pl.sm90_tile = sm90_tile(pb, d);
-  pl.m = sm90::tile_cfg(d.dqk, d.dv, pl.sm90_tile).block_m();
-  pl.n = sm90::tile_cfg(d.dqk, d.dv, pl.sm90_tile).block_n;
-  pl.smem = sm90::smem_bytes(d.dqk, d.dv, pl.sm90_tile);
-  pl.pack_gqa = sm90_packs(pb, pl.m);
-  decompose(pb, pl);
-  if (FA4_SM90_DECODE) {
-    const int64_t tiles = (pb.max_sk + pl.n - 1) / pl.n;
-    plan_splits(pb, dl, 1, tiles / 2, pl, FA4_SM90_TILE_SPLITS ? tiles : 0);
-  } else {
-    pl.grid.z = z_per_split(pb, pl);
+  // The tile's rows and keys, then the decomposition and the split count that follow from them.
+  auto plan_tile = [&](sm90::Tile t) {
+    pl.sm90_tile = t;
+    pl.m = sm90::tile_cfg(d.dqk, d.dv, t).block_m();
+    pl.n = sm90::tile_cfg(d.dqk, d.dv, t).block_n;
+    pl.smem = sm90::smem_bytes(d.dqk, d.dv, t);
+    pl.pack_gqa = sm90_packs(pb, pl.m);
+    decompose(pb, pl);
+    if (FA4_SM90_DECODE) {
+      const int64_t tiles = (pb.max_sk + pl.n - 1) / pl.n;
+      plan_splits(pb, dl, 1, tiles / 2, pl, FA4_SM90_TILE_SPLITS ? tiles : 0);
+    } else {
+      pl.grid.z = z_per_split(pb, pl);
+    }
+  };
+  plan_tile(sm90_tile(pb, d));
+  // A split-KV launch runs the split_kv instance of its dims, which merges the splits
+  // (sm90::fused_merge; cuda/backend.cpp then launches no combine kernel): D 128, and D 64 / 256
+  // with FA4_SM90_SPLIT_KV_ALL_DIMS. Its tile may differ from the one chosen (D 64's standard
+  // tile has three consumers, D 256's long_keys tile 80 keys), so the problem is planned again
+  // on it, kept only if it still splits; in a paged cache only where its key block fits the pages.
+  const sm90::Tile chosen = pl.sm90_tile;
+  if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv) &&
+      (d.dqk == 128 || FA4_SM90_SPLIT_KV_ALL_DIMS) &&
+      (pb.kv != core::KvLayout::paged ||
+       sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, sm90::Tile::split_kv).block_n))) {
+    plan_tile(sm90::Tile::split_kv);
+    if (pl.splits <= 1) plan_tile(chosen);
   }
-  // A split-KV launch of the standard D 128 tile runs its own instance, which merges the splits
-  // (sm90::fused_merge; cuda/backend.cpp then launches no combine kernel).
-  if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && pl.sm90_tile == sm90::Tile::standard &&
-      sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv))
-    pl.sm90_tile = sm90::Tile::split_kv;
   // Dense q of <= 64 tile rows per (sequence, grid head): only consumer 0 has rows.
   pl.sm90_solo = FA4_SM90_SOLO && !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;
   schedule_sm90(pb, dl, pl);

@@ -130,6 +130,12 @@
 //                          tiles (an empty last split) where 8 / 16 splits run 2 / 4 (host probe,
 //                          2026-12-05). Not yet run on a GPU: 0 until an A/B
 //                          (bench/stage_sm90_variant.sh ts -DFA4_SM90_TILE_SPLITS=1).
+//   FA4_SM90_SPLIT_KV_ALL_DIMS  1: split-KV launches at D 64 / 256 run their split_kv instances
+//                          (the in-kernel merge) too; 0: the combine kernel merges them. Compiled
+//                          either way (CI builds them); not yet run on a GPU: 0 until an A/B.
+#ifndef FA4_SM90_SPLIT_KV_ALL_DIMS
+#define FA4_SM90_SPLIT_KV_ALL_DIMS 0
+#endif
 #ifndef FA4_SM90_TILE_SPLITS
 #define FA4_SM90_TILE_SPLITS 0
 #endif
@@ -278,9 +284,11 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 //                 diagonals), -5 % at causal 2k and -4 to -16 % without a mask
 //   long_keys     D = 256 only: 80-key tiles instead of 64: +1.3-3 % from S = 4k (causal and
 //                 not), -2 to -6 % at S <= 1k
-// split_kv: the standard D 128 tile of a split-KV launch, with the in-kernel merge of the splits
-// compiled in (fused_merge) -- an instance of its own: compiled into the standard instance, the
-// merge's call cost its prefill 3-4.5 % (H200 2026-12-05), though its SASS had no spill.
+// split_kv: the tile of a split-KV launch, with the in-kernel merge of the splits compiled in
+// (fused_merge) -- an instance of its own: compiled into the standard instance, the merge's call
+// cost its prefill 3-4.5 % (H200 2026-12-05), though its SASS had no spill. D 128 and D 256: the
+// standard tile; D 64: two consumers (as short_masked). The planner takes the D 64 / 256 ones only
+// with FA4_SM90_SPLIT_KV_ALL_DIMS until they are measured.
 enum class Tile { standard, short_masked, long_keys, split_kv };
 // Instances whose consumer index c is broadcast from lane 0 (fwd_kernel.cuh): ptxas then keeps
 // c-derived values uniform -- the Q descriptors of S = Q K^T, which otherwise sit in vector
@@ -293,7 +301,7 @@ enum class Tile { standard, short_masked, long_keys, split_kv };
 // there, nor the standard D 256 tile (its SASS spilled 48 local ops more between its GEMMs).
 // The (192, 128) tile: R2UR 288 -> 196, spills 16 either way.
 constexpr bool uniform_consumer_index(int dqk, Tile t) {
-  return FA4_SM90_UNIFORM_C && !(t == Tile::standard && (dqk == 64 || dqk == 256));
+  return FA4_SM90_UNIFORM_C && !(t == Tile::standard && (dqk == 64 || dqk == 256)) && !(t == Tile::split_kv && dqk == 256);
 }
 // Instances whose producer can claim tiles from a counter and walk two phases. Not the standard
 // D = 64 tile: its three-consumer instance leaves the producer 32 registers, and the walk's state
@@ -308,14 +316,16 @@ constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
-         (t == Tile::split_kv && dqk == 128 && dv == 128);
+         (t == Tile::split_kv && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256));
 }
 
 constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
   // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma
   // N sizes the wrappers provide (sm90_ptx.cuh).
   if (dqk <= 64) {
-    if (t == Tile::short_masked) return {2, FA4_SM90_BLOCK_N_D64, FA4_SM90_STAGES_D64};
+    // (split_kv: two consumers as short_masked -- decode tiles have few rows, and the merge
+    // inlined into the three-consumer tile spilled its key loop)
+    if (t == Tile::short_masked || t == Tile::split_kv) return {2, FA4_SM90_BLOCK_N_D64, FA4_SM90_STAGES_D64};
     return {FA4_SM90_CONSUMERS_D64, FA4_SM90_BLOCK_N_D64, FA4_SM90_STAGES_D64};
   }
   if (dqk <= 128) return {2, FA4_SM90_BLOCK_N_D128, FA4_SM90_STAGES_D128};
@@ -352,7 +362,8 @@ enum class OStaging { own, v_ring, q };
 constexpr OStaging o_staging(int dqk, int dv, Tile t = Tile::standard) {
   if (separate_o(dqk, dv, t)) return OStaging::own;
   const TileCfg c = tile_cfg(dqk, dv, t);
-  if (FA4_SM90_O_IN_V && dqk > 192 && t == Tile::standard && c.stages * c.block_n >= c.block_m()) return OStaging::v_ring;
+  if (FA4_SM90_O_IN_V && dqk > 192 && (t == Tile::standard || t == Tile::split_kv) && c.stages * c.block_n >= c.block_m())
+    return OStaging::v_ring;
   return OStaging::q;
 }
 constexpr int smem_bytes(int dqk, int dv, Tile t = Tile::standard) {

@@ -87,12 +87,14 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
   if (!has_tile(tile, dims.dqk, dims.dv)) return cudaErrorInvalidValue;
   switch (dims.dqk) {
     case 64:
+      if (tile == Tile::split_kv) return launch_fwd_d64_split_kv(P, bf16, grid, stream);
       return tile == Tile::short_masked ? launch_fwd_d64_short_masked(P, bf16, grid, stream)
                                         : launch_fwd_d64(P, bf16, grid, stream);
     case 128:
       return tile == Tile::split_kv ? launch_fwd_d128_split_kv(P, bf16, grid, stream) : launch_fwd_d128(P, bf16, grid, stream);
     case 192: return launch_fwd_d192_128(P, bf16, grid, stream);
     case 256:
+      if (tile == Tile::split_kv) return launch_fwd_d256_split_kv(P, bf16, grid, stream);
       return tile == Tile::long_keys ? launch_fwd_d256_long_keys(P, bf16, grid, stream)
                                      : launch_fwd_d256(P, bf16, grid, stream);
   }

@@ -25,7 +25,9 @@ cudaError_t launch_fwd_d64(const Sm90Params& P, bool bf16, dim3 grid, cudaStream
 cudaError_t launch_fwd_d64_short_masked(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_long_keys(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d64_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d256_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d192_128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 

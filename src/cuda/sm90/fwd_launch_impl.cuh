@@ -2,6 +2,9 @@
 // fwd_dXXX.cu files only).
 #pragma once
 
+#include <atomic>
+
+#include "cuda/common/smem_optin.h"
 #include "cuda/sm90/fwd_kernel.cuh"
 #include "cuda/sm90/fwd_launch.h"
 
@@ -64,15 +67,9 @@ cudaError_t launch_traced(const Sm90Params& P, dim3 grid, cudaStream_t stream, c
 template <typename Elem, int Dqk, int Dv, Tile kTile>
 cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream) {
   using T = FwdTraits<Elem, Dqk, Dv, kTile>;
-  static bool configured[64] = {};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
+  static std::atomic<bool> configured[64] = {};
+  const cudaError_t err = ensure_smem_optin(reinterpret_cast<const void*>(fwd_kernel<T>), T::kSmemBytes, configured);
   if (err != cudaSuccess) return err;
-  if (dev < 64 && !configured[dev]) {
-    err = cudaFuncSetAttribute(fwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    configured[dev] = true;
-  }
 #if FA4_SM90_TRACE
   if (const char* file = std::getenv("FA4_SM90_TRACE_FILE")) return launch_traced<T>(P, grid, stream, file);
 #endif
