@@ -15,10 +15,14 @@ FA3 on paged caches is tried on every paged layout (one probe call; --no-fa3-pag
 0.0.3 is built with FLASHATTENTION_DISABLE_PAGEDKV, which leaves only its TMA paged path, taken when
 page_size % kBlockN == 0 (kBlockN 128 causal / 176 not, at D = 128) and Sq * Hq / Hkv > kBlockM (128):
 so no decode point and, of the chunked-prefill layouts, page 256 only; the others raise "does not
-support paged KV" and are null ("fa3_note" in the row says why). A peer that is not installed or
-fails on a shape is null in the JSON and "-" in the tables; the run never stops on one.
+support paged KV" and are null ("fa3_note" in the row says why). (D 64: kBlockM 192, kBlockN 128
+causal / 192 not, so again chunked page 256 only; D 256: kBlockN 80, no layout here: fa3_tile_sm90.)
+A peer that is not installed or fails on a shape is null in the JSON and "-" in the tables; the run
+never stops on one.
 
-Sweeps (D = 128, bf16, scale 1/sqrt(D)):
+Sweeps (D = 128, bf16, scale 1/sqrt(D); --head-dim 64 / 256 runs every point, decode, chunked and
+--fp8-kv, at that head dim instead: q / k / v / out, the bytes and FLOPs, the --max-gb skips, the
+checks, FA3's scheduler metadata; "head_dim" in the JSON meta, the markdown header says it):
   decode   B {1, 4, 32, 128} x (Hq, Hkv) {32/32, 32/8, 64/8, 128/8} x Sq {1, 2, 4, 8} x kv length
            {2k, 8k, 32k, 128k}; Sq > 1 is speculative decode: causal, bottom-right aligned (query i
            sees keys 0 .. kv_len - Sq + i), as fa4 and FA3 define it. Every point: a contiguous cache
@@ -62,7 +66,7 @@ nan. Also fa4 (contiguous) and FA3 against an fp32 computation on the first and 
 
 Usage: python3 bench/decode_peers.py --lib build-cuda/libfa4.so --out DIR [--quick]
            [--b 1,32] [--heads 32/8,64/8] [--sq 1,4] [--kv 8k,128k] [--pages 0,64]
-           [--splits N] [--ab NAME=other/libfa4.so ...] [--skip-decode] [--skip-chunked]
+           [--splits N] [--ab NAME=other/libfa4.so ...] [--skip-decode] [--skip-chunked] [--head-dim 64]
        python3 bench/decode_peers.py --fp8-kv [--kv-scale per-token] [--b ...] --lib ... --out DIR
        python3 bench/decode_peers.py --dry-run [...]   # the points and a time estimate, no GPU
 Outputs: DIR/decode.json (meta + rows, rewritten after every point; "fp8_kv" rows with --fp8-kv),
@@ -83,7 +87,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers  # noqa: E402  (bench/peers.py: Fa4, Timer, FA3, sdpa, fmt, ratio)
 
-D = 128
+D = 128  # the default head dim (--head-dim); every count below takes d= (default D)
 HBM_GBS = 4800.0  # H200 HBM3e peak, GB/s
 TOL = 2e-2
 REL_L2_TOL = 1e-2  # fp8-KV rows: bf16 q's rel-L2 bound (DESIGN.md §4) on the dequantized reference
@@ -150,8 +154,8 @@ def attn_flops(b, hq, sq, kv_len, causal, d=D):
     return 4 * b * hq * d * visible_pairs(sq, kv_len, causal)
 
 
-def decode_points(bs, heads, sqs, kvs, pages, max_bytes, page1_subset=True, kind="decode"):
-    """The sweep's points, in run order, and the ones skipped for memory.
+def decode_points(bs, heads, sqs, kvs, pages, max_bytes, page1_subset=True, kind="decode", d=D):
+    """The sweep's points, in run order, and the ones skipped for memory (K+V at head dim d).
     Each point: dict(kind, b, sq, hq, hkv, kv_len, pages) with pages the layouts to run (0 =
     contiguous, always first). page1_subset adds page 1 to the Sq = 1, 32/8 points."""
     points, skipped = [], []
@@ -160,7 +164,7 @@ def decode_points(bs, heads, sqs, kvs, pages, max_bytes, page1_subset=True, kind
             for kv in kvs:
                 for b in bs:
                     pt = dict(kind=kind, b=b, sq=sq, hq=hq, hkv=hkv, kv_len=kv)
-                    nb = kv_bytes(b, kv, hkv)
+                    nb = kv_bytes(b, kv, hkv, d)
                     if nb > max_bytes:
                         skipped.append(dict(pt, kv_gb=nb / 1e9, reason=f"K+V {nb / 1e9:.1f} GB > {max_bytes / 1e9:.0f} GB"))
                         continue
@@ -251,16 +255,35 @@ def est_call_ms(nbytes, flops, gbs=3800.0, tflops=450.0):
     return max(nbytes / gbs / 1e6, flops / tflops / 1e9) + 0.008
 
 
-def fa3_paged_expected(pt, page):
-    """Whether fa3-fwd 0.0.3 (TMA paged path only) should take this paged layout: page a multiple
-    of kBlockN (128 causal, 176 not, at D = 128), Sq * Hq / Hkv > kBlockM (128). For the estimate:
-    the run tries every paged layout."""
-    block_n = 128 if pt["sq"] > 1 else 176
-    return page > 0 and page % block_n == 0 and pt["sq"] * pt["hq"] // pt["hkv"] > 128
+def fa3_tile_sm90(d, causal):
+    """(kBlockM, kBlockN) of FA3's sm90 forward for bf16 q / k / v of head dim d (v's the same), no
+    window, as get_pagedkv_tma asks it (paged_kv_non_TMA false): flash-attention's
+    hopper/tile_size.h, tile_size_fwd_sm90, whose last change (199401d3, 2025-08) predates the
+    torch-stable-ABI API (flash_api_stable.cpp, 2025-09) that fa3-fwd 0.0.3 (../shared/PEERS.md) needs:
+      D  64: 192 x 128 causal, 192 x 192 not
+      D 128: 128 x 128 causal, 128 x 176 not
+      D 256: 128 x 80 either way
+    The script calls FA3 causal only for Sq > 1, as FA3 itself drops causal at Sq = 1. None for any
+    other head dim (96, 192, ... are not in this table): fa3_paged_expected then expects no paged
+    layout, the conservative answer (the run probes every layout anyway)."""
+    return {64: (192, 128 if causal else 192), 128: (128, 128 if causal else 176), 256: (128, 80)}.get(d)
 
 
-def impl_names(pt, fa3=True, fa3_paged=True, n_ab=0):
-    """(name, page) pairs timed at a point (FA3 paged where fa3_paged_expected)."""
+def fa3_paged_expected(pt, page, d=D):
+    """Whether fa3-fwd 0.0.3 (TMA paged path only) should take this paged layout at head dim d:
+    page a multiple of kBlockN and Sq * Hq / Hkv > kBlockM (get_pagedkv_tma), with fa3_tile_sm90's
+    tile (at D = 128: kBlockN 128 causal, 176 not, kBlockM 128; D 64: 128 / 192, kBlockM 192; D 256:
+    kBlockN 80, which no page size here is a multiple of); False for a head dim the table lacks.
+    For the estimate: the run tries every paged layout."""
+    tile = fa3_tile_sm90(d, pt["sq"] > 1)
+    if tile is None:
+        return False
+    block_m, block_n = tile
+    return page > 0 and page % block_n == 0 and pt["sq"] * pt["hq"] // pt["hkv"] > block_m
+
+
+def impl_names(pt, fa3=True, fa3_paged=True, n_ab=0, d=D):
+    """(name, page) pairs timed at a point (FA3 paged where fa3_paged_expected at head dim d)."""
     out = []
     for page in pt["pages"]:
         out.append(("fa4", page))
@@ -268,7 +291,7 @@ def impl_names(pt, fa3=True, fa3_paged=True, n_ab=0):
             out.append(("fa4_bf16", page))
             continue
         out += [(f"ab{i}", page) for i in range(n_ab)]
-        if fa3 and (page == 0 or (fa3_paged and fa3_paged_expected(pt, page))):
+        if fa3 and (page == 0 or (fa3_paged and fa3_paged_expected(pt, page, d))):
             out += [("fa3", page), ("fa3_sched", page)]
         if page == 0 and pt["sq"] == 1 and pt["kind"] == "decode":
             out += [("cudnn", 0), ("flash", 0)]
@@ -276,17 +299,17 @@ def impl_names(pt, fa3=True, fa3_paged=True, n_ab=0):
 
 
 def estimate_seconds(points, max_reps, target_ms, idle_s, l2_bytes, fa3=True, fa3_paged=True, n_ab=0,
-                     host_us=40.0, warmup=2):
-    """(seconds, timed calls) the sweep should take on an H200: kernel time of every call
+                     host_us=40.0, warmup=2, d=D):
+    """(seconds, timed calls) the sweep should take on an H200 at head dim d: kernel time of every call
     (trial + warm-up + reps + checks), the idle before every block, the L2 flushes, the host
     time where it exceeds the kernel's, the setup (random caches, page scatters, the checks)."""
     total_s, calls = 0.0, 0
     for pt in points:
-        nb = kv_bytes(pt["b"], pt["kv_len"], pt["hkv"])
-        fl = attn_flops(pt["b"], pt["hq"], pt["sq"], pt["kv_len"], pt["sq"] > 1)
+        nb = kv_bytes(pt["b"], pt["kv_len"], pt["hkv"], d)
+        fl = attn_flops(pt["b"], pt["hq"], pt["sq"], pt["kv_len"], pt["sq"] > 1, d)
         est = est_call_ms(nb, fl)
         reps = reps_for(est, max_reps, target_ms)
-        n = len(impl_names(pt, fa3, fa3_paged, n_ab))
+        n = len(impl_names(pt, fa3, fa3_paged, n_ab, d))
         rounds = max(5, n)
         per_round = -(-reps // rounds)
         w = 1 if est > 1.0 else warmup
@@ -439,7 +462,7 @@ def markdown(meta, dec, chunk, skipped, ab_names=(), fp8=()):
          f"- torch {meta.get('torch')}, CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}, FA3 {meta.get('fa3')}"
          f" (paged layouts tried: {meta.get('fa3_paged')})"]
     if not fp8:  # the peers' sweep; the fp8-KV table says what it measures itself
-        L.append(f"- D = 128, bf16; GB/s of K+V read (2 * B * kv * Hkv * D * 2 bytes), shown in TB/s; %HBM of {HBM_GBS / 1000:.1f} TB/s;"
+        L.append(f"- D = {meta.get('head_dim', D)}, bf16; GB/s of K+V read (2 * B * kv * Hkv * D * 2 bytes), shown in TB/s; %HBM of {HBM_GBS / 1000:.1f} TB/s;"
                  f" fa4 num_splits {meta.get('num_splits')}")
     L.append("- timing: bench/peers.py's interleaved rounds (CUDA events, median), launch overhead hidden behind a spin kernel"
              f" ({'on' if meta.get('hide_launch') else 'off'}); L2 flushed before each rep where K+V <= 2 x L2 (note L2: K+V fits in it)")
@@ -472,7 +495,7 @@ def markdown(meta, dec, chunk, skipped, ab_names=(), fp8=()):
                      " | ".join(f"{tbs(r.get('ab_' + n))} | {_ratio_s(peers.ratio(r.get('ab_' + n), r.get('fa4')), 3)} | "
                                 f"{_diff_s(r.get('ab_' + n + '_maxdiff_vs_fa4'))}" for n in ab_names) + " |")
     if fp8:
-        L += _fp8_md(fp8, meta.get("num_splits"))
+        L += _fp8_md(fp8, meta.get("num_splits"), meta.get("head_dim", D))
     if skipped:
         L += ["", f"Skipped ({len(skipped)}): " + "; ".join(
             f"B {s['b']} Sq {s['sq']} {s['hq']}/{s['hkv']} kv {_kv_s(s['kv_len'])} ({s['reason']})" for s in skipped)]
@@ -480,9 +503,9 @@ def markdown(meta, dec, chunk, skipped, ab_names=(), fp8=()):
     return "\n".join(L) + "\n"
 
 
-def _fp8_md(rows, num_splits):
+def _fp8_md(rows, num_splits, d=D):
     L = ["## fp8 KV cache: e4m3 K / V against the bf16 cache (fa4 both, same q, same rounds)", "",
-         "D = 128, bf16 q; TB/s of what each call reads (e4m3 K + V and the fp32 factors; bf16 K + V); %HBM of "
+         f"D = {d}, bf16 q; TB/s of what each call reads (e4m3 K + V and the fp32 factors; bf16 K + V); %HBM of "
          f"{HBM_GBS / 1000:.1f} TB/s; tokens/s fp8 / bf16 = bf16 time / fp8 time; fa4 num_splits {num_splits}. "
          "maxdiff / rel-L2: against fp32 attention on the values the call's cache holds (the e4m3 one dequantized), "
          f"bounds {TOL:g} / {REL_L2_TOL:g}; quant rel-L2: the fp8 output against the bf16 cache's fp32 result.", "",
@@ -626,12 +649,13 @@ def _sdpa_fn(qt, kt, vt, backend):
 
 
 def run_point(ctx, pt, seed):
-    """Times and checks one point on all its layouts; returns {page: row}."""
+    """Times and checks one point on all its layouts (head dim ctx.args.head_dim); returns {page: row}."""
     from torch.nn.attention import SDPBackend
     b, sq, hq, hkv, L = pt["b"], pt["sq"], pt["hq"], pt["hkv"], pt["kv_len"]
+    d = ctx.args.head_dim
     causal = sq > 1
-    nb = kv_bytes(b, L, hkv)
-    fl = attn_flops(b, hq, sq, L, causal)
+    nb = kv_bytes(b, L, hkv, d)
+    fl = attn_flops(b, hq, sq, L, causal, d)
     est = est_call_ms(nb, fl)
     timer = ctx.timer
     timer.reps = reps_for(est, ctx.args.reps, ctx.args.target_ms)
@@ -648,9 +672,9 @@ def run_point(ctx, pt, seed):
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
-    q = torch.randn(b, sq, hq, D, device=dev, dtype=bf, generator=gen)
-    k = torch.randn(b, L, hkv, D, device=dev, dtype=bf, generator=gen)
-    v = torch.randn(b, L, hkv, D, device=dev, dtype=bf, generator=gen)
+    q = torch.randn(b, sq, hq, d, device=dev, dtype=bf, generator=gen)
+    k = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
+    v = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
     seqlens = torch.full((b,), L, dtype=torch.int32, device=dev)
     gbs = lambda t: None if t is None else nb / t / 1e6
     tfl = lambda t: None if t is None else fl / t / 1e9
@@ -663,7 +687,7 @@ def run_point(ctx, pt, seed):
         if page not in md_cache:
             try:
                 md_cache[page] = peers.FA3.get_scheduler_metadata(
-                    b, sq, L, hq, hkv, D, seqlens, qkv_dtype=bf, page_size=page or None, causal=causal)
+                    b, sq, L, hq, hkv, d, seqlens, qkv_dtype=bf, page_size=page or None, causal=causal)
             except Exception as e:
                 print(f"    (fa3 get_scheduler_metadata failed: {type(e).__name__}: {str(e)[:120]})", flush=True)
                 md_cache[page] = None
@@ -798,12 +822,13 @@ def run_fp8_point(ctx, pt, seed):
     """One --fp8-kv point on all its layouts: the same bf16 q against the bf16 cache and against
     an e4m3 cache quantized from it (ctx.args.kv_scale factors), both fa4, every layout in one set
     of interleaved rounds (as many paged copies as fit: plan_groups); each output checked against
-    fp32 attention on its cache's values, every sequence. Returns {page: row}."""
+    fp32 attention on its cache's values, every sequence. Head dim ctx.args.head_dim. Returns {page: row}."""
     b, sq, hq, hkv, L = pt["b"], pt["sq"], pt["hq"], pt["hkv"], pt["kv_len"]
+    d = ctx.args.head_dim
     causal = sq > 1
     per_token = ctx.args.kv_scale == "per-token"
-    nb16, nb8 = kv_bytes(b, L, hkv), fp8_kv_bytes(b, L, hkv, per_token)
-    est = est_call_ms(nb16, attn_flops(b, hq, sq, L, causal))  # the bf16 call's: the longer of the two
+    nb16, nb8 = kv_bytes(b, L, hkv, d), fp8_kv_bytes(b, L, hkv, per_token, d)
+    est = est_call_ms(nb16, attn_flops(b, hq, sq, L, causal, d))  # the bf16 call's: the longer of the two
     timer = ctx.timer
     timer.reps = reps_for(est, ctx.args.reps, ctx.args.target_ms)
     timer.max_warmup = 1 if est > 1.0 else 2
@@ -816,9 +841,9 @@ def run_fp8_point(ctx, pt, seed):
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
-    q = torch.randn(b, sq, hq, D, device=dev, dtype=bf, generator=gen)
-    k = torch.randn(b, L, hkv, D, device=dev, dtype=bf, generator=gen)
-    v = torch.randn(b, L, hkv, D, device=dev, dtype=bf, generator=gen)
+    q = torch.randn(b, sq, hq, d, device=dev, dtype=bf, generator=gen)
+    k = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
+    v = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
     (k8, kf), (v8, vf) = peers.quantize_e4m3(k, per_token), peers.quantize_e4m3(v, per_token)
     seqlens = torch.full((b,), L, dtype=torch.int32, device=dev)
     outs = {(c, page): torch.empty_like(q) for c in ("bf16", "fp8") for page in pt["pages"]}
@@ -958,7 +983,12 @@ def build_args(argv=None):
                          "B 32, 32/8, Sq 1, kv 4k/16k/64k, contiguous + page 16/64; the list options replace theirs)")
     ap.add_argument("--kv-scale", choices=("per-head", "per-token"),
                     help="--fp8-kv factors: per (batch, kv head) [B, Hkv] (default) or per (token, kv head)")
+    ap.add_argument("--head-dim", type=int, default=D, metavar="D",
+                    help=f"head dim of q / k / v (default {D}) for every point of the run (decode, chunked, --fp8-kv); "
+                         "a multiple of 8 (64 and 256: FA3's other tiles; a dim a peer or fa4 refuses shows as '-')")
     args = ap.parse_args(argv)
+    if args.head_dim <= 0 or args.head_dim % 8:
+        ap.error(f"--head-dim: a positive multiple of 8, got {args.head_dim}")
     for spec in args.ab:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
@@ -977,7 +1007,8 @@ def fp8_sweep(args):
     pick = lambda spec, parse, key: parse(spec) if spec else FP8_KV[key]
     pts, skipped = decode_points(pick(args.b, parse_ints, "b"), pick(args.heads, parse_heads, "heads"),
                                  pick(args.sq, parse_ints, "sq"), pick(args.kv, parse_ints, "kv"),
-                                 pick(args.pages, parse_ints, "pages"), args.max_gb * 1e9, False, kind="fp8kv")
+                                 pick(args.pages, parse_ints, "pages"), args.max_gb * 1e9, False, kind="fp8kv",
+                                 d=args.head_dim)
     return pts, [], skipped
 
 
@@ -993,12 +1024,13 @@ def sweep(args):
     pages = parse_ints(args.pages) if args.pages else (QUICK["pages"] if q else DEC_PAGES)
     page1 = not args.pages and not q
     max_bytes = args.max_gb * 1e9
-    dec, skipped = ([], []) if args.skip_decode else decode_points(bs, heads, sqs, kvs, pages, max_bytes, page1)
+    d = args.head_dim
+    dec, skipped = ([], []) if args.skip_decode else decode_points(bs, heads, sqs, kvs, pages, max_bytes, page1, d=d)
     csq = parse_ints(args.chunk_sq) if args.chunk_sq else (QUICK_CHUNK["sq"] if q else CHUNK_SQ)
     ckv = parse_ints(args.chunk_kv) if args.chunk_kv else (QUICK_CHUNK["kv"] if q else CHUNK_KV)
     cpg = parse_ints(args.chunk_pages) if args.chunk_pages else (QUICK_CHUNK["pages"] if q else CHUNK_PAGES)
     chunk, cskip = ([], []) if args.skip_chunked else decode_points((CHUNK_B,), (CHUNK_HEADS,), csq, ckv, cpg, max_bytes,
-                                                                    False, kind="chunked")
+                                                                    False, kind="chunked", d=d)
     return dec, chunk, skipped + cskip
 
 
@@ -1007,22 +1039,24 @@ def main(argv=None):
     dec_pts, chunk_pts, skipped = sweep(args)
     fa3_paged = not args.no_fa3_paged and peers.FA3 is not None
     n_ab = len(args.ab)
+    d = args.head_dim
+    dtag = "" if d == D else f" at head dim {d}"  # the default run prints what it printed before --head-dim
     est_s, est_calls = estimate_seconds(dec_pts + chunk_pts, args.reps, args.target_ms, args.idle_ms / 1e3,
-                                        args.l2_mb * 1e6, fa3=True, fa3_paged=fa3_paged, n_ab=n_ab)
+                                        args.l2_mb * 1e6, fa3=True, fa3_paged=fa3_paged, n_ab=n_ab, d=d)
     n_rows = sum(len(p["pages"]) for p in dec_pts + chunk_pts)
     fp8 = args.fp8_kv
     if fp8:
-        print(f"decode_peers --fp8-kv ({args.kv_scale} factors): {len(dec_pts)} points ({n_rows} rows), "
+        print(f"decode_peers --fp8-kv ({args.kv_scale} factors): {len(dec_pts)} points ({n_rows} rows){dtag}, "
               f"{len(skipped)} skipped; estimate on an H200: {est_s:.0f} s, {est_calls} timed calls", flush=True)
     else:
-        print(f"decode_peers: {len(dec_pts)} decode + {len(chunk_pts)} chunked-prefill points ({n_rows} rows), "
+        print(f"decode_peers: {len(dec_pts)} decode + {len(chunk_pts)} chunked-prefill points ({n_rows} rows){dtag}, "
               f"{len(skipped)} skipped; estimate on an H200 (with FA3): {est_s:.0f} s, {est_calls} timed calls", flush=True)
     if args.dry_run:
         for p in dec_pts + chunk_pts:
-            e4m3 = (f" bf16, {fp8_kv_bytes(p['b'], p['kv_len'], p['hkv'], args.kv_scale == 'per-token') / 1e9:.3g} GB"
+            e4m3 = (f" bf16, {fp8_kv_bytes(p['b'], p['kv_len'], p['hkv'], args.kv_scale == 'per-token', d) / 1e9:.3g} GB"
                     f" e4m3 + {args.kv_scale} factors") if fp8 else ""
             print(f"  {p['kind']} B{p['b']} Sq{p['sq']} {p['hq']}/{p['hkv']} kv{_kv_s(p['kv_len'])} pages {p['pages']}"
-                  f"  K+V {kv_bytes(p['b'], p['kv_len'], p['hkv']) / 1e9:.3g} GB{e4m3}")
+                  f"  K+V {kv_bytes(p['b'], p['kv_len'], p['hkv'], d) / 1e9:.3g} GB{e4m3}")
         for s in skipped:
             print(f"  skipped: {s['kind']} B{s['b']} Sq{s['sq']} {s['hq']}/{s['hkv']} kv{_kv_s(s['kv_len'])}: {s['reason']}")
         return 0
@@ -1049,14 +1083,15 @@ def main(argv=None):
     meta = dict(date=datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), commit=commit,
                 gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version(), fa3=fa3_version if peers.FA3 is not None else None,
-                fa3_paged=fa3_paged, num_splits=args.splits, max_reps=args.reps, target_ms=args.target_ms,
+                fa3_paged=fa3_paged, head_dim=d, num_splits=args.splits, max_reps=args.reps, target_ms=args.target_ms,
                 idle_ms=args.idle_ms, hide_launch=ctx.timer.hide_launch, l2_mb=args.l2_mb, max_gb=args.max_gb,
                 hbm_gbs=HBM_GBS, tol=TOL, estimate_s=round(est_s), command="python3 " + " ".join(sys.argv))
     if ctx.variants and os.path.isfile(os.path.join(staged, "ab_revs")):
         meta["ab_revs"] = open(os.path.join(staged, "ab_revs")).read().split("\n")[:-1]
     if fp8:
         meta.update(fp8_kv=True, kv_scale=args.kv_scale, rel_l2_tol=REL_L2_TOL)
-    print(f"decode_peers: {meta['gpu']} commit {commit}; FA3 {meta['fa3']} (paged layouts tried: {fa3_paged})", flush=True)
+    print(f"decode_peers: {meta['gpu']} commit {commit}; FA3 {meta['fa3']} (paged layouts tried: {fa3_paged}){dtag}",
+          flush=True)
     os.makedirs(args.out, exist_ok=True)
     dec_rows, chunk_rows, fp8_rows = [], [], []
     t0 = time.time()
@@ -1080,13 +1115,13 @@ def main(argv=None):
             err = f"{type(e).__name__}: {str(e)[:200]}"
             where = dict(kind=pt["kind"], b=pt["b"], sq=pt["sq"], hq=pt["hq"], hkv=pt["hkv"], kv_len=pt["kv_len"])
             if fp8:
-                nb8 = fp8_kv_bytes(pt["b"], pt["kv_len"], pt["hkv"], args.kv_scale == "per-token")
+                nb8 = fp8_kv_bytes(pt["b"], pt["kv_len"], pt["hkv"], args.kv_scale == "per-token", d)
                 rows = finish_fp8_rows({page: dict(where, page=page, kv_scale=args.kv_scale, kv_gb=nb8 / 1e9, fa4_gbs=None,
                                                    fa4_bf16_gbs=None, error=err) for page in pt["pages"]})
             else:
                 blank = {c: None for c in ("fa4",) + PEER_COLS + tuple("ab_" + n for n in ctx.variants)}
                 rows = finish_rows({page: dict(blank, **where, page=page,
-                                               kv_gb=kv_bytes(pt["b"], pt["kv_len"], pt["hkv"]) / 1e9, error=err)
+                                               kv_gb=kv_bytes(pt["b"], pt["kv_len"], pt["hkv"], d) / 1e9, error=err)
                                     for page in pt["pages"]})
         try:
             torch.cuda.empty_cache()

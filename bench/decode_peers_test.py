@@ -7,6 +7,8 @@ for fa4, FA3 and the timer (the rows, the poisoned checks, a stand-in fa4 that w
 dequantize_e4m3 and the e4m3 dtype code / descale fields of its C ABI wrapper, the paged e4m3
 copies and their factors, and fp8-KV points end to end (a stand-in fa4 that dequantizes by the
 contract of fa4/params.h, and one that ignores the factors, which the check must catch).
+--head-dim: the byte / FLOP counts, skips and FA3 paged estimate at D 64 / 256, the q / k / v / out
+shapes every call gets (fa4 and an --ab build), the JSON meta and markdown header, --dry-run.
 
 Usage: python3 bench/decode_peers_test.py   (needs torch; prints 'N passed, N failed')
 """
@@ -628,6 +630,186 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(rows[0]["ref"], "fp32")
         self.assertIsNone(rows[0]["fa4_over_best"])
         self.assertLess(rows[0]["maxdiff"], 1e-2)
+
+
+# ---------------------------------------------------------------- --head-dim (D 64 / 256 A/B runs)
+
+class ShapeLib(FakeLib):
+    """FakeLib that records the shapes of what each call gets: [(q, k, v, out)]."""
+
+    def __init__(self, writes=True):
+        super().__init__(writes)
+        self.shapes = []
+
+    def call(self, p):
+        self.shapes.append(tuple(tuple(p[n].shape) for n in ("q", "k", "v", "out")))
+        super().call(p)
+
+
+def _main_with_fakes(argv):
+    """dp.main(argv) on CPU with the stand-ins; (json, markdown, stdout)."""
+    import tempfile
+    saved = (dp.DecodeTimer, peers.Fa4, torch.cuda.get_device_name, dp.Ctx.device, dp.Ctx.free_bytes)
+
+    def timer(reps, hide_launch=True):
+        t = FakeTimer()
+        t.hide_launch = hide_launch
+        return t
+    buf = io.StringIO()
+    try:
+        dp.DecodeTimer, peers.Fa4 = timer, (lambda path: ShapeLib())
+        torch.cuda.get_device_name = lambda *a: "cpu (test)"
+        dp.Ctx.device, dp.Ctx.free_bytes = "cpu", 1 << 40
+        with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(buf):
+            rc = dp.main(["--out", out] + list(argv))
+            with open(os.path.join(out, "decode.json")) as f:
+                js = json.load(f)
+            with open(os.path.join(out, "decode.md")) as f:
+                md = f.read()
+    finally:
+        dp.DecodeTimer, peers.Fa4, torch.cuda.get_device_name, dp.Ctx.device, dp.Ctx.free_bytes = saved
+    assert rc == 0
+    return js, md, buf.getvalue()
+
+
+class HeadDim(unittest.TestCase):
+    setUp, tearDown, ctx = EndToEnd.setUp, EndToEnd.tearDown, EndToEnd.ctx
+
+    def test_arguments(self):
+        self.assertEqual(dp.build_args([])[1].head_dim, 128)
+        self.assertEqual(dp.build_args(["--head-dim", "64", "--ab", "x=y.so"])[1].head_dim, 64)
+        self.assertEqual(dp.build_args(["--head-dim", "256", "--fp8-kv"])[1].head_dim, 256)
+        for bad_args in (["--head-dim", "0"], ["--head-dim", "100"], ["--head-dim", "-64"]):
+            with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+                dp.build_args(bad_args)
+
+    def test_bytes_and_flops_follow_d(self):
+        for d in (64, 128, 256):
+            self.assertEqual(dp.kv_bytes(32, 8192, 8, d), 2 * 32 * 8192 * 8 * d * 2)
+            self.assertEqual(dp.fp8_kv_bytes(32, 4096, 8, False, d), 2 * 32 * 4096 * 8 * d + 2 * 4 * 32 * 8)
+            self.assertEqual(dp.fp8_kv_bytes(32, 4096, 8, True, d), 2 * 32 * 4096 * 8 * d + 2 * 4 * 32 * 4096 * 8)
+            self.assertEqual(dp.attn_flops(2, 4, 1, 100, False, d), 4 * 2 * 4 * d * 100)
+            self.assertEqual(dp.attn_flops(1, 4, 16, 64, True, d), 4 * 4 * d * dp.visible_pairs(16, 64, True))
+        self.assertEqual(dp.kv_bytes(32, 8192, 8), dp.kv_bytes(32, 8192, 8, 128))  # the default stays D 128
+
+    def test_sweep_skips_at_d(self):
+        for d, n_dec, n_skip in ((64, 252, 4), (128, 232, 24), (256, 232, 24)):
+            _, args = dp.build_args(["--head-dim", str(d)])
+            dec, chunk, skipped = dp.sweep(args)
+            self.assertEqual((len(dec), len(chunk), len(skipped)), (n_dec, 6, n_skip), d)
+            for p in dec + chunk:
+                self.assertLessEqual(dp.kv_bytes(p["b"], p["kv_len"], p["hkv"], d), 60e9)
+            for s in skipped:
+                self.assertGreater(dp.kv_bytes(s["b"], s["kv_len"], s["hkv"], d), 60e9)
+                self.assertAlmostEqual(s["kv_gb"], dp.kv_bytes(s["b"], s["kv_len"], s["hkv"], d) / 1e9)
+        _, args = dp.build_args(["--head-dim", "256", "--b", "128", "--heads", "32/8", "--sq", "1", "--kv", "64k",
+                                 "--skip-chunked"])
+        self.assertEqual(len(dp.sweep(args)[2]), 1)  # 68.7 GB at D 256; 34.4 GB at D 128 runs
+        _, args = dp.build_args(["--head-dim", "256", "--fp8-kv", "--kv", "128k", "--b", "128", "--max-gb", "100"])
+        dec, _, skipped = dp.sweep(args)
+        self.assertEqual((len(dec), skipped[0]["kv_gb"]), (0, dp.kv_bytes(128, 131072, 8, 256) / 1e9))
+        _, args = dp.build_args(["--head-dim", "256"])
+        s256, _ = dp.estimate_seconds(sum(dp.sweep(args)[:2], []), args.reps, args.target_ms, args.idle_ms / 1e3,
+                                      args.l2_mb * 1e6, d=256)
+        s128, _ = dp.estimate_seconds(sum(dp.sweep(dp.build_args([])[1])[:2], []), args.reps, args.target_ms,
+                                      args.idle_ms / 1e3, args.l2_mb * 1e6)
+        self.assertGreater(s256, s128)
+
+    def test_fa3_paged_estimate(self):
+        chunk = dict(kind="chunked", b=4, sq=128, hq=32, hkv=8, kv_len=8192, pages=[0, 64, 256])
+        dec = dict(kind="decode", b=1, sq=1, hq=32, hkv=8, kv_len=8192, pages=[0, 16, 64, 256])
+        # D 128 as before; D 64: kBlockN 128 causal, kBlockM 192 (Sq 128 x 4 = 512 > 192); D 256: kBlockN 80
+        self.assertEqual([dp.fa3_paged_expected(chunk, p) for p in (64, 256)], [False, True])
+        self.assertEqual([dp.fa3_paged_expected(chunk, p, 64) for p in (64, 256)], [False, True])
+        self.assertEqual([dp.fa3_paged_expected(chunk, p, 256) for p in (64, 256)], [False, False])
+        self.assertTrue(dp.fa3_paged_expected(chunk, 160, 256))  # a multiple of 80
+        self.assertTrue(dp.fa3_paged_expected(dict(chunk, sq=33), 256, 128))  # 33 x 4 = 132 > kBlockM 128
+        self.assertFalse(dp.fa3_paged_expected(dict(chunk, sq=33), 256, 64))  # but not > kBlockM 192
+        for d in (64, 128, 256):
+            self.assertFalse(any(dp.fa3_paged_expected(dec, p, d) for p in dec["pages"]))
+        for d in (96, 192, 200):  # not in the table: no paged layout expected (conservative)
+            self.assertIsNone(dp.fa3_tile_sm90(d, True))
+            self.assertFalse(dp.fa3_paged_expected(chunk, 256, d))
+        self.assertIn(("fa3", 256), dp.impl_names(chunk, d=64))
+        self.assertNotIn(("fa3", 256), dp.impl_names(chunk, d=256))
+        self.assertIn(("fa3", 0), dp.impl_names(chunk, d=256))
+
+    def test_points_use_d_with_ab(self):
+        for d in (64, 256):
+            fa4, x = ShapeLib(), ShapeLib()
+            c = self.ctx(fa4, {"x": x}, argv=["--head-dim", str(d), "--ab", "x=y.so"])
+            pt = dict(kind="decode", b=2, sq=1, hq=4, hkv=2, kv_len=64, pages=[0, 16])
+            rows = dp.run_point(c, pt, 0)
+            want_c = ((2, 1, 4, d), (2, 64, 2, d), (2, 64, 2, d), (2, 1, 4, d))
+            want_p = ((2, 1, 4, d), (8, 16, 2, d), (8, 16, 2, d), (2, 1, 4, d))  # 2 x 4 pages of 16
+            for lib in (fa4, x):
+                self.assertEqual(sorted(set(lib.shapes)), sorted({want_c, want_p}), d)
+            nb = dp.kv_bytes(2, 64, 2, d)
+            for page, r in rows.items():
+                self.assertAlmostEqual(r["kv_gb"], nb / 1e9)
+                self.assertAlmostEqual(r["fa4"], nb / (1.0 if page == 0 else 1.1) / 1e6)
+                self.assertAlmostEqual(r["ab_x"], nb / (0.9 if page == 0 else 0.99) / 1e6)
+                self.assertEqual(r["ab_x_maxdiff_vs_fa4"], 0.0)
+                self.assertLess(r["maxdiff"], 1e-2)  # against FA3's (stand-in's) output at D d
+                self.assertLess(r["maxdiff_fp32"], 1e-2)
+            self.assertEqual(peers.FA3.metadata_calls, [(2, 1, 64, 4, 2, d, None, False)])
+            peers.FA3.metadata_calls.clear()
+            c = self.ctx(ShapeLib(), argv=["--head-dim", str(d)])
+            rows = dp.run_point(c, dict(kind="chunked", b=1, sq=16, hq=4, hkv=2, kv_len=64, pages=[0]), 0)
+            self.assertEqual(peers.FA3.metadata_calls, [(1, 16, 64, 4, 2, d, None, True)])
+            peers.FA3.metadata_calls.clear()
+            self.assertAlmostEqual(rows[0]["tflops_fa4"], dp.attn_flops(1, 4, 16, 64, True, d) / 1.0 / 1e9)
+            self.assertEqual(c.fa4.shapes[0][0], (1, 16, 4, d))
+            self.assertLess(rows[0]["maxdiff"], 1e-2)
+
+    def test_fp8_point_uses_d(self):
+        for d in (64, 256):
+            c = self.ctx(ShapeLib(), argv=["--fp8-kv", "--head-dim", str(d)])
+            rows = dp.run_fp8_point(c, dict(kind="fp8kv", b=2, sq=1, hq=4, hkv=2, kv_len=64, pages=[0, 16]), 0)
+            self.assertTrue(all(s[1][-1] == d and s[0] == (2, 1, 4, d) for s in c.fa4.shapes))
+            nb8 = dp.fp8_kv_bytes(2, 64, 2, False, d)
+            for r in rows.values():
+                self.assertAlmostEqual(r["kv_gb"], nb8 / 1e9)
+                self.assertAlmostEqual(r["bf16_gb"], dp.kv_bytes(2, 64, 2, d) / 1e9)
+                self.assertEqual(dp.fp8_fails(r), [], r)
+
+    def test_dry_run(self):
+        def dry(argv):
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                self.assertEqual(dp.main(["--dry-run"] + argv), 0)
+            return buf.getvalue().splitlines()
+        base = dry([])
+        self.assertEqual(dry(["--head-dim", "128"]), base)
+        self.assertNotIn("head dim", "\n".join(base))
+        for d in (64, 256):
+            out = dry(["--head-dim", str(d), "--ab", "x=y.so"])
+            self.assertIn(f"at head dim {d}", out[0])
+            line = next(x for x in out if x.startswith("  decode B32 Sq1 32/8 kv8k "))
+            self.assertTrue(line.endswith(f"K+V {dp.kv_bytes(32, 8192, 8, d) / 1e9:.3g} GB"), line)
+            out = dry(["--head-dim", str(d), "--fp8-kv"])
+            self.assertIn(f"at head dim {d}", out[0])
+            self.assertIn(f"{dp.fp8_kv_bytes(32, 65536, 8, False, d) / 1e9:.3g} GB e4m3", out[-1])
+
+    def test_main_meta_and_markdown(self):
+        argv = ["--b", "1", "--heads", "4/2", "--sq", "1", "--kv", "64", "--pages", "0,16", "--chunk-sq", "16",
+                "--chunk-kv", "64", "--chunk-pages", "0"]
+        js, md, _ = _main_with_fakes(argv)
+        self.assertEqual(js["meta"]["head_dim"], 128)
+        self.assertIn("- D = 128, bf16;", md)
+        for d in (64, 256):
+            js, md, out = _main_with_fakes(argv + ["--head-dim", str(d), "--ab", "x=nowhere.so"])
+            self.assertEqual(js["meta"]["head_dim"], d)
+            self.assertIn(f"- D = {d}, bf16;", md)
+            self.assertIn("## A/B", md)
+            self.assertIn(f"at head dim {d}", out)
+            self.assertEqual([r["kv_gb"] for r in js["decode"]], [dp.kv_bytes(1, 64, 2, d) / 1e9] * 2)
+            self.assertTrue(all(r["ab_x"] is not None and r["maxdiff"] < 1e-2 for r in js["decode"] + js["chunked_prefill"]))
+            js, md, _ = _main_with_fakes(["--fp8-kv", "--head-dim", str(d), "--b", "2", "--heads", "4/2", "--kv", "64",
+                                          "--pages", "0,16"])
+            self.assertEqual(js["meta"]["head_dim"], d)
+            self.assertIn(f"D = {d}, bf16 q;", md)
+            self.assertEqual([r["kv_gb"] for r in js["fp8_kv"]], [dp.fp8_kv_bytes(2, 64, 2, False, d) / 1e9] * 2)
 
 
 if __name__ == "__main__":
