@@ -46,9 +46,6 @@ __device__ __forceinline__ bool append_elem(const FwdArgs& p, const AppendArgs& 
   }
   return true;
 }
-__device__ __forceinline__ int64_t append_total(const FwdArgs& p, const AppendArgs& ka, const AppendArgs& va) {
-  return static_cast<int64_t>(p.batch) * p.snew * p.hkv * (ka.d + va.d);
-}
 __device__ __forceinline__ int64_t append_dst(const AppendArgs& a, const AppendElem& e) {
   return e.lead * a.dst_s0 + e.slot * a.dst_s1 + static_cast<int64_t>(e.h) * a.dst_sh + e.d;
 }
@@ -56,17 +53,24 @@ __device__ __forceinline__ int64_t append_src(const AppendArgs& a, const AppendE
   return e.b * a.src_s0 + static_cast<int64_t>(e.row) * a.src_s1 + static_cast<int64_t>(e.h) * a.src_sh + e.d;
 }
 
-template <typename Word>
-__global__ void kv_append_kernel(const __grid_constant__ FwdArgs p, const __grid_constant__ AppendArgs ka,
-                                 const __grid_constant__ AppendArgs va) {
-  const int64_t total = append_total(p, ka, va);
+// The grid-stride walk over every element of k_new and v_new: fn(e) for each one inside the cache.
+template <class Fn>
+__device__ __forceinline__ void for_each_append_elem(const FwdArgs& p, const AppendArgs& ka, const AppendArgs& va, Fn fn) {
+  const int64_t total = static_cast<int64_t>(p.batch) * p.snew * p.hkv * (ka.d + va.d);
   for (int64_t x = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; x < total;
        x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     AppendElem e;
-    if (!append_elem(p, ka, va, x, &e)) continue;
+    if (append_elem(p, ka, va, x, &e)) fn(e);
+  }
+}
+
+template <typename Word>
+__global__ void kv_append_kernel(const __grid_constant__ FwdArgs p, const __grid_constant__ AppendArgs ka,
+                                 const __grid_constant__ AppendArgs va) {
+  for_each_append_elem(p, ka, va, [&](const AppendElem& e) {
     const AppendArgs& a = e.is_k ? ka : va;
     static_cast<Word*>(a.dst)[append_dst(a, e)] = static_cast<const Word*>(a.src)[append_src(a, e)];
-  }
+  });
 }
 
 // The fp8 KV cache append: as kv_append_kernel (same element walk and bounds), reading 16-bit
@@ -77,11 +81,7 @@ template <typename Src>
 __global__ void kv_append_fp8_kernel(const __grid_constant__ FwdArgs p, const __grid_constant__ AppendArgs ka,
                                      const __grid_constant__ AppendArgs va, const __grid_constant__ AppendScale ks,
                                      const __grid_constant__ AppendScale vs) {
-  const int64_t total = append_total(p, ka, va);
-  for (int64_t x = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; x < total;
-       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    AppendElem e;
-    if (!append_elem(p, ka, va, x, &e)) continue;
+  for_each_append_elem(p, ka, va, [&](const AppendElem& e) {
     const AppendArgs& a = e.is_k ? ka : va;
     const AppendScale& sc = e.is_k ? ks : vs;
     float f = 1.f;
@@ -93,7 +93,7 @@ __global__ void kv_append_fp8_kernel(const __grid_constant__ FwdArgs p, const __
     // 0 / a subnormal factor gave NaN here, 0 on the host).
     static_cast<uint8_t*>(a.dst)[append_dst(a, e)] =
         f32_to_e4m3_sat(__double2float_rn(__ddiv_rn(static_cast<double>(v), static_cast<double>(f))));
-  }
+  });
 }
 
 }  // namespace
