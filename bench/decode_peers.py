@@ -648,6 +648,28 @@ def _sdpa_fn(qt, kt, vt, backend):
     return lambda: peers.sdpa(qt, kt, vt, False, backend, True)
 
 
+def _time_like(timer, est_ms, args):
+    """The timer's reps and warm-up for a call estimated at est_ms."""
+    timer.reps = reps_for(est_ms, args.reps, args.target_ms)
+    timer.max_warmup = 1 if est_ms > 1.0 else 2
+    return timer
+
+
+def _point_inputs(ctx, pt, d, seed):
+    """One point's bf16 q [B, Sq, Hq, D] and k / v [B, kv, Hkv, D] from `seed`, its cache lengths, the
+    generator (drawn on for the page tables after them) and the device's synchronize."""
+    b, sq, hq, hkv, L = pt["b"], pt["sq"], pt["hq"], pt["hkv"], pt["kv_len"]
+    dev, bf = ctx.device, torch.bfloat16
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, device=dev, dtype=bf, generator=gen)
+    k = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
+    v = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
+    seqlens = torch.full((b,), L, dtype=torch.int32, device=dev)
+    return q, k, v, seqlens, gen, sync
+
+
 def run_point(ctx, pt, seed):
     """Times and checks one point on all its layouts (head dim ctx.args.head_dim); returns {page: row}."""
     from torch.nn.attention import SDPBackend
@@ -657,9 +679,7 @@ def run_point(ctx, pt, seed):
     nb = kv_bytes(b, L, hkv, d)
     fl = attn_flops(b, hq, sq, L, causal, d)
     est = est_call_ms(nb, fl)
-    timer = ctx.timer
-    timer.reps = reps_for(est, ctx.args.reps, ctx.args.target_ms)
-    timer.max_warmup = 1 if est > 1.0 else 2
+    timer = _time_like(ctx.timer, est, ctx.args)
     flush = nb <= 2 * ctx.l2_bytes
     base = dict(kind=pt["kind"], b=b, sq=sq, hq=hq, hkv=hkv, kv_len=L, kv_gb=nb / 1e9, l2_resident=nb <= ctx.l2_bytes,
                 flushed=flush, reps=timer.reps, causal=int(causal))
@@ -669,13 +689,7 @@ def run_point(ctx, pt, seed):
         base.update({"tflops_" + c: None for c in cols})
     rows = {page: dict(base, page=page) for page in pt["pages"]}
     dev, bf = ctx.device, torch.bfloat16
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
-    q = torch.randn(b, sq, hq, d, device=dev, dtype=bf, generator=gen)
-    k = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
-    v = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
-    seqlens = torch.full((b,), L, dtype=torch.int32, device=dev)
+    q, k, v, seqlens, gen, sync = _point_inputs(ctx, pt, d, seed)
     gbs = lambda t: None if t is None else nb / t / 1e6
     tfl = lambda t: None if t is None else fl / t / 1e9
     outs = {page: torch.empty_like(q) for page in pt["pages"]}
@@ -829,23 +843,15 @@ def run_fp8_point(ctx, pt, seed):
     per_token = ctx.args.kv_scale == "per-token"
     nb16, nb8 = kv_bytes(b, L, hkv, d), fp8_kv_bytes(b, L, hkv, per_token, d)
     est = est_call_ms(nb16, attn_flops(b, hq, sq, L, causal, d))  # the bf16 call's: the longer of the two
-    timer = ctx.timer
-    timer.reps = reps_for(est, ctx.args.reps, ctx.args.target_ms)
-    timer.max_warmup = 1 if est > 1.0 else 2
+    timer = _time_like(ctx.timer, est, ctx.args)
     flush = nb16 <= 2 * ctx.l2_bytes
     base = dict(kind=pt["kind"], b=b, sq=sq, hq=hq, hkv=hkv, kv_len=L, kv_scale=ctx.args.kv_scale, kv_gb=nb8 / 1e9,
                 bf16_gb=nb16 / 1e9, l2_resident=nb8 <= ctx.l2_bytes, flushed=flush, reps=timer.reps, causal=int(causal),
                 fa4_gbs=None, fa4_bf16_gbs=None, fa4_us=None, fa4_bf16_us=None)
     rows = {page: dict(base, page=page) for page in pt["pages"]}
     dev, bf = ctx.device, torch.bfloat16
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
-    q = torch.randn(b, sq, hq, d, device=dev, dtype=bf, generator=gen)
-    k = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
-    v = torch.randn(b, L, hkv, d, device=dev, dtype=bf, generator=gen)
+    q, k, v, seqlens, gen, sync = _point_inputs(ctx, pt, d, seed)
     (k8, kf), (v8, vf) = peers.quantize_e4m3(k, per_token), peers.quantize_e4m3(v, per_token)
-    seqlens = torch.full((b,), L, dtype=torch.int32, device=dev)
     outs = {(c, page): torch.empty_like(q) for c in ("bf16", "fp8") for page in pt["pages"]}
     check = not ctx.args.no_check
     if check:
