@@ -38,14 +38,25 @@ for src in src/cuda/sm90/fwd_launch.cpp src/cuda/plan.cpp src/cuda/backend.cpp; 
   objs+=("$(realpath -m "$o")")
 done
 wait
-# The main link line with the variant's sm90 objects in place of the main ones.
+# The main link line with the variant's sm90 objects in place of the main ones; a source the main
+# build does not have (an instance file a branch adds, e.g. fwd_d128_gather.cu) is linked in
+# beside the variant's fwd_launch.cpp.o.
 link=$(cat $B/CMakeFiles/fa4.dir/link.txt)
+extra=()
 for o in "${objs[@]}"; do
   base=$(basename "$o")
   rel=src/cuda/sm90/$base
   [[ $base == plan.cpp.o || $base == backend.cpp.o ]] && rel=src/cuda/$base
-  link=${link//CMakeFiles\/fa4_objects.dir\/$rel/$o}
+  if [[ $link == *"CMakeFiles/fa4_objects.dir/$rel "* ]]; then
+    link=${link//CMakeFiles\/fa4_objects.dir\/$rel/$o}
+  else
+    extra+=("$o")
+  fi
 done
+if [[ ${#extra[@]} -gt 0 ]]; then
+  anchor=$(realpath -m "$out/fwd_launch.cpp.o")
+  link=${link//$anchor/${extra[*]} $anchor}
+fi
 link=$(sed -E "s@-o libfa4\.so[0-9.]*@-o $(realpath -m "$out")/libfa4.so@; s@-Wl,-soname,libfa4\.so[0-9.]*@@" <<<"$link")
 (cd $B && eval "$link")
 cp "$out/libfa4.so" "$D/lib/libfa4_$name.so"
