@@ -77,40 +77,26 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
 
 template <class T>
 struct KvGather {
-  static constexpr int kBlockN = T::kBlockN;
-  // Warp w of the producer warpgroup fills key rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp) of
-  // the slot; one copy instruction of the warp moves 4 rows x 128 bytes (one 64-column chunk:
-  // lane l the 16-byte piece l % 8 of row l / 8), kSteps of them per chunk.
-  static constexpr int kRowsPerWarp = kBlockN / 4;
-  static constexpr int kSteps = kRowsPerWarp / 4;
+  using Map = GatherMap<T::kBlockN>;
   static constexpr int kChunks = T::kDqk / 64;
-  static constexpr uint32_t kChunkBytes = kBlockN * 128;  // fwd_smem.cuh: a [kBlockN][64] chunk
-  static_assert(kGatherThreads == 128 && kRowsPerWarp % 8 == 0 && kRowsPerWarp <= 32,
-                "each warp's rows start on a 1024-byte swizzle atom; one lane holds each row's address");
+  static constexpr uint32_t kChunkBytes = T::kBlockN * 128;  // fwd_smem.cuh: a [kBlockN][64] chunk
+  static_assert(kGatherThreads == 128, "four producer warps");
   static_assert(sizeof(typename T::Elem) == 2 && T::kDqk == T::kDv, "16-bit rows of equal K / V dims");
 
   // K (k) or V of the key tile at key j0 of tile w into ring slot st: every producer thread waits
-  // for the slot, copies its pieces and arrives on the slot's full barrier (kGatherThreads
-  // arrivals complete the phase, when every thread's copies have landed).
+  // for the slot, copies its pieces (GatherMap, fwd_gather.h: the slot then holds what the TMA
+  // boxes would have written) and arrives on the slot's full barrier (kGatherThreads arrivals
+  // complete the phase, when every thread's copies have landed).
   //
-  // The slot's layout is that of the TMA boxes (fwd_smem.cuh, 128-byte swizzle as the wgmma
-  // descriptors read it): chunk c holds columns [64c, 64c + 64) of every key row, row r at byte
-  // 128 r, its 16-byte piece p at ((p ^ (r % 8)) * 16) (ptx::swizzle128_offset). A warp's rows
-  // start at a multiple of 8, so step i's rows (4 i + l / 8 of the warp's) swizzle lane l's piece
-  // with (l / 8) ^ (4 (i % 2)): two per-thread offsets, the rest compile-time.
-  //
-  // Lane l of warp w reads the page-table entry of row w * kRowsPerWarp + l % kRowsPerWarp (one
-  // coalesced load per warp, issued before the wait for the slot so its latency hides under it)
-  // and turns it into the row's byte offset in the cache; each copy step takes its row's offset
-  // from that lane (a shuffle). Rows at or past the sequence's end read no page-table entry (the
-  // table may end there) and are zero-filled, as the TMA's out-of-bounds rows were: K rows there
-  // are masked by the consumers and V rows zeroed by them again (fwd_consumer.cuh zero_v_tail).
+  // Each lane reads its row's page-table entry before waiting for the slot, so the load's latency
+  // hides under the wait; rows at or past the sequence's end read no entry (the table may end
+  // there) and are zero-filled, as the TMA's out-of-bounds rows were: K rows there are masked by
+  // the consumers, V rows zeroed by them again (fwd_consumer.cuh zero_v_tail).
   static __device__ __forceinline__ void load(const Sm90Params& P, typename T::Smem& sh,
                                               const PipelineState<T::kStages>& st, const TileWork& w, int j0, bool k) {
     const FwdArgs& a = P.a;
-    const int lane = threadIdx.x % 32;
-    const int row0 = (threadIdx.x / 32) * kRowsPerWarp;  // (the producer warpgroup is threads 0-127)
-    const int j = j0 + row0 + lane % kRowsPerWarp;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;  // (the producer warpgroup: threads 0-127)
+    const int j = j0 + Map::entry_row(warp, lane);
     int32_t page = 0;
     int rip = 0;  // the row in its page
     if (j < w.sk) {
@@ -121,23 +107,19 @@ struct KvGather {
     }
     MbarRing<T::kStages>& ring = k ? sh.k_ring : sh.v_ring;
     ptx::mbarrier_wait_parity(&ring.empty[st.index], st.phase ^ 1u);
-    // (The entry's first use, after the wait.) Clamped to the cache's pages as every kernel clamps
-    // it (common/seq_info.cuh, TileWork::kv_coords): a bad page table reads wrong rows, never out
-    // of bounds.
-    page = page < 0 ? 0 : (page >= a.kv_rows0 ? static_cast<int32_t>(a.kv_rows0 - 1) : page);
-    // The row's byte offset in k / v, then (step i) the offset of the row lane r holds.
-    const int64_t off = (static_cast<int64_t>(page) * (k ? a.k_s0 : a.v_s0) + static_cast<int64_t>(rip) * (k ? a.k_s1 : a.v_s1)) * 2;
+    // (The entry's first use, after the wait.) The row's byte offset in k / v; step i copies the
+    // row lane src_lane(lane, i) holds.
+    const int64_t off = gather_row_elems(page, rip, k ? a.k_s0 : a.v_s0, k ? a.k_s1 : a.v_s1, a.kv_rows0) * 2;
     const uint8_t* const base = static_cast<const uint8_t*>(k ? a.k : a.v) +
                                 (static_cast<int64_t>(w.hk) * (k ? a.k_sh : a.v_sh) + (lane % 8) * 8) * 2;
-    const uint32_t slot = ptx::smem_u32(k ? sh.k[st.index][0] : sh.v[st.index][0]);
-    const uint32_t d0 = slot + (row0 + lane / 8) * 128 + (((lane % 8) ^ (lane / 8)) << 4);
-    const int left = w.sk - j0 - row0;  // this warp's rows below the sequence's end
+    const uint32_t d0 = ptx::smem_u32(k ? sh.k[st.index][0] : sh.v[st.index][0]) + Map::dst0(warp, lane);
+    const int left = w.sk - j0 - Map::copy_row(warp, 0, 0);  // this warp's rows below the sequence's end
 #pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-      const int r = 4 * i + lane / 8;  // the row (of the warp's) this lane copies in step i
+    for (int i = 0; i < Map::kSteps; ++i) {
+      const int r = Map::src_lane(lane, i);
       const uint8_t* const src = base + __shfl_sync(0xffffffffu, off, r);
       const uint32_t bytes = r < left ? 16u : 0u;  // 0: zero-filled, nothing read
-      const uint32_t dst = (d0 ^ ((i % 2) << 6)) + i * 512;
+      const uint32_t dst = Map::dst(d0, i);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) ptx::cp_async_16(dst + c * kChunkBytes, src + c * 128, bytes);
     }

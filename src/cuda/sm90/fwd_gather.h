@@ -12,6 +12,8 @@
 // epilogue are those of the TMA instance, unchanged.
 #pragma once
 
+#include <cstdint>
+
 #include "cuda/sm90/fwd_config.h"
 
 namespace fa4::cuda::sm90 {
@@ -36,5 +38,38 @@ constexpr int kGatherThreads = 128;
 constexpr int kGatherProducerRegs = 32;
 constexpr int kGatherConsumerRegs = 240;
 static_assert(kGatherThreads * kGatherProducerRegs + 2 * 128 * kGatherConsumerRegs <= 65536, "one SM's registers");
+
+// Who copies what in a gather load of a kBlockN-key slot (fwd_gather.cuh KvGather::load; host-visible
+// for tests/test_sm90_gather.cpp). Warp w of the producer warpgroup fills the slot's key rows
+// [w kRowsPerWarp, (w + 1) kRowsPerWarp); lane l of it reads the page-table entry of row
+// entry_row(w, l) (one coalesced load per warp); one copy instruction of the warp moves 4 rows x
+// 128 bytes of one 64-column chunk (lane l: the 16-byte piece l % 8 of row 4 i + l / 8 of the
+// warp's rows in step i, kSteps steps per chunk), that row's address shuffled from lane
+// src_lane(l, i). A slot chunk is [kBlockN rows][128 bytes] with TMA's 128-byte swizzle (the piece
+// p of row r at 128 r + 16 (p ^ (r % 8)), as the wgmma descriptors read it); a warp's rows start at
+// a multiple of 8, so step i's swizzle is (l / 8) ^ (4 (i % 2)): dst(dst0(w, l), i), the XOR a flip
+// of address bit 6 (a 1024-byte aligned slot keeps bits 4-6 for the piece alone).
+template <int kBlockN>
+struct GatherMap {
+  static constexpr int kRowsPerWarp = kBlockN / 4;
+  static constexpr int kSteps = kRowsPerWarp / 4;
+  static_assert(kBlockN % 32 == 0 && kRowsPerWarp <= 32, "each warp's rows start on a swizzle atom; a lane per row");
+  static constexpr int entry_row(int warp, int lane) { return warp * kRowsPerWarp + lane % kRowsPerWarp; }
+  static constexpr int src_lane(int lane, int i) { return 4 * i + lane / 8; }
+  static constexpr int copy_row(int warp, int lane, int i) { return warp * kRowsPerWarp + src_lane(lane, i); }
+  static constexpr uint32_t dst0(int warp, int lane) {
+    return static_cast<uint32_t>((warp * kRowsPerWarp + lane / 8) * 128 + (((lane % 8) ^ (lane / 8)) << 4));
+  }
+  static constexpr uint32_t dst(uint32_t d0, int i) { return (d0 ^ static_cast<uint32_t>((i % 2) << 6)) + static_cast<uint32_t>(i) * 512u; }
+};
+
+// Element offset, in a paged k or v, of the row `rip` of page-table entry `page` (page stride s0,
+// row stride s1): the entry clamped to the cache's `pages` as every kernel clamps it
+// (common/seq_info.cuh, TileWork::kv_coords) -- a bad page table reads wrong rows, never out of
+// bounds.
+constexpr int64_t gather_row_elems(int32_t page, int rip, int64_t s0, int64_t s1, int64_t pages) {
+  const int64_t pg = page < 0 ? 0 : (page >= pages ? pages - 1 : page);
+  return pg * s0 + static_cast<int64_t>(rip) * s1;
+}
 
 }  // namespace fa4::cuda::sm90
