@@ -39,8 +39,8 @@ for src in src/cuda/sm90/fwd_launch.cpp src/cuda/plan.cpp src/cuda/backend.cpp; 
 done
 wait
 # The main link line with the variant's sm90 objects in place of the main ones; a source the main
-# build does not have (an instance file a branch adds, e.g. fwd_d128_gather.cu) is linked in
-# beside the variant's fwd_launch.cpp.o.
+# build does not have (an instance file a branch adds) is linked in beside the variant's
+# fwd_launch.cpp.o.
 link=$(cat $B/CMakeFiles/fa4.dir/link.txt)
 extra=()
 for o in "${objs[@]}"; do

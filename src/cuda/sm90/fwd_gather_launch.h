@@ -1,6 +1,8 @@
 // Host interface of the sm90 kernel's gather instances (fwd_gather.h, FA4_SM90_PAGED_GATHER): the
 // same parameters as fwd_launch.h's launch_fwd (make_params builds them; the K / V tensor maps
-// go unused), one .cu file per instance.
+// go unused). Each is compiled beside its TMA twin (fwd_d64_short_masked.cu, fwd_d128.cu,
+// fwd_d128_split_kv.cu, fwd_d256.cu): the sources a main build already has, so a variant staged
+// against it (bench/stage_sm90_variant.sh, stage_ab.sh --fast) links them.
 #pragma once
 
 #include <cuda_runtime.h>
