@@ -1,7 +1,7 @@
 // Device side of the sm90 kernel's gather instances (fwd_gather.h, FA4_SM90_PAGED_GATHER): the
 // K / V loads of a paged cache by cp.async from the whole producer warpgroup, and the few places
 // where such an instance differs from its TMA twin (the traits wrapper, the ring barriers' counts,
-// the register split). The producer's walk, Q loads and hand-offs are fwd_producer.cuh's, run by
+// the producer warps that run). The producer's walk, Q loads and hand-offs are fwd_producer.cuh's, run by
 // all four producer warps (one elected lane of warp 0 issues the TMA and publishes the tiles);
 // its two hooks call KvGather<T>::load in place of the TMA copies of a key tile.
 #pragma once
@@ -13,7 +13,6 @@
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/fwd_gather.h"
 #include "cuda/sm90/fwd_params.h"
-#include "cuda/sm90/fwd_schedule.h"
 #include "cuda/sm90/fwd_work.cuh"
 
 namespace fa4::cuda::sm90 {
@@ -35,17 +34,6 @@ struct GatherTraits : Base {
 template <class T>
 constexpr bool gathers_kv() {
   return requires { typename T::Gather; };
-}
-// setmaxnreg budgets (fwd_schedule.h; fwd_gather.h for the gather instances).
-template <class T>
-constexpr int producer_regs_of() {
-  if constexpr (gathers_kv<T>()) return kGatherProducerRegs;
-  else return producer_regs(T::kConsumers);
-}
-template <class T>
-constexpr int consumer_regs_of() {
-  if constexpr (gathers_kv<T>()) return kGatherConsumerRegs;
-  else return consumer_regs(T::kConsumers);
 }
 // The K / V rings' barriers (one thread, before the CTA barrier that publishes them): a slot's
 // full barrier takes one arrival (+ the TMA's bytes), or kGatherThreads cp.async arrivals.

@@ -21,8 +21,8 @@ namespace fa4::cuda::sm90 {
 // Head dims the gather instances cover: 64, 128, 256, unpadded (the copies move whole 16-byte
 // pieces of 64-column chunks; padded columns would need a zero fill per piece).
 constexpr bool gather_dims(int dqk, int dv) { return dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256); }
-// The tile a gathered problem runs: two consumers everywhere (D 64: the short_masked tile; the
-// three-consumer one leaves the producer 32 registers with nothing to give), 128-key tiles at
+// The tile a gathered problem runs: two consumers everywhere (D 64: the short_masked tile, the
+// decode tile already; the three-consumer prefill tile has no gather twin yet), 128-key tiles at
 // D 64 / 128 and 64-key ones at D 256 (the standard tiles; the 80-key long_keys tile is not
 // gathered). D 128 split-KV launches also have the split_kv tile (the in-kernel merge).
 constexpr Tile gather_tile(int dqk) { return dqk == 64 ? Tile::short_masked : Tile::standard; }
@@ -30,14 +30,14 @@ constexpr bool has_gather_instance(int dqk, int dv, Tile t) {
   return gather_dims(dqk, dv) && (t == gather_tile(dqk) || (t == Tile::split_kv && dqk == 128));
 }
 
-// The producer warpgroup's threads (all four warps load K / V) and the register split of a gather
-// instance: 32 for the producer, 240 for each of the two consumers -- 128 x 32 + 256 x 240 = 65536,
-// the whole register file of the SM at one CTA per SM (the TMA instances give the producer 24
-// and leave 1024 registers unused). The consumers keep the TMA instances' 240.
+// The producer warpgroup's threads: all four warps load K / V. The register split is the TMA
+// instances' (fwd_schedule.h: producer 24, consumers 240): setmaxnreg moves registers within the
+// CTA's own pool, 384 threads x 168 at launch = 64512, so 128 p + 256 c <= 64512 (a producer of 32
+// beside consumers of 240 would leave setmaxnreg.inc waiting forever). ptxas fits the gather
+// producer into 24 without local memory at D 64 / 128; at D 256 it spills 3 registers (stored at
+// entry, reloaded once per query tile, not per key tile). 40 / 232 instead: no producer spill,
+// but the D 256 consumers' local ops 4 -> 16 (compiled 2026-12-05).
 constexpr int kGatherThreads = 128;
-constexpr int kGatherProducerRegs = 32;
-constexpr int kGatherConsumerRegs = 240;
-static_assert(kGatherThreads * kGatherProducerRegs + 2 * 128 * kGatherConsumerRegs <= 65536, "one SM's registers");
 
 // Who copies what in a gather load of a kBlockN-key slot (fwd_gather.cuh KvGather::load; host-visible
 // for tests/test_sm90_gather.cpp). Warp w of the producer warpgroup fills the slot's key rows

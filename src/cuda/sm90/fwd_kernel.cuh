@@ -87,13 +87,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   }
 
   if (role_of(threadIdx.x) == Role::producer) {
-    ptx::setmaxnreg_dec<producer_regs_of<T>()>();
+    ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();
     // Warp 0; warps 1-3 exit -- except in a gather instance, whose four warps load K / V.
     if (gathers_kv<T>() || threadIdx.x / 32 == 0) produce<T>(P, sh);
     if (threadIdx.x == 0) trace::role_exit(P.trace, 0);
     return;
   }
-  ptx::setmaxnreg_inc<consumer_regs_of<T>()>();
+  ptx::setmaxnreg_inc<consumer_regs(T::kConsumers)>();
   // (T::kUniformC) Broadcast from lane 0: ptxas then treats c as warp-uniform (as CUTLASS's
   // canonical_warp_group_idx does), so consumer c's Q descriptors stay in uniform registers.
   const int c = T::kUniformC ? __shfl_sync(0xffffffffu, consumer_of(threadIdx.x), 0) : consumer_of(threadIdx.x);
