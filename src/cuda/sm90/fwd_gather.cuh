@@ -63,6 +63,17 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
 #endif
 }
 
+// cp.async.wait_all: this thread's copies have landed (a producer thread's last act in a gather
+// instance: none of them exits with copies in flight, as CUTLASS's producers wait out their
+// pipelines before they exit).
+__device__ __forceinline__ void cp_async_wait_all() {
+#if FA4_PTX_SM90
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
 template <class T>
 struct KvGather {
   using Map = GatherMap<T::kBlockN>;

@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();
     // Warp 0; warps 1-3 exit -- except in a gather instance, whose four warps load K / V.
     if (gathers_kv<T>() || threadIdx.x / 32 == 0) produce<T>(P, sh);
+    if constexpr (gathers_kv<T>()) cp_async_wait_all();
     if (threadIdx.x == 0) trace::role_exit(P.trace, 0);
     return;
   }
