@@ -878,8 +878,8 @@ TEST(CudaPlan, Sm90GatherPagedCaches) {
       EXPECT_EQ(sm90::tile_cfg(d, d, t).consumers, 2) << d;
       EXPECT_TRUE(sm90::tile_cfg(d, d, t).block_n == 128 || sm90::tile_cfg(d, d, t).block_n == 64) << d;
     }
-  EXPECT_TRUE(sm90::has_gather_instance(128, 128, Tile::split_kv));
-  EXPECT_FALSE(sm90::has_gather_instance(64, 64, Tile::split_kv));
+  for (int d : {64, 128, 256}) EXPECT_TRUE(sm90::has_gather_instance(d, d, Tile::split_kv)) << d;
+  EXPECT_FALSE(sm90::has_gather_instance(64, 64, Tile::standard));  // (three consumers)
   EXPECT_FALSE(sm90::has_gather_instance(256, 256, Tile::long_keys));
   EXPECT_FALSE(sm90::has_gather_instance(192, 128, Tile::standard));
   if (!FA4_SM90_PAGED_GATHER) GTEST_SKIP() << "built with FA4_SM90_PAGED_GATHER=0: those caches stay on sm80";
@@ -888,8 +888,8 @@ TEST(CudaPlan, Sm90GatherPagedCaches) {
     return Planned({.batch = batch, .hq = 32, .hkv = 8, .dqk = d, .dv = d, .sq = 1, .sk = sk, .paged = true,
                     .page_size = page});
   };
-  // B 1 decode, 32 / 8: PackGQA, split-KV; D 128 on the split_kv tile (its gather twin merges the
-  // splits), D 64 / 256 on their gather tiles with the combine kernel.
+  // B 1 decode, 32 / 8: PackGQA, split-KV on the split_kv tile where it pays (its gather twin
+  // merges the splits; sm90::split_kv_pays), the contiguous cache's plan.
   for (int64_t page : {1, 3, 16, 32, 48, 200}) {
     const Plan pl = decode(128, page).on(h200_auto());
     EXPECT_EQ(pl.kernel, Kernel::sm90) << page;
@@ -906,15 +906,22 @@ TEST(CudaPlan, Sm90GatherPagedCaches) {
     EXPECT_FALSE(flat.sm90_gather);
   }
   const Plan d64 = decode(64, 16).on(h200_auto());
+  const Plan flat64 = Planned({.hq = 32, .hkv = 8, .dqk = 64, .dv = 64, .sq = 1, .sk = 8192}).on(h200_auto());
   EXPECT_EQ(d64.kernel, Kernel::sm90);
   EXPECT_TRUE(d64.sm90_gather);
-  EXPECT_EQ(d64.sm90_tile, Tile::short_masked);
   EXPECT_GT(d64.splits, 1);
-  for (int64_t sk : {2048, 8192}) {  // D 256: the 64-key tile, also where the 80-key one would run
+  EXPECT_EQ(std::make_tuple(d64.sm90_tile, d64.splits, d64.ctas), std::make_tuple(flat64.sm90_tile, flat64.splits, flat64.ctas));
+  EXPECT_EQ(d64.sm90_tile, FA4_SM90_FUSED_COMBINE ? Tile::split_kv : Tile::short_masked);
+  for (int64_t sk : {2048, 8192}) {  // D 256: 64-key tiles, also where the 80-key one would run
     const Plan d256 = decode(256, 16, 1, sk).on(h200_auto());
     EXPECT_EQ(d256.kernel, Kernel::sm90) << sk;
     EXPECT_TRUE(d256.sm90_gather) << sk;
-    EXPECT_EQ(std::make_tuple(d256.sm90_tile, d256.n), std::make_tuple(Tile::standard, 64)) << sk;
+    EXPECT_EQ(d256.n, 64) << sk;
+    EXPECT_TRUE(sm90::has_gather_instance(256, 256, d256.sm90_tile)) << sk;
+    // 4 packed rows per tile: the split_kv tile pays (sm90::split_kv_pays)
+    if (d256.splits > 1) {
+      EXPECT_EQ(d256.sm90_tile, FA4_SM90_FUSED_COMBINE ? Tile::split_kv : Tile::standard) << sk;
+    }
   }
   // Pages the TMA loads take stay on the TMA instances (=1; =2 gathers them too).
   const bool tma_sub64 = FA4_SM90_PAGED && FA4_SM90_PAGED_SUB && FA4_SM90_SUB_PAGE_MIN <= 64;

@@ -528,7 +528,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   // faster (sm90::split_kv_pays: D 64 / 128, D 256 at <= 8 rows). Its tile may differ from the one chosen (D 64's standard
   // tile has three consumers, D 256's long_keys tile 80 keys), so the problem is planned again
   // on it, kept only if it still splits; in a paged cache only where its key block fits the pages,
-  // or (FA4_SM90_PAGED_GATHER) where a gather instance of it exists (D 128).
+  // or (FA4_SM90_PAGED_GATHER) where a gather instance of it exists (sm90::has_gather_instance).
   const sm90::Tile chosen = pl.sm90_tile;
   const bool gather = sm90_gathers(pb, d, chosen);
   if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv) &&

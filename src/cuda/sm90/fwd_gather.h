@@ -24,10 +24,11 @@ constexpr bool gather_dims(int dqk, int dv) { return dqk == dv && (dqk == 64 || 
 // The tile a gathered problem runs: two consumers everywhere (D 64: the short_masked tile, the
 // decode tile already; the three-consumer prefill tile has no gather twin yet), 128-key tiles at
 // D 64 / 128 and 64-key ones at D 256 (the standard tiles; the 80-key long_keys tile is not
-// gathered). D 128 split-KV launches also have the split_kv tile (the in-kernel merge).
+// gathered); and the split_kv tile of each (the in-kernel merge of a split-KV launch, where the
+// planner takes it: sm90::split_kv_pays).
 constexpr Tile gather_tile(int dqk) { return dqk == 64 ? Tile::short_masked : Tile::standard; }
 constexpr bool has_gather_instance(int dqk, int dv, Tile t) {
-  return gather_dims(dqk, dv) && (t == gather_tile(dqk) || (t == Tile::split_kv && dqk == 128));
+  return gather_dims(dqk, dv) && (t == gather_tile(dqk) || t == Tile::split_kv);
 }
 
 // The producer warpgroup's threads: all four warps load K / V. The register split is the TMA
