@@ -12,7 +12,8 @@
 #   bash bench/device_run.sh --stage                                   # the main build (build-cuda/)
 #   bash bench/stage_sm90_variant.sh nopp -DFA4_SM90_PINGPONG=0         # -> build-device/lib/libfa4_nopp.so
 #   device: OUT=... bash bench/device_run.sh --bench-args "--ab nopp=build-device/lib/libfa4_nopp.so"
-# TESTS=1: also link the device test suite against the variant ($D/test_cuda_NAME).
+# TESTS=1: also link the device test suite against the variant ($D/test_cuda_NAME), compiled from
+# this checkout's tests/cuda/test_cuda.cpp.
 # MAIN_ROOT=dir: take the main build (dir/build-cuda) and the staging folder (dir/build-device)
 # from another checkout, compiling this checkout's sources (a worktree of a branch).
 set -euo pipefail
@@ -38,14 +39,25 @@ for src in src/cuda/sm90/fwd_launch.cpp src/cuda/plan.cpp src/cuda/backend.cpp; 
   objs+=("$(realpath -m "$o")")
 done
 wait
-# The main link line with the variant's sm90 objects in place of the main ones.
+# The main link line with the variant's sm90 objects in place of the main ones; a source the main
+# build does not have (an instance file a branch adds) is linked in beside the variant's
+# fwd_launch.cpp.o.
 link=$(cat $B/CMakeFiles/fa4.dir/link.txt)
+extra=()
 for o in "${objs[@]}"; do
   base=$(basename "$o")
   rel=src/cuda/sm90/$base
   [[ $base == plan.cpp.o || $base == backend.cpp.o ]] && rel=src/cuda/$base
-  link=${link//CMakeFiles\/fa4_objects.dir\/$rel/$o}
+  if [[ $link == *"CMakeFiles/fa4_objects.dir/$rel "* ]]; then
+    link=${link//CMakeFiles\/fa4_objects.dir\/$rel/$o}
+  else
+    extra+=("$o")
+  fi
 done
+if [[ ${#extra[@]} -gt 0 ]]; then
+  anchor=$(realpath -m "$out/fwd_launch.cpp.o")
+  link=${link//$anchor/${extra[*]} $anchor}
+fi
 link=$(sed -E "s@-o libfa4\.so[0-9.]*@-o $(realpath -m "$out")/libfa4.so@; s@-Wl,-soname,libfa4\.so[0-9.]*@@" <<<"$link")
 (cd $B && eval "$link")
 cp "$out/libfa4.so" "$D/lib/libfa4_$name.so"
@@ -55,8 +67,12 @@ if [[ ${TESTS:-0} == 1 ]]; then
   # the same object list (member names repeat across sm80 / sm90, so no in-place replacement),
   # and test_cuda's own link line pointed at it.
   (cd $B && ar rcs "$out/libfa4.a" $(tr ' ' '\n' <<<"$link" | grep -E '\.o$'))
+  # This checkout's device tests (a branch's new ones too), against the main build's test utilities.
+  c++ -O3 -DNDEBUG -fPIE -fopenmp -DGTEST_HAS_PTHREAD=1 -std=c++20 -DFA4_HAVE_CUDA=1 -Itests -Isrc -Iinclude \
+    -isystem /usr/local/cuda/include "$@" -c tests/cuda/test_cuda.cpp -o "$out/test_cuda.cpp.o"
   tlink=$(cat $B/tests/cuda/CMakeFiles/test_cuda.dir/link.txt)
   tlink=${tlink//..\/..\/libfa4.a/$out/libfa4.a}
+  tlink=${tlink//CMakeFiles\/test_cuda.dir\/test_cuda.cpp.o/$(realpath -m "$out/test_cuda.cpp.o")}
   tlink=$(sed -E "s@-o test_cuda( |$)@-o $out/test_cuda @" <<<"$tlink")
   (cd $B/tests/cuda && eval "$tlink")
   cp "$out/test_cuda" "$D/test_cuda_$name" && strip --strip-unneeded "$D/test_cuda_$name"

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/problem.h"
+#include "cuda/sm90/fwd_gather.h"
 #include "test_util.h"
 
 namespace fa4test {
@@ -770,7 +771,7 @@ TEST(TileSchedule, RoundsCoverEveryTileOnce) {
 // D = 256 80-key tile gives way to the 64-key one where 80 does not divide the page.
 TEST(CudaPlan, Sm90PagedWholeKeyTilesPerPage) {
   using fa4::cuda::sm90::Tile;
-  const Kernel on = FA4_SM90_PAGED ? Kernel::sm90 : Kernel::sm80;
+  const Kernel on = FA4_SM90_PAGED || FA4_SM90_PAGED_GATHER ? Kernel::sm90 : Kernel::sm80;  // (or gathered)
   auto plan = [](int64_t d, int64_t page, int64_t sk) {
     return Planned({.batch = 4, .hq = 16, .hkv = 4, .dqk = d, .dv = d, .sq = 2048, .sk = sk, .paged = true, .page_size = page})
         .on(h200_auto());
@@ -780,17 +781,21 @@ TEST(CudaPlan, Sm90PagedWholeKeyTilesPerPage) {
   EXPECT_EQ(plan(64, 128, 8192).kernel, on);
   // 64-row pages under 128-key tiles: one TMA box per page (FA4_SM90_PAGED_SUB); smaller pages
   // (below FA4_SM90_SUB_PAGE_MIN, or not dividing the key block) stay on sm80.
-  const Kernel sub = FA4_SM90_PAGED && FA4_SM90_PAGED_SUB && FA4_SM90_SUB_PAGE_MIN <= 64 ? Kernel::sm90 : Kernel::sm80;
+  const Kernel sub = (FA4_SM90_PAGED && FA4_SM90_PAGED_SUB && FA4_SM90_SUB_PAGE_MIN <= 64) || FA4_SM90_PAGED_GATHER
+                         ? Kernel::sm90 : Kernel::sm80;
   EXPECT_EQ(plan(128, 64, 8192).kernel, sub);
   EXPECT_EQ(plan(64, 64, 8192).kernel, sub);
-  EXPECT_EQ(plan(128, 48, 8192).kernel, Kernel::sm80);  // does not divide 128
+  // (FA4_SM90_PAGED_GATHER: the pages they do not take go to the gather instances instead,
+  // Sm90GatherPagedCaches.)
+  const Kernel gathered = FA4_SM90_PAGED_GATHER ? Kernel::sm90 : Kernel::sm80;
+  EXPECT_EQ(plan(128, 48, 8192).kernel, gathered);  // does not divide 128
   if (FA4_SM90_SUB_PAGE_MIN > 16) {
-    EXPECT_EQ(plan(128, 16, 8192).kernel, Kernel::sm80);
+    EXPECT_EQ(plan(128, 16, 8192).kernel, gathered);
   }
   if (FA4_SM90_SUB_PAGE_MIN > 32) {
-    EXPECT_EQ(plan(256, 32, 8192).kernel, Kernel::sm80);
+    EXPECT_EQ(plan(256, 32, 8192).kernel, gathered);
   }
-  EXPECT_EQ(plan(128, 1, 8192).kernel, Kernel::sm80);
+  EXPECT_EQ(plan(128, 1, 8192).kernel, gathered);
   const Plan d256 = plan(256, 256, 8192);  // dense keys this long take the 80-key tile
   EXPECT_EQ(d256.kernel, on);
   if (FA4_SM90_PAGED) {
@@ -799,10 +804,10 @@ TEST(CudaPlan, Sm90PagedWholeKeyTilesPerPage) {
   // 80-row pages: the 80-key tile fits them (long keys), the 64-key one does not (short keys).
   const Plan p80 = plan(256, 80, 8192);
   EXPECT_EQ(p80.kernel, on);
-  if (FA4_SM90_PAGED) {
+  if (FA4_SM90_PAGED && FA4_SM90_PAGED_GATHER < 2) {
     EXPECT_EQ(p80.sm90_tile, Tile::long_keys);
   }
-  EXPECT_EQ(plan(256, 80, 1024).kernel, Kernel::sm80);
+  EXPECT_EQ(plan(256, 80, 1024).kernel, gathered);
 }
 
 // Decode on the sm90 kernel (FA4_SM90_DECODE): PackGQA where the group divides 64 and packed
@@ -857,6 +862,126 @@ TEST(CudaPlan, Sm90DecodePacksAndSplits) {
   EXPECT_EQ(forced.workspace, size_t{3} * 2 * 4096 * 16 * (128 + 1) * 4);
 }
 
+// FA4_SM90_PAGED_GATHER: paged caches whose pages the TMA loads do not take (1, 3, 16, 32 rows,
+// sizes dividing nothing) run on the sm90 kernel's gather instances (sm90/fwd_gather.h): D 64 on the
+// two-consumer tile, D 128 / 256 on the standard one (64 keys at D 256, never the 80-key tile), D 128
+// split-KV launches on the split_kv tile (in-kernel merge); padded head dims and (192, 128) stay on
+// sm80, the pages the TMA takes stay on the TMA instances (=1), the gathered tiles walk statically.
+TEST(CudaPlan, Sm90GatherPagedCaches) {
+  using fa4::cuda::sm90::Tile;
+  namespace sm90 = fa4::cuda::sm90;
+  // The instances' shapes are what the kernel's register split and copy mapping assume
+  // (fwd_gather.h / .cuh): two consumers, 32 or 16 rows per producer warp.
+  for (int d : {64, 128, 256})
+    for (Tile t : {Tile::standard, Tile::short_masked, Tile::long_keys, Tile::split_kv}) {
+      if (!sm90::has_gather_instance(d, d, t)) continue;
+      EXPECT_EQ(sm90::tile_cfg(d, d, t).consumers, 2) << d;
+      EXPECT_TRUE(sm90::tile_cfg(d, d, t).block_n == 128 || sm90::tile_cfg(d, d, t).block_n == 64) << d;
+    }
+  for (int d : {64, 128, 256}) EXPECT_TRUE(sm90::has_gather_instance(d, d, Tile::split_kv)) << d;
+  EXPECT_FALSE(sm90::has_gather_instance(64, 64, Tile::standard));  // (three consumers)
+  EXPECT_FALSE(sm90::has_gather_instance(256, 256, Tile::long_keys));
+  EXPECT_FALSE(sm90::has_gather_instance(192, 128, Tile::standard));
+  if (!FA4_SM90_PAGED_GATHER) GTEST_SKIP() << "built with FA4_SM90_PAGED_GATHER=0: those caches stay on sm80";
+  if (!FA4_SM90_DECODE) GTEST_SKIP() << "built with FA4_SM90_DECODE=0";
+  auto decode = [](int64_t d, int64_t page, int64_t batch = 1, int64_t sk = 8192) {
+    return Planned({.batch = batch, .hq = 32, .hkv = 8, .dqk = d, .dv = d, .sq = 1, .sk = sk, .paged = true,
+                    .page_size = page});
+  };
+  // B 1 decode, 32 / 8: PackGQA, split-KV on the split_kv tile where it pays (its gather twin
+  // merges the splits; sm90::split_kv_pays), the contiguous cache's plan.
+  for (int64_t page : {1, 3, 16, 32, 48, 200}) {
+    const Plan pl = decode(128, page).on(h200_auto());
+    EXPECT_EQ(pl.kernel, Kernel::sm90) << page;
+    EXPECT_TRUE(pl.sm90_gather) << page;
+    EXPECT_TRUE(pl.pack_gqa) << page;
+    EXPECT_GT(pl.splits, 1) << page;
+    EXPECT_EQ(pl.sm90_tile, FA4_SM90_FUSED_COMBINE ? Tile::split_kv : Tile::standard) << page;
+    EXPECT_EQ(pl.n, 128) << page;
+    EXPECT_TRUE(sm90::has_gather_instance(pl.dqk, pl.dv, pl.sm90_tile)) << page;
+    // the same plan as the contiguous cache's (the gather changes how rows are loaded, not the tiles)
+    const Plan flat = Planned({.hq = 32, .hkv = 8, .sq = 1, .sk = 8192}).on(h200_auto());
+    EXPECT_EQ(std::make_tuple(pl.sm90_tile, pl.splits, pl.ctas), std::make_tuple(flat.sm90_tile, flat.splits, flat.ctas))
+        << page;
+    EXPECT_FALSE(flat.sm90_gather);
+  }
+  const Plan d64 = decode(64, 16).on(h200_auto());
+  const Plan flat64 = Planned({.hq = 32, .hkv = 8, .dqk = 64, .dv = 64, .sq = 1, .sk = 8192}).on(h200_auto());
+  EXPECT_EQ(d64.kernel, Kernel::sm90);
+  EXPECT_TRUE(d64.sm90_gather);
+  EXPECT_GT(d64.splits, 1);
+  EXPECT_EQ(std::make_tuple(d64.sm90_tile, d64.splits, d64.ctas), std::make_tuple(flat64.sm90_tile, flat64.splits, flat64.ctas));
+  EXPECT_EQ(d64.sm90_tile, FA4_SM90_FUSED_COMBINE ? Tile::split_kv : Tile::short_masked);
+  for (int64_t sk : {2048, 8192}) {  // D 256: 64-key tiles, also where the 80-key one would run
+    const Plan d256 = decode(256, 16, 1, sk).on(h200_auto());
+    EXPECT_EQ(d256.kernel, Kernel::sm90) << sk;
+    EXPECT_TRUE(d256.sm90_gather) << sk;
+    EXPECT_EQ(d256.n, 64) << sk;
+    EXPECT_TRUE(sm90::has_gather_instance(256, 256, d256.sm90_tile)) << sk;
+    // 4 packed rows per tile: the split_kv tile pays (sm90::split_kv_pays)
+    if (d256.splits > 1) {
+      EXPECT_EQ(d256.sm90_tile, FA4_SM90_FUSED_COMBINE ? Tile::split_kv : Tile::standard) << sk;
+    }
+  }
+  // Pages the TMA loads take stay on the TMA instances (=1; =2 gathers them too).
+  const bool tma_sub64 = FA4_SM90_PAGED && FA4_SM90_PAGED_SUB && FA4_SM90_SUB_PAGE_MIN <= 64;
+  for (int64_t page : {64, 128, 256}) {
+    const Plan pl = decode(128, page).on(h200_auto());
+    EXPECT_EQ(pl.kernel, Kernel::sm90) << page;
+    const bool tma = FA4_SM90_PAGED && (page != 64 || tma_sub64);
+    EXPECT_EQ(pl.sm90_gather, FA4_SM90_PAGED_GATHER >= 2 || !tma) << page;
+  }
+  // Padded head dims (96 -> 128) and (192, 128) have no gather instance: sm80, as without it.
+  EXPECT_EQ(decode(96, 16).on(h200_auto()).kernel, Kernel::sm80);
+  EXPECT_EQ(Planned({.hq = 32, .hkv = 8, .dqk = 192, .dv = 128, .sq = 1, .sk = 8192, .paged = true, .page_size = 16})
+                .on(h200_auto()).kernel,
+            Kernel::sm80);
+  // An fp8 KV cache: sm80's fp8 instances, paged or not.
+  Shape fp8 = {.hq = 32, .hkv = 8, .sq = 1, .sk = 8192, .paged = true, .page_size = 16};
+  fp8.kv_fp8 = true;
+  EXPECT_EQ(Planned(fp8).on(h200_auto()).kernel, Kernel::sm80);
+  // B 32 decode fills the GPU unsplit: sm80's decode tiles, as for the contiguous cache
+  // (sm80_takes_decode) -- unless FA4_CUDA_KERNEL=sm90, which then gathers, unsplit.
+  EXPECT_EQ(decode(128, 16, 32).on(h200_auto()).kernel, Kernel::sm80);
+  DeviceLimits pref = h200_auto();
+  pref.prefer = Kernel::sm90;
+  const Plan b32 = decode(128, 16, 32).on(pref);
+  EXPECT_EQ(b32.kernel, Kernel::sm90);
+  EXPECT_TRUE(b32.sm90_gather);
+  EXPECT_EQ(b32.splits, 1);
+  EXPECT_EQ(b32.sm90_tile, Tile::standard);
+  // Chunked prefill (B 4, 512 rows against 64k keys, causal), 16-row pages: gathered, the tile of
+  // the contiguous cache.
+  const Plan chunk = Planned({.batch = 4, .hq = 32, .hkv = 8, .sq = 512, .sk = 65536, .paged = true, .page_size = 16,
+                              .causal = true}).on(h200_auto());
+  EXPECT_EQ(chunk.kernel, Kernel::sm90);
+  EXPECT_TRUE(chunk.sm90_gather);
+  EXPECT_EQ(chunk.sm90_tile, Tile::standard);
+  const Plan chunk64 = Planned({.batch = 4, .hq = 32, .hkv = 8, .dqk = 64, .dv = 64, .sq = 512, .sk = 65536, .paged = true,
+                                .page_size = 16, .causal = true}).on(h200_auto());
+  EXPECT_EQ(chunk64.kernel, Kernel::sm90);
+  EXPECT_TRUE(chunk64.sm90_gather);
+  EXPECT_EQ(chunk64.sm90_tile, Tile::short_masked);
+  // Long causal prefill, which the TMA instances walk dynamically (Sm90LongMaskedWalkDynamically):
+  // the gather instances walk statically, in the same order's static form.
+  DeviceLimits dl = h200_auto();
+  dl.l2_bytes = 60 << 20;
+  auto causal = [&](int64_t page) {
+    return Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 8192, .sk = 8192, .paged = true, .page_size = page,
+                    .causal = true}).on(dl);
+  };
+  const Plan tma = causal(128), gat = causal(16);
+  EXPECT_EQ(tma.kernel, Kernel::sm90);
+  EXPECT_EQ(gat.kernel, Kernel::sm90);
+  EXPECT_TRUE(gat.sm90_gather);
+  if (sm90::dynamic_walk(128) && FA4_SM90_PAGED && FA4_SM90_PAGED_GATHER < 2) {
+    EXPECT_EQ(tma.sched.dynamic, 1);
+  }
+  EXPECT_EQ(gat.sched.dynamic, 0);
+  EXPECT_EQ(gat.sched.heavy_x, 0);
+  EXPECT_EQ(gat.ctas, 132);
+}
+
 TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   {  // no keys: a tensor map has no empty dimension
     DeviceLimits pref = h200_auto();
@@ -867,7 +992,7 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   auto kernel = [](Shape s, DeviceLimits dl) { return Planned(s).on(dl).kernel; };
   Shape s = big;
   s.paged = true;  // 16-row pages: a key tile would straddle pages (Sm90PagedWholeKeyTilesPerPage)
-  EXPECT_EQ(kernel(s, h200_auto()), Kernel::sm80);
+  EXPECT_EQ(kernel(s, h200_auto()), FA4_SM90_PAGED_GATHER ? Kernel::sm90 : Kernel::sm80);  // (or gathered)
   s = big, s.num_splits = 2;  // forced split-KV: sm90 splits with FA4_SM90_DECODE
   EXPECT_EQ(kernel(s, h200_auto()), FA4_SM90_DECODE ? Kernel::sm90 : Kernel::sm80);
   s = big, s.dqk = 192, s.dv = 192;  // (192, 192) pads to 256; (192, 128) has its own instance

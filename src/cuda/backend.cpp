@@ -27,6 +27,7 @@
 #include "cuda/tile_counters.h"
 #include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
+#include "cuda/sm90/fwd_gather_launch.h"
 #include "cuda/sm90/fwd_launch.h"
 #include "cuda/stage_rows.h"
 
@@ -554,9 +555,9 @@ Status cuda_forward(const Problem& pb) {
           fused_combine = P.split_counter != nullptr;
         }
       }
-      e = cuda::sm90::launch_fwd(P, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16,
-                                 dim3(static_cast<unsigned>(pl.ctas)),
-                                 stream);
+      // (FA4_SM90_PAGED_GATHER: the tile's gather instance, sm90/fwd_gather.h)
+      e = (pl.sm90_gather ? cuda::sm90::launch_fwd_gather : cuda::sm90::launch_fwd)(
+          P, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, dim3(static_cast<unsigned>(pl.ctas)), stream);
       break;
     }
     case Kernel::sm80:

@@ -6,6 +6,7 @@
 #include "core/splits.h"
 #include "cuda/simt/fwd_f32_config.h"
 #include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/fwd_gather.h"
 
 namespace fa4::cuda {
 
@@ -92,6 +93,19 @@ bool sm90_pages_fit(int64_t page_size, int block_n) {
          page_size >= FA4_SM90_SUB_PAGE_MIN;
 }
 
+// FA4_SM90_PAGED_GATHER: a paged cache the sm90 kernel's TMA loads do not take on the tile `t`
+// (sm90_pages_fit: pages of 1, 3, 16, 32 rows, sizes not dividing or dividing the key block),
+// or with FA4_SM90_PAGED_GATHER=2 any paged cache, runs on its gather instances (sm90/fwd_gather.h:
+// the producer warpgroup copies the rows by cp.async, each one's address from the page table) --
+// head dims 64 / 128 / 256 unpadded. The gather tile's key block is the one sm90_tile falls back
+// to for such pages (128 at D 64 / 128, 64 at D 256), so `t` may be either.
+bool sm90_gathers(const Problem& pb, sm90::DimPair d, sm90::Tile t) {
+  if (!FA4_SM90_PAGED_GATHER || pb.kv != core::KvLayout::paged || !sm90::gather_dims(d.dqk, d.dv) || pb.dqk != d.dqk ||
+      pb.dv != d.dv)
+    return false;
+  return FA4_SM90_PAGED_GATHER >= 2 || !FA4_SM90_PAGED || !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, t).block_n);
+}
+
 // The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):
 // two consumers at D = 64 for masked query sequences of <= 1024 rows and for decode-sized ones
 // (<= 128 rows per kv head packed: a third consumer would have nothing to do), 80-key tiles at
@@ -109,6 +123,7 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   if (!sm90::has_tile(t, d.dqk, d.dv)) t = sm90::Tile::standard;
   if (pb.kv == core::KvLayout::paged && !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, t).block_n))
     t = sm90::Tile::standard;
+  if (sm90_gathers(pb, d, t)) t = sm90::gather_tile(d.dqk);  // (FA4_SM90_PAGED_GATHER)
   return t;
 }
 
@@ -128,7 +143,9 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   const bool paged = pb.kv == core::KvLayout::paged;
   // Paged (FA4_SM90_PAGED): page sizes that are multiples of the key block, or (FA4_SM90_PAGED_SUB)
   // that divide it (sm90_pages_fit).
-  if (paged && (!FA4_SM90_PAGED || !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, tile).block_n))) return false;
+  if (paged && !sm90_gathers(pb, d, tile) &&
+      (!FA4_SM90_PAGED || !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, tile).block_n)))
+    return false;
   if (pb.p->num_splits > 1 && !FA4_SM90_DECODE) return false;
   if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer &&
       !sm90_packs(pb, sm90::tile_cfg(d.dqk, d.dv, tile).block_m()))
@@ -461,7 +478,9 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   // Its counters are 32-bit.
   // (FA4_SM90_DYNAMIC_ALL_MASKED, an A/B switch, default 0: every masked problem of such an
   // instance walks dynamically, short dense ones too, the static orders above left unused.)
-  const bool dynamic = FA4_SM90_PERSISTENT && sm90::dynamic_walk(static_cast<int>(pl.dqk), pl.sm90_tile) && masked && dl.sms > 0 &&
+  // (Not the gather instances: their four producer warps walk statically, sm90/fwd_gather.cuh.)
+  const bool dynamic = FA4_SM90_PERSISTENT && sm90::dynamic_walk(static_cast<int>(pl.dqk), pl.sm90_tile) &&
+                       !pl.sm90_gather && masked && dl.sms > 0 &&
                        total + dl.sms < (int64_t{1} << 31) &&
                        (FA4_SM90_DYNAMIC_ALL_MASKED ||
                         (pl.grid.x > kMaxPersistentMaskedTiles && (pb.varlen_q || pl.sched.section == pairs)));
@@ -508,17 +527,21 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   // (sm90::fused_merge; cuda/backend.cpp then launches no combine kernel) where it measured
   // faster (sm90::split_kv_pays: D 64 / 128, D 256 at <= 8 rows). Its tile may differ from the one chosen (D 64's standard
   // tile has three consumers, D 256's long_keys tile 80 keys), so the problem is planned again
-  // on it, kept only if it still splits; in a paged cache only where its key block fits the pages.
+  // on it, kept only if it still splits; in a paged cache only where its key block fits the pages,
+  // or (FA4_SM90_PAGED_GATHER) where a gather instance of it exists (sm90::has_gather_instance).
   const sm90::Tile chosen = pl.sm90_tile;
+  const bool gather = sm90_gathers(pb, d, chosen);
   if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv) &&
       sm90::split_kv_pays(d.dqk, pl.rows) &&
-      (pb.kv != core::KvLayout::paged ||
-       sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, sm90::Tile::split_kv).block_n))) {
+      (gather ? sm90::has_gather_instance(d.dqk, d.dv, sm90::Tile::split_kv)
+              : pb.kv != core::KvLayout::paged ||
+                    sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, sm90::Tile::split_kv).block_n))) {
     plan_tile(sm90::Tile::split_kv);
     if (pl.splits <= 1) plan_tile(chosen);
   }
   // Dense q of <= 64 tile rows per (sequence, grid head): only consumer 0 has rows.
   pl.sm90_solo = FA4_SM90_SOLO && !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;
+  pl.sm90_gather = gather;
   schedule_sm90(pb, dl, pl);
   return pl;
 }

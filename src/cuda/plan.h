@@ -73,6 +73,9 @@ struct Plan {
   TileSchedule sched;      // sm90: the order they walk them in (common/tile_schedule.h)
   int64_t ctas = 0;        // sm90: CTAs launched (grid.x, with grid.y = grid.z = 1)
   bool sm90_solo = false;  // sm90 (FA4_SM90_SOLO): every tile has <= 64 rows, consumer 0 runs alone
+  // sm90 (FA4_SM90_PAGED_GATHER): the tile's gather instance (sm90/fwd_gather.h) -- a paged cache
+  // the TMA loads do not take, its K / V rows copied by the producer warpgroup
+  bool sm90_gather = false;
 };
 
 // The sm90 kernel's feature set. The lead's kernel fills this in; false until it lands.

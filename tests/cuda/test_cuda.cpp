@@ -504,6 +504,63 @@ TEST(CudaBackend, PagedSubTilePages) {
       }
 }
 
+// The kernel describe_plan names for a case of `cfg` (its device tensors, as check_case runs it).
+std::string planned_kernel(const CaseConfig& cfg, uint64_t seed) {
+  Case c = make_gpu_case(cfg, seed);
+  DeviceCase dc(c);
+  fa4::PlanInfo info;
+  const Status st = fa4::describe_plan(dc.params(), &info);
+  EXPECT_TRUE(st.ok()) << st.message;
+  return info.kernel;
+}
+
+// Paged caches whose pages the sm90 kernel's TMA loads do not take (1, 3, 16, 32 rows): its
+// gather instances (sm90/fwd_gather.h: K / V rows by cp.async from the producer warpgroup) take
+// them in a library built with FA4_SM90_PAGED_GATHER, and then under FA4_CUDA_KERNEL=sm90 every
+// case here must run there (a probe of one such case tells whether the library gathers; without
+// it they run on sm80 and the test says so). Scattered pages with garbage in the unused entries
+// (make_case), cache lengths that are not multiples of the page, D 64 / 128 / 256:
+//   decode        Sq 1, GQA 4, the split heuristic, one appended token
+//   decode, GQA 8 Sq 1, forced 3 / 16 splits (16: empty splits), sinks, a sliding window at times
+//   chunk         Sq 160 against ~800 cached keys, causal, the chunk appended first, LSE
+TEST(CudaBackend, PagedGatherPages) {
+  const std::string pref = preferred_kernel();
+  CaseConfig probe;
+  probe.batch = 1, probe.hq = 8, probe.hkv = 2, probe.dqk = probe.dv = 128;
+  probe.kv = KvMode::paged, probe.page_size = 16, probe.sq = 1, probe.sk = 1000;
+  const bool gathers = planned_kernel(probe, derive_seed(31700)) == "sm90" && pref == "sm90";
+  if (!gathers) std::printf("  (no sm90 gather here: FA4_CUDA_KERNEL=%s; these cases take the kernel it plans)\n", pref.c_str());
+  int k = 0;
+  for (int64_t d : {64, 128, 256})
+    for (int64_t page : {1, 3, 16, 32})
+      for (int variant = 0; variant < 3; ++variant) {
+        const uint64_t seed = derive_seed(31710 + k);
+        CaseConfig c;
+        c.dtype = (k & 1) ? DType::float16 : DType::bfloat16;
+        c.batch = 3, c.hkv = 2, c.hq = variant == 1 ? 16 : 8, c.dqk = c.dv = d;
+        c.kv = KvMode::paged, c.page_size = page;
+        c.cache_seqlens = true;
+        if (variant < 2) {
+          c.sq = 1, c.sk = 1001 + 7 * k;
+          c.snew = variant == 0 ? 1 : 0;
+          if (c.snew) c.sk += 1;
+          c.num_splits = variant == 0 ? 0 : (k % 2 ? 16 : 3);
+          c.sinks = variant == 1;
+          if (variant == 1 && k % 4 == 1) c.window_left = 300, c.causal = true;
+        } else {
+          c.sq = 160, c.sk = 777 + 160;
+          c.causal = true;
+          c.snew = c.sq;  // chunked prefill: the chunk is appended, then attended
+        }
+        c.lse = true;
+        if (gathers) {
+          EXPECT_EQ(planned_kernel(c, seed), "sm90") << c.describe();
+        }
+        check_case(c, seed, k % 4 == 0);
+        ++k;
+      }
+}
+
 TEST(CudaBackend, DecodeShapes) {
   const int64_t pages[] = {1, 3, 16, 64, 256};
   int k = 0;

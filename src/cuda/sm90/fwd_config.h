@@ -104,6 +104,19 @@
 #ifndef FA4_SM90_SUB_PAGE_MIN
 #define FA4_SM90_SUB_PAGE_MIN 64
 #endif
+//   FA4_SM90_PAGED_GATHER  1: paged caches whose page size the TMA loads above do not take (pages
+//                          of 1, 3, 16, 32 rows, any size not a multiple of the key tile nor a
+//                          sub-tile page of >= FA4_SM90_SUB_PAGE_MIN rows) run on the sm90 kernel's
+//                          gather instances (fwd_gather.h): the producer warpgroup's 128 threads
+//                          copy K / V rows by cp.async, each row's address from the page table,
+//                          into the slots the TMA would fill; head dims 64 / 128 / 256 (unpadded).
+//                          2: every paged cache takes them (an A/B against the TMA page loads).
+//                          0: those caches stay on the sm80 kernel. The instances are compiled
+//                          either way; written without a GPU (branch gpu-sm90-gather): 0 until
+//                          the device tests and an A/B decide (docs/perf/sm90-notes.md).
+#ifndef FA4_SM90_PAGED_GATHER
+#define FA4_SM90_PAGED_GATHER 0
+#endif
 //   FA4_SM90_SOLO          1: launches whose tiles all have <= 64 rows (decode: PackGQA rows of
 //                          one query token) run consumer 0 alone (Sm90Params::solo): the other
 //                          consumers did the same GEMMs on empty rows, which left the B 1 decode

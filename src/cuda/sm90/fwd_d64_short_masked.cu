@@ -1,9 +1,14 @@
 // sm90 forward kernel instances for Dqk = Dv = 64 with two consumers (Tile::short_masked,
 // fwd_config.h: short masked sequences), fp16 and bf16.
+#include "cuda/sm90/fwd_gather_launch.h"
 #include "cuda/sm90/fwd_launch_impl.cuh"
 
 namespace fa4::cuda::sm90 {
 cudaError_t launch_fwd_d64_short_masked(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream) {
   return launch_dims<64, 64, Tile::short_masked>(P, bf16, grid, stream);
+}
+// ... and its gather instances (fwd_gather.h, FA4_SM90_PAGED_GATHER: paged K / V by cp.async).
+cudaError_t launch_fwd_d64_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream) {
+  return launch_gather_dims<64, Tile::short_masked>(P, bf16, grid, stream);
 }
 }  // namespace fa4::cuda::sm90

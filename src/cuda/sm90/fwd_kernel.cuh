@@ -17,6 +17,7 @@
 #include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_consumer.cuh"
 #include "cuda/sm90/fwd_epilogue.cuh"
+#include "cuda/sm90/fwd_gather.cuh"
 #include "cuda/sm90/fwd_params.h"
 #include "cuda/sm90/fwd_producer.cuh"
 #include "cuda/sm90/fwd_schedule.h"
@@ -67,8 +68,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const bool solo = FA4_SM90_SOLO && P.solo != 0;  // consumer 0 alone (fwd_params.h)
   const uint32_t consumers = solo ? 1u : static_cast<uint32_t>(T::kConsumers);
   if (threadIdx.x == 0) {
-    sh.k_ring.init(consumers);  // one release per consumer warpgroup
-    sh.v_ring.init(consumers);
+    init_kv_rings<T>(sh, consumers);  // one release per consumer warpgroup (fwd_gather.cuh)
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 128 * consumers);  // one arrival per consumer thread
     ptx::mbarrier_init(&sh.work_full, 1);
@@ -88,7 +88,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
 
   if (role_of(threadIdx.x) == Role::producer) {
     ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();
-    if (threadIdx.x / 32 == 0) produce<T>(P, sh);  // warp 0; warps 1-3 exit
+    // Warp 0; warps 1-3 exit -- except in a gather instance, whose four warps load K / V.
+    if (gathers_kv<T>() || threadIdx.x / 32 == 0) produce<T>(P, sh);
+    if constexpr (gathers_kv<T>()) cp_async_wait_all();
     if (threadIdx.x == 0) trace::role_exit(P.trace, 0);
     return;
   }

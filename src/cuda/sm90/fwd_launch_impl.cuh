@@ -64,9 +64,8 @@ cudaError_t launch_traced(const Sm90Params& P, dim3 grid, cudaStream_t stream, c
 }
 #endif
 
-template <typename Elem, int Dqk, int Dv, Tile kTile>
-cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream) {
-  using T = FwdTraits<Elem, Dqk, Dv, kTile>;
+template <class T>
+cudaError_t launch_traits(const Sm90Params& P, dim3 grid, cudaStream_t stream) {
   static std::atomic<bool> configured[64] = {};
   const cudaError_t err = ensure_smem_optin(reinterpret_cast<const void*>(fwd_kernel<T>), T::kSmemBytes, configured);
   if (err != cudaSuccess) return err;
@@ -86,10 +85,22 @@ cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+template <typename Elem, int Dqk, int Dv, Tile kTile>
+cudaError_t launch_instance(const Sm90Params& P, dim3 grid, cudaStream_t stream) {
+  return launch_traits<FwdTraits<Elem, Dqk, Dv, kTile>>(P, grid, stream);
+}
+
 template <int Dqk, int Dv = Dqk, Tile kTile = Tile::standard>
 cudaError_t launch_dims(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream) {
   return bf16 ? launch_instance<__nv_bfloat16, Dqk, Dv, kTile>(P, grid, stream)
               : launch_instance<__half, Dqk, Dv, kTile>(P, grid, stream);
+}
+
+// The gather instance of tile kTile at Dqk = Dv = D (FA4_SM90_PAGED_GATHER, fwd_gather.h).
+template <int D, Tile kTile>
+cudaError_t launch_gather_dims(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream) {
+  return bf16 ? launch_traits<GatherTraits<FwdTraits<__nv_bfloat16, D, D, kTile>>>(P, grid, stream)
+              : launch_traits<GatherTraits<FwdTraits<__half, D, D, kTile>>>(P, grid, stream);
 }
 
 }  // namespace

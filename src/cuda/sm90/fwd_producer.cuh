@@ -17,7 +17,9 @@ namespace fa4::cuda::sm90 {
 
 template <class T>
 __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& sh) {
-  const bool leader = ptx::elect_one_sync();
+  // (Gather instances, fwd_gather.cuh: all four producer warps run this, T::Gather loads K / V.)
+  constexpr bool kGather = requires { typename T::Gather; };
+  const bool leader = ptx::elect_one_sync() && (!kGather || threadIdx.x < 32);
   constexpr int kBlockN = T::kBlockN;
   constexpr int kQBytes = T::kBlockM * T::kDqk * 2;
   constexpr int kKBytes = kBlockN * T::kDqk * 2;
@@ -125,6 +127,11 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     // (Tile 0's coordinates are computed again for its V rather than kept across the Q load:
     // live there, they spilled in the producer's 24 registers.)
     auto load_kv0 = [&](bool k) {
+      if constexpr (kGather) {
+        T::Gather::load(P, sh, st, w, w.tile_at(0) * kBlockN, k);
+        if (!k) st.advance();  // (as load_v)
+        return;
+      }
       if (sub_pages) return load_pages(w.tile_at(0) * kBlockN, k);
       int row, bl;
       w.kv_coords(P.a, w.tile_at(0) * kBlockN, &row, &bl);
@@ -142,6 +149,12 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     }
     trace::stamp(tr, 0, tiles_done, trace::q_issued);
     for (int it = 1; it < n; ++it) {
+      if constexpr (kGather) {
+        T::Gather::load(P, sh, st, w, w.tile_at(it) * kBlockN, true);
+        T::Gather::load(P, sh, st, w, w.tile_at(it) * kBlockN, false);
+        st.advance();
+        continue;
+      }
       if (sub_pages) {
         load_pages(w.tile_at(it) * kBlockN, true), load_pages(w.tile_at(it) * kBlockN, false);
         continue;
