@@ -59,6 +59,55 @@ FA4_FP8_LAYOUT_FN Fp8RowCol wgmma_a8_coord(int lane, int r, int b) {
   return {lane / 4 + 8 * (r % 2), 16 * (r / 2) + 4 * (lane % 4) + b};
 }
 
+// ---- the V^T workspace of an fp8 call (written by fwd_fp8_vt.cu, read by the kernel's TMA) ----
+// e4m3 bytes [bl][hkv][dv][cols]: one row of `cols` key columns per (batch-like index, kv head,
+// value dim), keys permuted within each 32-key block (fp8_pv_key). A sequence's columns are
+// written from its first key up to a multiple of kFp8VtPad keys (the fp8 tiles' key block), zeros
+// past its last key, so every column a key tile reads is finite (P is 0 there, but 0 x NaN
+// garbage would not be). A row's byte stride `cols` is a multiple of 16 (TMA's rule).
+//   dense k / cache (bl = batch): sequence b at columns [0, ...) of batch-like index b (cache rows
+//     are gathered by cache_batch_idx into b's slot), cols = kv_slot rounded up to kFp8VtPad;
+//   varlen k (bl = 1): sequence b at column fp8_vt_col0(kv_a, b) = round_up(kv_a, 16) + 144 b
+//     (kv_a = cu_seqlens_k[b]): 16-byte aligned starts (the pre-pass's vector stores) and, for
+//     non-decreasing cu_seqlens_k, disjoint ranges -- sequence b ends before
+//     kv_a + sk + 15 + 127 + 144 b < fp8_vt_col0 of b + 1 (>= kv_a + sk + 144 (b + 1)) --,
+//     cols = round_up(Tk + 16 + 144 B, 16) > every range's end (kv_a + sk <= Tk).
+constexpr int kFp8VtPad = 128;
+constexpr int kFp8VtSeqGap = 144;  // >= kFp8VtPad - 1 + 15 (the start's rounding), a multiple of 16
+FA4_FP8_LAYOUT_FN int64_t fp8_vt_col0(int64_t kv_a, int64_t b) { return (kv_a + 15) / 16 * 16 + b * kFp8VtSeqGap; }
+
+struct Fp8VtLayout {
+  int64_t cols = 0;   // key columns of a row (bytes; a multiple of 16)
+  int64_t bl = 0;     // batch-like extent: batch (dense k, cache) or 1 (varlen k)
+  int64_t bytes = 0;  // the whole workspace: bl x hkv x dv x cols
+};
+// The layout of a call (varlen_k: k is packed [Tk, Hkv, D] with cu_seqlens_k; kv_slot: keys per
+// sequence slot of dense k / a cache; kv_rows0: k.shape[0], Tk when varlen). False when a size does
+// not fit int64 or the kernel's 32-bit TMA coordinates (columns, rows x heads < 2^31).
+inline bool fp8_vt_layout(bool varlen_k, int64_t batch, int64_t hkv, int64_t dv, int64_t kv_slot, int64_t kv_rows0,
+                          Fp8VtLayout* out) {
+  if (batch < 0 || hkv < 0 || dv < 0 || kv_slot < 0 || kv_rows0 < 0) return false;
+  int64_t cols = 0, bl = 0;
+  if (varlen_k) {
+    int64_t gaps = 0;
+    if (__builtin_mul_overflow(batch, int64_t{kFp8VtSeqGap}, &gaps) || __builtin_add_overflow(gaps, kv_rows0, &cols) ||
+        __builtin_add_overflow(cols, int64_t{16 + 15}, &cols))
+      return false;
+    cols = cols / 16 * 16;
+    bl = 1;
+  } else {
+    if (__builtin_add_overflow(kv_slot, int64_t{kFp8VtPad - 1}, &cols)) return false;
+    cols = cols / kFp8VtPad * kFp8VtPad;
+    bl = batch;
+  }
+  int64_t rows = 0, bytes = 0;
+  if (cols >= (int64_t{1} << 31) || __builtin_mul_overflow(hkv, dv, &rows) || rows >= (int64_t{1} << 31) ||
+      __builtin_mul_overflow(rows, bl, &bytes) || __builtin_mul_overflow(bytes, cols, &bytes))
+    return false;
+  out->cols = cols, out->bl = bl, out->bytes = bytes;
+  return true;
+}
+
 }  // namespace fa4::cuda::sm90
 
 #undef FA4_FP8_LAYOUT_FN

@@ -239,6 +239,22 @@
 #ifndef FA4_SM90_STAGES_D128
 #define FA4_SM90_STAGES_D128 2
 #endif
+//   FA4_SM90_FP8           1: all-fp8 (e4m3 q / k / v) prefill calls run on the sm90 kernel's fp8
+//                          instances (Tile::fp8: D 64 / 128 / 256) where the planner's automatic
+//                          choice would take sm90 (cuda/plan.cpp); 0: they stay on the sm80 kernel
+//                          unless FA4_CUDA_KERNEL=sm90 forces them. The instances are compiled
+//                          either way. Written without a GPU (branch gpu-fp8-sm90): 0 until the
+//                          device tests pass (docs/perf/sm90-notes.md says how to run them).
+#ifndef FA4_SM90_FP8
+#define FA4_SM90_FP8 0
+#endif
+// K / V^T ring stages of the fp8 tiles (their tiles are half the bytes of the 16-bit ones).
+#ifndef FA4_SM90_FP8_STAGES_D64
+#define FA4_SM90_FP8_STAGES_D64 3
+#endif
+#ifndef FA4_SM90_FP8_STAGES_D128
+#define FA4_SM90_FP8_STAGES_D128 3
+#endif
 
 namespace fa4::cuda::sm90 {
 
@@ -289,7 +305,15 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 // cost its prefill 3-4.5 % (H200 2026-12-05), though its SASS had no spill. D 128 and D 256: the
 // standard tile; D 64: two consumers (as short_masked). The planner takes the D 64 / 256 ones only
 // with FA4_SM90_SPLIT_KV_ALL_DIMS until they are measured.
-enum class Tile { standard, short_masked, long_keys, split_kv };
+// fp8: the e4m3 tile of all-fp8 prefill (FwdTraits<__nv_fp8_e4m3, ...>; D 64 / 128 / 256, equal
+// dims): Q / K tiles of e4m3 rows, V^T tiles from the call's pre-pass (fwd_fp8_vt.cu), 8-bit
+// wgmma (k32), bf16 output. Prefill only: no split-KV, no paged cache (cuda/plan.cpp).
+enum class Tile { standard, short_masked, long_keys, split_kv, fp8 };
+// Bytes of one Q / K / V element of a tile's instance.
+constexpr int elem_bytes(Tile t) { return t == Tile::fp8 ? 1 : 2; }
+// Columns of one swizzle chunk of the Q / K tiles (fwd_smem.cuh): a 128-byte swizzle row (64
+// 16-bit or 128 e4m3 elements); e4m3 rows of 64 bytes (D 64) are one 64-byte-swizzle chunk.
+constexpr int qk_chunk_cols(int dqk, Tile t) { return t != Tile::fp8 ? 64 : dqk <= 64 ? 64 : 128; }
 // Instances whose consumer index c is broadcast from lane 0 (fwd_kernel.cuh): ptxas then keeps
 // c-derived values uniform -- the Q descriptors of S = Q K^T, which otherwise sit in vector
 // registers and take two R2UR before each wgmma (16 per D 128 tile; ncu 2026-12-03, FA3 has none).
@@ -316,12 +340,24 @@ constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
-         (t == Tile::split_kv && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256));
+         ((t == Tile::split_kv || t == Tile::fp8) && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256));
 }
 
 constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
   // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma
   // N sizes the wrappers provide (sm90_ptx.cuh).
+  if (t == Tile::fp8) {
+    // The 16-bit tiles' rows and warpgroups with 128-key tiles everywhere: a V^T tile is then
+    // [Dv rows][128 keys] = one 128-byte swizzle row per dim, the K-major B operand of the P V
+    // wgmma, loaded like a K tile (and the pre-pass pads each sequence to 128 keys). Shared
+    // memory (smem_bytes, + O's bf16 staging tile): D 64 3 consumers 12 + 3 x (8 + 8) + 24 KB;
+    // D 128 16 + 3 x (16 + 16) + 32 KB; D 256 32 + 2 x (32 + 32) + 64 KB = 224 KB of the 227.
+    // Registers per consumer thread: S 64 + O Dv / 2 + P 16 (e4m3: 128 keys / 8) -- D 256 208 of
+    // 240, as FA3's 128 x 128 fp8 D 256 tile; D 64 112 of 160.
+    if (dqk <= 64) return {3, 128, FA4_SM90_FP8_STAGES_D64};
+    if (dqk <= 128) return {2, 128, FA4_SM90_FP8_STAGES_D128};
+    return {2, 128, 2};
+  }
   if (dqk <= 64) {
     // (split_kv: two consumers as short_masked -- decode tiles have few rows, and the merge
     // inlined into the three-consumer tile spilled its key loop)
@@ -348,7 +384,7 @@ constexpr int kSmemLimit = 227 * 1024;  // the opt-in shared memory of one sm_90
 // equality with sizeof).
 constexpr int smem_bytes_without_o(int dqk, int dv, Tile t = Tile::standard) {
   const TileCfg c = tile_cfg(dqk, dv, t);
-  return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * 2 + 1024 + 1024;
+  return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * elem_bytes(t) + 1024 + 1024;
 }
 // The epilogue stages O in its own buffer where it fits: then Q of the next tile loads as soon as
 // the last S = Q K^T of the current one is done, under its last P V and epilogue. Otherwise
