@@ -23,14 +23,14 @@ MapElem elem16(bool bf16) { return {bf16 ? TmaElem::bf16 : TmaElem::f16, 64, Tma
 MapElem elem8(uint32_t box_cols) { return {TmaElem::u8, box_cols, box_cols == 64 ? TmaSwizzle::b64 : TmaSwizzle::b128}; }
 
 // One 4-d map (fwd_params.h): (cols, heads, rows, batch-like) with element strides (head, row,
-// batch-like); boxes of e.box_cols columns x box_heads heads x box_rows rows. Extent-1 dimensions get a placeholder stride
+// batch-like); boxes of me.box_cols columns x box_heads heads x box_rows rows. Extent-1 dimensions get a placeholder stride
 // (never stepped, but TMA still wants a 16-byte multiple).
-bool encode(CUtensorMap* m, const void* base, MapElem e, int64_t cols, int64_t heads, int64_t rows, int64_t bl,
+bool encode(CUtensorMap* m, const void* base, MapElem me, int64_t cols, int64_t heads, int64_t rows, int64_t bl,
             int64_t s_head, int64_t s_row, int64_t s_bl, uint32_t box_heads, uint32_t box_rows, const char* name,
             std::string* why) {
   TmaTiledDesc d;
   d.base = base;
-  d.elem = e.elem;
+  d.elem = me.elem;
   d.rank = 4;
   const int64_t ext[4] = {cols, heads, rows, bl};
   const int64_t st[3] = {s_head, s_row, s_bl};
@@ -42,11 +42,11 @@ bool encode(CUtensorMap* m, const void* base, MapElem e, int64_t cols, int64_t h
     d.dims[i] = static_cast<uint64_t>(ext[i]);
   }
   for (int i = 0; i < 3; ++i) {
-    const int64_t bytes = st[i] * e.bytes();
+    const int64_t bytes = st[i] * me.bytes();
     d.strides_bytes[i] = ext[i + 1] == 1 ? 16 : (bytes > 0 ? static_cast<uint64_t>(bytes) : 1);  // 1: rejected below
   }
-  d.box[0] = e.box_cols, d.box[1] = box_heads, d.box[2] = box_rows, d.box[3] = 1;
-  d.swizzle = e.swizzle;
+  d.box[0] = me.box_cols, d.box[1] = box_heads, d.box[2] = box_rows, d.box[3] = 1;
+  d.swizzle = me.swizzle;
   std::string e;
   if (!encode_tma_tiled(m, d, &e)) {
     if (why) *why = std::string(name) + ": " + e;
@@ -131,16 +131,16 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
   if (!has_tile(tile, dims.dqk, dims.dv)) return cudaErrorInvalidValue;
   switch (dims.dqk) {
     case 64:
-      if (tile == Tile::fp8) return launch_fwd_fp8_d64(P, grid, stream);
+      if (tile == Tile::fp8) return launch_fwd_d64_fp8(P, grid, stream);
       if (tile == Tile::split_kv) return launch_fwd_d64_split_kv(P, bf16, grid, stream);
       return tile == Tile::short_masked ? launch_fwd_d64_short_masked(P, bf16, grid, stream)
                                         : launch_fwd_d64(P, bf16, grid, stream);
     case 128:
-      if (tile == Tile::fp8) return launch_fwd_fp8_d128(P, grid, stream);
+      if (tile == Tile::fp8) return launch_fwd_d128_fp8(P, grid, stream);
       return tile == Tile::split_kv ? launch_fwd_d128_split_kv(P, bf16, grid, stream) : launch_fwd_d128(P, bf16, grid, stream);
     case 192: return launch_fwd_d192_128(P, bf16, grid, stream);
     case 256:
-      if (tile == Tile::fp8) return launch_fwd_fp8_d256(P, grid, stream);
+      if (tile == Tile::fp8) return launch_fwd_d256_fp8(P, grid, stream);
       if (tile == Tile::split_kv) return launch_fwd_d256_split_kv(P, bf16, grid, stream);
       return tile == Tile::long_keys ? launch_fwd_d256_long_keys(P, bf16, grid, stream)
                                      : launch_fwd_d256(P, bf16, grid, stream);

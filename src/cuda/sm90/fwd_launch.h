@@ -35,9 +35,9 @@ cudaError_t launch_fwd_d128_split_kv(const Sm90Params& P, bool bf16, dim3 grid, 
 cudaError_t launch_fwd_d256_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d192_128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
-cudaError_t launch_fwd_fp8_d64(const Sm90Params& P, dim3 grid, cudaStream_t stream);
-cudaError_t launch_fwd_fp8_d128(const Sm90Params& P, dim3 grid, cudaStream_t stream);
-cudaError_t launch_fwd_fp8_d256(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d64_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d256_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 
 // The fp8 call's V^T pre-pass (fwd_fp8_vt.cu): writes V^T of every sequence of `a` (e4m3 v) into
 // `vt`, laid out as `vl` says (fp8_layout.h), on `stream`, before the attention kernel reads it.
