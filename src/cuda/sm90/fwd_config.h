@@ -5,9 +5,10 @@
 // head). K and V stream through separate mbarrier rings of `stages` slots of block_n keys.
 //
 // Registers per consumer thread (fp32 accumulators): S = block_n / 2, O = Dv / 2, P (16-bit A
-// fragments) = block_n / 4, inside the setmaxnreg budget of fwd_schedule.h (240 with two
-// consumers, 160 with three).
-// Shared memory = (block_m * Dqk + stages * block_n * (Dqk + Dv)) * 2 bytes + barriers.
+// fragments) = block_n / 4 (e4m3: block_n / 8), inside the setmaxnreg budget of fwd_schedule.h
+// (240 with two consumers, 160 with three).
+// Shared memory = (block_m * Dqk + stages * block_n * (Dqk + Dv)) * element bytes (2; e4m3 1)
+// + barriers (+ the 16-bit O staging tile where it fits: separate_o).
 #pragma once
 
 // Ablation switches (docs/perf/sm90-notes.md): each FA4 idea can be built out, to measure what it
