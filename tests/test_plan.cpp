@@ -370,7 +370,8 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::long_keys, 128, 128));
   // Split-KV launches run the instance that merges its own splits: D 128's and D 256's have the
   // standard tile's shape and shared memory, D 64's two consumers (short_masked's shape); the
-  // (192, 128) pair has none. D 64 / 256 take theirs only with FA4_SM90_SPLIT_KV_ALL_DIMS.
+  // (192, 128) pair has none. D 64 takes its split_kv tile at every row count, D 256 at <= 8 rows
+  // per tile (sm90::split_kv_pays, measured), or always with FA4_SM90_SPLIT_KV_ALL_DIMS.
   using fa4::cuda::sm90::tile_cfg;
   for (int d : {64, 128, 256}) {
     EXPECT_TRUE(fa4::cuda::sm90::has_tile(Tile::split_kv, d, d)) << d;
@@ -382,8 +383,10 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   EXPECT_EQ(fa4::cuda::sm90::smem_bytes(256, 256, Tile::split_kv), fa4::cuda::sm90::smem_bytes(256, 256, Tile::standard));
   EXPECT_EQ(tile_cfg(64, 64, Tile::split_kv).block_m(), tile_cfg(64, 64, Tile::short_masked).block_m());
   EXPECT_EQ(tile_cfg(64, 64, Tile::split_kv).block_n, tile_cfg(64, 64, Tile::standard).block_n);
-  auto decode = [](int64_t d, int32_t splits) {
-    return Planned({.batch = 1, .hq = 32, .hkv = 8, .dqk = d, .dv = d, .sq = 1, .sk = 8192, .num_splits = splits}).on(h200_auto());
+  // B 1 decode, 32/8 (PackGQA: sq x 4 rows per kv head).
+  auto decode = [](int64_t d, int32_t splits, int64_t sq = 1) {
+    return Planned({.batch = 1, .hq = 32, .hkv = 8, .dqk = d, .dv = d, .sq = sq, .sk = 8192, .num_splits = splits})
+        .on(h200_auto());
   };
   const Plan split128 = decode(128, 0);
   EXPECT_EQ(split128.kernel, Kernel::sm90);
@@ -391,17 +394,25 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   EXPECT_EQ(std::make_tuple(split128.sm90_tile, split128.m, split128.n),
             std::make_tuple(FA4_SM90_FUSED_COMBINE ? Tile::split_kv : Tile::standard, 128, 128));
   EXPECT_EQ(decode(128, 1).sm90_tile, Tile::standard);  // one split: nothing to merge
-  for (int64_t d : {64, 256}) {
-    const Plan pl = decode(d, 0);
-    EXPECT_GT(pl.splits, 1) << d;
-    if (FA4_SM90_FUSED_COMBINE && FA4_SM90_SPLIT_KV_ALL_DIMS) {
+  // (d, sq): rows 4 / 16 / 32; whether the split_kv tile runs.
+  for (auto [d, sq, takes] : {std::tuple{64, 1, true}, std::tuple{64, 8, true}, std::tuple{256, 1, true},
+                              std::tuple{256, 2, true}, std::tuple{256, 4, bool(FA4_SM90_SPLIT_KV_ALL_DIMS)},
+                              std::tuple{256, 8, bool(FA4_SM90_SPLIT_KV_ALL_DIMS)}}) {
+    const Plan pl = decode(d, 0, sq);
+    EXPECT_EQ(pl.kernel, Kernel::sm90) << d << " " << sq;
+    EXPECT_GT(pl.splits, 1) << d << " " << sq;
+    EXPECT_EQ(pl.rows, sq * 4) << d << " " << sq;
+    if (FA4_SM90_FUSED_COMBINE && takes) {
       // Planned on the split_kv tile: 128 rows (D 64: two consumers, not the standard three).
       EXPECT_EQ(std::make_tuple(pl.sm90_tile, pl.m, pl.n),
-                std::make_tuple(Tile::split_kv, 128, tile_cfg(d, d, Tile::split_kv).block_n)) << d;
+                std::make_tuple(Tile::split_kv, 128, tile_cfg(d, d, Tile::split_kv).block_n)) << d << " " << sq;
     } else {
-      EXPECT_NE(pl.sm90_tile, Tile::split_kv) << d;
+      EXPECT_NE(pl.sm90_tile, Tile::split_kv) << d << " " << sq;
     }
   }
+  static_assert(fa4::cuda::sm90::split_kv_pays(64, 1 << 20) && fa4::cuda::sm90::split_kv_pays(128, 1 << 20));
+  static_assert(fa4::cuda::sm90::split_kv_pays(256, 8));
+  static_assert(!fa4::cuda::sm90::split_kv_pays(192, 1));
 }
 
 // Persistent CTAs: at most one per SM, walking the tile grid; a causal schedule groups the

@@ -534,13 +534,13 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   };
   plan_tile(sm90_tile(pb, d));
   // A split-KV launch runs the split_kv instance of its dims, which merges the splits
-  // (sm90::fused_merge; cuda/backend.cpp then launches no combine kernel): D 128, and D 64 / 256
-  // with FA4_SM90_SPLIT_KV_ALL_DIMS. Its tile may differ from the one chosen (D 64's standard
+  // (sm90::fused_merge; cuda/backend.cpp then launches no combine kernel) where it measured
+  // faster (sm90::split_kv_pays: D 64 / 128, D 256 at <= 8 rows). Its tile may differ from the one chosen (D 64's standard
   // tile has three consumers, D 256's long_keys tile 80 keys), so the problem is planned again
   // on it, kept only if it still splits; in a paged cache only where its key block fits the pages.
   const sm90::Tile chosen = pl.sm90_tile;
   if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv) &&
-      (d.dqk == 128 || FA4_SM90_SPLIT_KV_ALL_DIMS) &&
+      sm90::split_kv_pays(d.dqk, pl.rows) &&
       (pb.kv != core::KvLayout::paged ||
        sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, sm90::Tile::split_kv).block_n))) {
     plan_tile(sm90::Tile::split_kv);

@@ -11,6 +11,8 @@
 // + barriers (+ the 16-bit O staging tile where it fits: separate_o).
 #pragma once
 
+#include <cstdint>
+
 // Ablation switches (docs/perf/sm90-notes.md): each FA4 idea can be built out, to measure what it
 // is worth (bench/stage_sm90_variant.sh builds such a libfa4 beside the main one).
 //   FA4_SM90_PINGPONG      1: the consumers take turns issuing GEMMs (named barriers)
@@ -131,9 +133,10 @@
 //                          tiles (an empty last split) where 8 / 16 splits run 2 / 4 (host probe,
 //                          2026-12-05). Not yet run on a GPU: 0 until an A/B
 //                          (bench/stage_sm90_variant.sh ts -DFA4_SM90_TILE_SPLITS=1).
-//   FA4_SM90_SPLIT_KV_ALL_DIMS  1: split-KV launches at D 64 / 256 run their split_kv instances
-//                          (the in-kernel merge) too; 0: the combine kernel merges them. Compiled
-//                          either way (CI builds them); not yet run on a GPU: 0 until an A/B.
+//   FA4_SM90_SPLIT_KV_ALL_DIMS  1: split-KV launches at D 256 run their split_kv instance (the
+//                          in-kernel merge) at any row count; 0: only where it measured faster
+//                          (split_kv_pays below). An ablation switch (test_plan_switches plans
+//                          with it on).
 #ifndef FA4_SM90_SPLIT_KV_ALL_DIMS
 #define FA4_SM90_SPLIT_KV_ALL_DIMS 0
 #endif
@@ -304,8 +307,8 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 // split_kv: the tile of a split-KV launch, with the in-kernel merge of the splits compiled in
 // (fused_merge) -- an instance of its own: compiled into the standard instance, the merge's call
 // cost its prefill 3-4.5 % (H200 2026-12-05), though its SASS had no spill. D 128 and D 256: the
-// standard tile; D 64: two consumers (as short_masked). The planner takes the D 64 / 256 ones only
-// with FA4_SM90_SPLIT_KV_ALL_DIMS until they are measured.
+// standard tile; D 64: two consumers (as short_masked). Where a split launch takes it:
+// split_kv_pays.
 // fp8: the e4m3 tile of all-fp8 prefill (FwdTraits<__nv_fp8_e4m3, ...>; D 64 / 128 / 256, equal
 // dims): Q / K tiles of e4m3 rows, V^T tiles from the call's pre-pass (fwd_fp8_vt.cu), 8-bit
 // wgmma (k32), bf16 output. Prefill only: no split-KV, no paged cache (cuda/plan.cpp).
@@ -315,6 +318,17 @@ constexpr int elem_bytes(Tile t) { return t == Tile::fp8 ? 1 : 2; }
 // Columns of one swizzle chunk of the Q / K tiles (fwd_smem.cuh): a 128-byte swizzle row (64
 // 16-bit or 128 e4m3 elements); e4m3 rows of 64 bytes (D 64) are one 64-byte-swizzle chunk.
 constexpr int qk_chunk_cols(int dqk, Tile t) { return t != Tile::fp8 ? 64 : dqk <= 64 ? 64 : 128; }
+// Whether a split-KV launch of these head dims with `rows` tile rows per (batch, grid head)
+// (Plan::rows) runs the split_kv instance rather than its chosen tile + the combine kernel.
+// Same-run A/B on an H100 (2026-12-05, docs/perf/h100-2026-12-05b-session.md; decode B 1 / 4 / 32,
+// 32/8 and 64/8, Sq 1 / 4, kv 2k-32k, contiguous and page 64): D 64 +2-12 % at B 1 / 4 at every
+// row count (the two-consumer tile beside the combine kernel's extra launch), B 32 1.00; D 256
+// +1-7 % at <= 8 rows but 0.88-0.98 at 16 and 0.70-0.90 at 32 (B 1): its consumer keeps 16 local
+// ops against the standard tile's 12, and with more rows per tile the merge's row passes grow.
+constexpr bool split_kv_pays(int dqk, int64_t rows) {
+  if (dqk == 256) return FA4_SM90_SPLIT_KV_ALL_DIMS || rows <= 8;
+  return dqk == 64 || dqk == 128;
+}
 // Instances whose consumer index c is broadcast from lane 0 (fwd_kernel.cuh): ptxas then keeps
 // c-derived values uniform -- the Q descriptors of S = Q K^T, which otherwise sit in vector
 // registers and take two R2UR before each wgmma (16 per D 128 tile; ncu 2026-12-03, FA3 has none).
