@@ -897,9 +897,9 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
 
 // e4m3 inputs run the sm80 kernel's fp8 instances (with their own shared memory: fwd_configs.h
 // smem_bytes_fp8: 16-bit Q + one 16-bit K / V tile + paged ring (+ pair_dv area), then the e4m3
-// ring, the per-token factors and their paged ring; no compact tile) -- except all-fp8 prefill on
-// a compute capability 9.0 device under FA4_CUDA_KERNEL=sm90, or automatically with
-// FA4_SM90_FP8 (Sm90Fp8Tile); fp8 KV caches always.
+// ring, the per-token factors and their paged ring; no compact tile) -- except all-fp8 calls the
+// sm90 fp8 tile takes on a compute capability 9.0 device: under FA4_CUDA_KERNEL=sm90, and
+// automatically with FA4_SM90_FP8, the default (Sm90Fp8Tile); fp8 KV caches always.
 TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
   using fa4::cuda::sm80::Fp8;
   const Shape big{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096};
@@ -1018,15 +1018,37 @@ TEST(CudaPlan, Sm90Fp8Tile) {
   EXPECT_EQ(dec.kernel, Kernel::sm90);
   EXPECT_EQ(dec.splits, 1);
   EXPECT_EQ(dec.workspace, static_cast<size_t>(8 * 128 * 8192));
-  // The automatic choice: with FA4_SM90_FP8 where the grid fills the device, else sm80.
-  EXPECT_EQ(Planned({.dtype = DType::float8_e4m3, .batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096})
-                .on(h200_auto())
-                .kernel,
-            FA4_SM90_FP8 ? Kernel::sm90 : Kernel::sm80);
-  EXPECT_EQ(Planned({.dtype = DType::float8_e4m3, .batch = 1, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192})
-                .on(h200_auto())
-                .kernel,
-            Kernel::sm80);
+  // The automatic choice (FA4_SM90_FP8, the default; else sm80): sm90 for every call it supports,
+  // unless sm80's heuristic splits it over more SMs than the unsplit sm90 grid's tiles times the
+  // fp8 tile's speed per SM (D 64 2.0, D 128 2.8, D 256 5.9; cuda/plan.cpp sm90_fp8_pays): full
+  // grids, small grids over short keys and small grids that sm80 splits into fewer busy SMs run
+  // sm90; few tiles over long keys and decode run sm80.
+  struct Auto {
+    Shape s;
+    int sm80_splits;  // the sm80 plan's split count (H200: 132 SMs)
+    bool sm90;
+  };
+  const Auto autos[] = {
+      {{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096}, 1, true},
+      {{.batch = 1, .hq = 2, .hkv = 2, .sq = 128, .sk = 128}, 1, true},    // 2 tiles, no split
+      {{.batch = 1, .hq = 8, .hkv = 8, .sq = 1024, .sk = 1024}, 4, true},  // 64 tiles x 2.8 >= 132 SMs
+      {{.batch = 1, .hq = 8, .hkv = 8, .sq = 512, .sk = 8192}, 7, false},  // 32 tiles x 2.8 < 132
+      {{.batch = 1, .hq = 8, .hkv = 8, .dqk = 256, .dv = 256, .sq = 512, .sk = 4096}, 2, true},  // 32 x 5.9
+      {{.batch = 1, .hq = 4, .hkv = 4, .dqk = 256, .dv = 256, .sq = 512, .sk = 8192}, 4, false},  // 16 x 5.9
+      {{.batch = 1, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192}, 29, false},  // decode: 8 packed tiles
+      {{.batch = 1, .hq = 32, .hkv = 8, .dqk = 64, .dv = 64, .sq = 4, .sk = 8192}, 55, false},
+  };
+  for (const Auto& a : autos) {
+    Shape sh = a.s;
+    sh.dtype = DType::float8_e4m3;
+    SCOPED_TRACE(std::to_string(sh.dqk) + " " + std::to_string(sh.sq) + " x " + std::to_string(sh.sk));
+    EXPECT_EQ(Planned(sh).on(h200()).splits, a.sm80_splits);
+    const Plan pl = Planned(sh).on(h200_auto());
+    EXPECT_EQ(pl.kernel, FA4_SM90_FP8 && a.sm90 ? Kernel::sm90 : Kernel::sm80);
+    if (pl.kernel == Kernel::sm90) {
+      EXPECT_EQ(std::make_tuple(pl.sm90_tile, pl.splits), std::make_tuple(fa4::cuda::sm90::Tile::fp8, 1));
+    }
+  }
 }
 
 // The V^T workspace layout (sm90/fp8_layout.h): dense rows of whole 128-key tiles; varlen

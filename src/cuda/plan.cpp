@@ -196,6 +196,30 @@ bool sm80_takes_decode(const Problem& pb, const DeviceLimits& dl) {
   return pb.batch * (pack ? pb.hkv : pb.hq) >= dl.sms;
 }
 
+Plan plan_sm80(const Problem& pb, const DeviceLimits& dl);
+Plan plan_sm90(const Problem& pb, const DeviceLimits& dl);
+
+// All-fp8 calls the sm90 fp8 tile supports run there, except where sm80's fp8 instances would
+// split them over SMs the unsplit sm90 grid leaves idle, more than the tile's speed makes up for.
+// Per SM the tile ran 2.0-13x sm80's fp8 path (H100 2026-12-05, full grids, S 1k-16k, causal or
+// not: docs/perf/h100-2026-12-05b-session.md), at least 2.0x at D 64 (causal S 1k: 242 / 118
+// TFLOP/s), 2.8x at D 128 (370 / 130), 5.9x at D 256 (442 / 74). With W the call's work, the
+// sm90 grid takes ~W / (min(tiles, SMs) x that speed), sm80's split grid ~W / min(CTAs, SMs)
+// (sm80 speed units; its combine kernel left out, in sm80's favour): a small grid stays on sm90
+// unless sm80's split keeps that many more SMs busy -- decode-shaped calls (few tiles, tens of
+// splits), where the V^T pre-pass would also triple V's memory traffic. (The tile's partial-grid
+// speed is not measured yet; a full grid or an unsplit sm80 plan always takes sm90.)
+double sm90_fp8_speed_over_sm80(int dqk) { return dqk <= 64 ? 2.0 : dqk <= 128 ? 2.8 : 5.9; }
+bool sm90_fp8_pays(const Problem& pb, const DeviceLimits& dl) {
+  const Plan s80 = plan_sm80(pb, dl);
+  if (s80.splits <= 1) return true;
+  const Plan s90 = plan_sm90(pb, dl);
+  const auto busy = [&](const Plan& pl) {
+    return static_cast<double>(std::min<int64_t>(pl.grid.x * pl.grid.y * pl.grid.z, dl.sms));
+  };
+  return busy(s90) * sm90_fp8_speed_over_sm80(s90.dqk) >= busy(s80);
+}
+
 bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
   switch (k) {
     case Kernel::sm90: return sm90_supports(pb, dl);
@@ -207,11 +231,11 @@ bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
 
 // The preference where it applies, else sm90 where it applies, else the kernel of the dtype:
 // simt for float32, sm80 for 16-bit and e4m3 inputs. All-fp8 calls take sm90's fp8 tile
-// automatically only with FA4_SM90_FP8 and where its grid fills the device (prefill: it does not
-// split); FA4_CUDA_KERNEL=sm90 takes it wherever it supports the call.
+// wherever it supports them and sm80 would not split them more than it pays (sm90_fp8_pays; with
+// FA4_SM90_FP8, the default); FA4_CUDA_KERNEL=sm90 takes it wherever it supports the call.
 Kernel choose_kernel(const Problem& pb, const DeviceLimits& dl) {
   if (dl.prefer && supports(*dl.prefer, pb, dl)) return *dl.prefer;
-  if (is_fp8_all(pb)) return FA4_SM90_FP8 && sm90_supports(pb, dl) && sm90_fills_device(pb, dl) ? Kernel::sm90 : Kernel::sm80;
+  if (is_fp8_all(pb)) return FA4_SM90_FP8 && sm90_supports(pb, dl) && sm90_fp8_pays(pb, dl) ? Kernel::sm90 : Kernel::sm80;
   if (sm90_supports(pb, dl)) {
     if (!FA4_SM90_DECODE && sm90_fills_device(pb, dl)) return Kernel::sm90;
     if (FA4_SM90_DECODE && !sm80_takes_decode(pb, dl)) return Kernel::sm90;

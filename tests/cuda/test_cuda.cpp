@@ -1013,8 +1013,10 @@ TEST(CudaBackend, NanInputsGiveNanRowsWithAndWithoutSplits) {
 // the factors act in fp32 on S and P, as the cpu backend's do). Appends into an fp8 cache are
 // compared bytewise with the reference's quantization (compare_runs: caches equal). The planner
 // routes fp8 caches to sm80 under any FA4_CUDA_KERNEL, and all-fp8 calls too except unsplit,
-// unpaged ones under FA4_CUDA_KERNEL=sm90 (or a FA4_SM90_FP8 build) on an sm_90 device: those
-// run the sm90 kernel's fp8 tile (Sm90Fp8Prefill below).
+// unpaged ones on an sm_90 device: those run the sm90 kernel's fp8 tile (Sm90Fp8Prefill below)
+// under FA4_CUDA_KERNEL=sm90, and automatically (FA4_SM90_FP8, the default) unless sm80 would
+// split them over many more SMs (cuda/plan.cpp sm90_fp8_pays). All-fp8 lse rows have the fp8
+// accumulator's bound (gpu_tol).
 
 // The fp8 kind of case k (0: all-fp8 with descales, 1: all-fp8 without, 2-4: fp8 cache with
 // factors absent / per head / per token) and its 16-bit q type.
@@ -1225,7 +1227,8 @@ TEST(CudaBackend, Fp8SpecialValues) {
 // descales or none, outlier rows. NaN fills the keys past every sequence's length (the pre-pass
 // must not carry them into V^T). Every case is planned first: under FA4_CUDA_KERNEL=sm90 each
 // must run on sm90 (else the test fails); without the preference the planner's automatic choice
-// (sm80 unless the library was built with FA4_SM90_FP8=1) runs them, and the count says so.
+// runs them (sm90 for most; sm80 where its split pays, or everywhere in a FA4_SM90_FP8=0 build),
+// and the count says so.
 // Skipped, with the reason, where the device is not compute capability 9.0 (no sm_90a image).
 // FA4_TEST_FP8_DIMS=128,96 (say) runs the cases of those head dims only (a sanitizer's budget).
 bool sm90_device(std::string* why) {
@@ -1334,7 +1337,7 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
   std::printf("Sm90Fp8Prefill: %d of %d cases on the sm90 kernel (FA4_CUDA_KERNEL=%s)%s\n", on_sm90, total,
               forced ? "sm90" : preferred_kernel().empty() ? "auto" : preferred_kernel().c_str(),
               forced || on_sm90 > 0 ? ""
-                                    : "; none: run it under FA4_CUDA_KERNEL=sm90, or on a FA4_SM90_FP8=1 build, to test the sm90 fp8 tile");
+                                    : "; none: run it under FA4_CUDA_KERNEL=sm90 (or a FA4_SM90_FP8=1 build) to test the sm90 fp8 tile");
 }
 
 // ---------------------------------------------------------------- float32 (src/cuda/simt)

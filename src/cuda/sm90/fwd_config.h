@@ -243,14 +243,15 @@
 #ifndef FA4_SM90_STAGES_D128
 #define FA4_SM90_STAGES_D128 2
 #endif
-//   FA4_SM90_FP8           1: all-fp8 (e4m3 q / k / v) prefill calls run on the sm90 kernel's fp8
-//                          instances (Tile::fp8: D 64 / 128 / 256) where the planner's automatic
-//                          choice would take sm90 (cuda/plan.cpp); 0: they stay on the sm80 kernel
-//                          unless FA4_CUDA_KERNEL=sm90 forces them. The instances are compiled
-//                          either way. Written without a GPU (branch gpu-fp8-sm90): 0 until the
-//                          device tests pass (docs/perf/sm90-notes.md says how to run them).
+//   FA4_SM90_FP8           1: all-fp8 (e4m3 q / k / v) calls the fp8 instances support (Tile::fp8:
+//                          D 64 / 128 / 256, not paged, not split) run on them automatically
+//                          unless sm80 would split them more than the tile's speed makes up for
+//                          (cuda/plan.cpp sm90_fp8_pays); 0: they stay on the sm80 kernel unless
+//                          FA4_CUDA_KERNEL=sm90 forces them. H100 2026-12-05: device tests and
+//                          sanitizers clean, 2.0-13x sm80's fp8 path, 0.73-1.17 of FA3's fp8
+//                          (docs/perf/h100-2026-12-05b-session.md): 1.
 #ifndef FA4_SM90_FP8
-#define FA4_SM90_FP8 0
+#define FA4_SM90_FP8 1
 #endif
 // K / V^T ring stages of the fp8 tiles (their tiles are half the bytes of the 16-bit ones).
 #ifndef FA4_SM90_FP8_STAGES_D64
