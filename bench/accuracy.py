@@ -19,7 +19,9 @@ above are drawn in bf16 and quantized to e4m3 with one factor per (batch, kv hea
 (bench/peers.py quantize_e4m3: FA3's descale convention); the reference is computed in float64
 from the same e4m3 values times their factors, so it measures the kernels, not the quantization:
   e4m3      q / k / v all e4m3 with q / k / v_descale [B, Hkv], out bf16: fa4 against FA3's fp8
-            path (DESIGN.md §4: rel-L2 <= 5e-2, cosine >= 0.999; the goal: fa4 no worse than FA3)
+            path (DESIGN.md §4: rel-L2 <= 5e-2, cosine >= 0.999; the goal: fa4 no worse than FA3),
+            and the LSE of both against the fp64 reference's (max abs): on Hopper's fp8 wgmma the
+            scores carry the accumulator's ~13-bit sums, which O divides out and the LSE keeps
   fp8 KV    bf16 or fp16 q, e4m3 k / v with k / v_descale per (batch, kv head) [B, Hkv] or per
             token [B, S, Hkv]; Sq = S and Sq = 1 (decode: the last query row); fa4 only (FA3
             takes no mixed dtypes); bounds: q's 16-bit ones (DESIGN.md §4)
@@ -68,11 +70,13 @@ def make_inputs(dtype, d, s, dist, device, b=2, h=4, seed=0):
     return tuple(x.to(dt).to(device) for x in (q, k, v))
 
 
-def reference(q, k, v, causal):
-    """float64 softmax(QK^T * scale + mask) V, BSHD in and out, bottom-right causal (Sq == Sk)."""
+def reference(q, k, v, causal, with_lse=False):
+    """float64 softmax(QK^T * scale + mask) V, BSHD in and out, bottom-right causal (Sq == Sk);
+    with_lse: (out, lse [B, H, Sq], natural log of the row's sum of exp(scale q.k))."""
     qd, kd, vd = (x.double().transpose(1, 2) for x in (q, k, v))  # B H S D
     scale = 1.0 / math.sqrt(q.shape[-1])
     out = torch.empty_like(qd)
+    lse = torch.empty(qd.shape[:3], dtype=torch.float64, device=q.device)
     for i0 in range(0, qd.shape[2], 512):  # row blocks bound the fp64 score matrix
         sc = torch.matmul(qd[:, :, i0:i0 + 512], kd.transpose(-1, -2)) * scale
         if causal:
@@ -80,7 +84,8 @@ def reference(q, k, v, causal):
             j = torch.arange(kd.shape[2], device=q.device)[None, :]
             sc = sc.masked_fill(j > i + (kd.shape[2] - qd.shape[2]), float("-inf"))
         out[:, :, i0:i0 + 512] = torch.matmul(torch.softmax(sc, dim=-1), vd)
-    return out.transpose(1, 2)
+        lse[:, :, i0:i0 + 512] = torch.logsumexp(sc, dim=-1)
+    return (out.transpose(1, 2), lse) if with_lse else out.transpose(1, 2)
 
 
 def errors(o, ref):
@@ -95,6 +100,16 @@ def fp8_errors(o, ref):
     od, rd = o.double().flatten(), ref.flatten()
     e["cos"] = (od @ rd / (torch.linalg.vector_norm(od) * torch.linalg.vector_norm(rd))).item()
     return e
+
+
+def lse_error(lse, ref_lse):
+    """Max abs error of an implementation's lse [B, H, Sq] against the reference's (rows with a
+    finite reference; a non-finite lse there counts as inf), or None without an lse."""
+    if lse is None:
+        return None
+    fin = torch.isfinite(ref_lse)
+    d = (lse.double() - ref_lse)[fin].abs()
+    return d.max().item() if d.numel() else 0.0
 
 
 def within_bounds(dtype, e):
@@ -156,23 +171,40 @@ def implementations(args):
     return impls
 
 
+def fa3_out_lse(fa3, q, k, v, **kw):
+    """FA3's (out, softmax_lse [B, H, Sq]): newer flash_attn_func returns the lse only with
+    return_attn_probs=True, older ones always (out, lse, ...); lse None if neither gives it."""
+    try:
+        r = fa3.flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+    except TypeError:  # no such argument
+        r = fa3.flash_attn_func(q, k, v, **kw)
+    if isinstance(r, (tuple, list)):
+        return r[0], (r[1] if len(r) > 1 and torch.is_tensor(r[1]) else None)
+    return r, None
+
+
 def fp8_implementations(args):
-    """name -> fn(q, k, v, causal, descales) returning BSHD out (bf16 for e4m3 q, else q's dtype),
-    or None where the implementation does not take the inputs (FA3: no fp8 KV under 16-bit q)."""
+    """name -> fn(q, k, v, causal, descales) returning (BSHD out (bf16 for e4m3 q, else q's dtype),
+    lse [B, H, Sq] or None), or None where the implementation does not take the inputs (FA3: no
+    fp8 KV under 16-bit q)."""
     if args.cpu_smoke:
         import fa4
-        return {"fa4_cpu": lambda q, k, v, c, ds: fa4.attention(q, k, v, causal=c, backend="cpu", **ds)}
+        return {"fa4_cpu": lambda q, k, v, c, ds: fa4.attention(q, k, v, causal=c, backend="cpu", return_lse=True,
+                                                                **ds)}
     peers = _peers()
     lib = peers.Fa4(os.path.abspath(args.lib))
 
     def run_fa4(q, k, v, c, ds):
         out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
         out = torch.full(q.shape[:-1] + v.shape[-1:], float("nan"), dtype=out_dtype, device=q.device)  # poisoned
-        lib.call(lib.params(q, k, v, out, causal=c, **ds))
-        return out
+        # lse [B, H, Sq] fp32, rows padded to 16 bytes (the cuda contract's row strides), poisoned
+        b, sq, h = q.shape[:3]
+        lse = torch.full((b, h, (sq + 3) // 4 * 4), float("nan"), dtype=torch.float32, device=q.device)[..., :sq]
+        lib.call(lib.params(q, k, v, out, causal=c, lse=lse, **ds))
+        return out, lse
     impls = {"fa4": run_fa4}
     if peers.FA3 is not None:
-        impls["fa3"] = lambda q, k, v, c, ds: (peers.first(peers.FA3.flash_attn_func(q, k, v, causal=c, **ds))
+        impls["fa3"] = lambda q, k, v, c, ds: (fa3_out_lse(peers.FA3, q, k, v, causal=c, **ds)
                                                if q.dtype == torch.float8_e4m3fn else None)
     return impls
 
@@ -186,12 +218,12 @@ def run_fp8(args, device):
     rows = []
     for n, (dtype, scales, d, s, sq, causal, dist) in enumerate(cases):
         q, k, v, ds, exact = fp8_inputs(dtype, scales, d, s, sq, dist, device, seed=1000 + n)
-        ref = reference(*exact, causal)
+        ref, ref_lse = reference(*exact, causal, with_lse=True)
         row = {"dtype": dtype, "scales": scales, "d": d, "s": s, "sq": sq, "causal": causal, "dist": dist}
         for name, fn in impls.items():
             try:
-                o = fn(q, k, v, causal, ds)
-                row[name] = None if o is None else fp8_errors(o, ref)
+                r = fn(q, k, v, causal, ds)
+                row[name] = None if r is None else dict(fp8_errors(r[0], ref), lse_max_abs=lse_error(r[1], ref_lse))
             except Exception as e:  # a kernel that refuses the case
                 row[name] = None
                 print(f"  {name}: {type(e).__name__}: {str(e)[:120]}", flush=True)
@@ -202,21 +234,33 @@ def run_fp8(args, device):
     return rows, list(impls)
 
 
+def _ratio(a, b, fmt=".3f"):
+    """a / b formatted, or "-" where either is missing or b is 0."""
+    return f"{a / b:{fmt}}" if a is not None and b else "-"
+
+
 def fp8_markdown(rows, names):
     md = ["| q | k / v factors | D | S | Sq | causal | dist | " +
-          " | ".join(f"{n} max-abs / rel-L2 / cos" for n in names) + " | fa4 / FA3 rel-L2 | fa4 within §4 |",
-          "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|"]
+          " | ".join(f"{n} max-abs / rel-L2 / cos" for n in names) + " | fa4 / FA3 rel-L2 | " +
+          " | ".join(f"{n} LSE max-abs" for n in names) + " | fa4 / FA3 LSE | fa4 within §4 |",
+          "|---|---|---|---|---|---|---|" + "---|" * (2 * len(names)) + "---|---|---|"]
     for r in rows:
         cells = [f"{r[n]['max_abs']:.2e} / {r[n]['rel_l2']:.2e} / {r[n]['cos']:.6f}" if r.get(n) else "-" for n in names]
-        ratio = (f"{r['fa4']['rel_l2'] / r['fa3']['rel_l2']:.3f}" if r.get("fa4") and r.get("fa3") and r["fa3"]["rel_l2"]
-                 else "-")
+        lse = [f"{r[n]['lse_max_abs']:.2e}" if r.get(n) and r[n].get("lse_max_abs") is not None else "-" for n in names]
+        fa4, fa3 = r.get("fa4"), r.get("fa3")
+        ratio = _ratio(fa4 and fa4["rel_l2"], fa3 and fa3["rel_l2"])
+        lse_ratio = _ratio(fa4 and fa4.get("lse_max_abs"), fa3 and fa3.get("lse_max_abs"))
         ok = {None: "-", True: "yes", False: "**no**"}[r["fa4_within_bounds"]]
         md.append(f"| {r['dtype'] if r['dtype'] == 'e4m3' else r['dtype'] + ' + e4m3 KV'} | {r['scales']} | {r['d']} | "
-                  f"{r['s']} | {r['sq']} | {int(r['causal'])} | {r['dist']} | " + " | ".join(cells) + f" | {ratio} | {ok} |")
+                  f"{r['s']} | {r['sq']} | {int(r['causal'])} | {r['dist']} | " + " | ".join(cells) + f" | {ratio} | " +
+                  " | ".join(lse) + f" | {lse_ratio} | {ok} |")
     both = [r for r in rows if r.get("fa4") and r.get("fa3")]
+    lse_both = [r for r in both if r["fa4"].get("lse_max_abs") is not None and r["fa3"].get("lse_max_abs") is not None]
     checked = [r for r in rows if r["fa4_within_bounds"] is not None]
     md += ["", f"fa4 within DESIGN.md §4 bounds: {sum(r['fa4_within_bounds'] for r in checked)} / {len(checked)} rows; "
-               f"fa4 rel-L2 <= FA3's: {sum(r['fa4']['rel_l2'] <= r['fa3']['rel_l2'] for r in both)} / {len(both)} rows"]
+               f"fa4 rel-L2 <= FA3's: {sum(r['fa4']['rel_l2'] <= r['fa3']['rel_l2'] for r in both)} / {len(both)} rows; "
+               f"fa4 LSE max-abs <= FA3's: "
+               f"{sum(r['fa4']['lse_max_abs'] <= r['fa3']['lse_max_abs'] for r in lse_both)} / {len(lse_both)} rows"]
     return md
 
 
@@ -273,9 +317,10 @@ def main():
             json.dump(js, f, indent=1)
         with open(os.path.join(args.out, "accuracy.md"), "w") as f:
             f.write(text + "\n")
-    # Every implementation must have run every case it claims, with finite errors.
+    # Every implementation must have run every case it claims, with finite errors (its lse too).
     bad = [r for rs, ns in ((rows, names), (fp8_rows, fp8_names)) for r in rs for n in ns
-           if r.get(n) and not math.isfinite(r[n]["max_abs"])]
+           if r.get(n) and (not math.isfinite(r[n]["max_abs"]) or
+                            (r[n].get("lse_max_abs") is not None and not math.isfinite(r[n]["lse_max_abs"])))]
     return 1 if bad else 0
 
 

@@ -1020,10 +1020,11 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
   EXPECT_EQ(kernel(big, cap), Kernel::sm90);
 }
 
-// e4m3 inputs run the sm80 kernel's fp8 instances whatever the preference or the device (the
-// sm90 kernels never see them), with their own shared memory (fwd_configs.h smem_bytes_fp8:
-// 16-bit Q + one 16-bit K / V tile + paged ring (+ pair_dv area), then the e4m3 ring, the
-// per-token factors and their paged ring) and no compact tile.
+// e4m3 inputs run the sm80 kernel's fp8 instances (with their own shared memory: fwd_configs.h
+// smem_bytes_fp8: 16-bit Q + one 16-bit K / V tile + paged ring (+ pair_dv area), then the e4m3
+// ring, the per-token factors and their paged ring; no compact tile) -- except all-fp8 calls the
+// sm90 fp8 tile takes on a compute capability 9.0 device: under FA4_CUDA_KERNEL=sm90, and
+// automatically with FA4_SM90_FP8, the default (Sm90Fp8Tile); fp8 KV caches always.
 TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
   using fa4::cuda::sm80::Fp8;
   const Shape big{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096};
@@ -1036,8 +1037,10 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
     pref.prefer = k;
     for (const Shape& s : {all, kv}) {
       const Plan pl = Planned(s).on(pref);
-      EXPECT_FALSE(fa4::cuda::sm90_supports(Planned(s).problem(), pref));
-      EXPECT_EQ(pl.kernel, Kernel::sm80);
+      EXPECT_EQ(fa4::cuda::sm90_supports(Planned(s).problem(), pref), !s.kv_fp8);
+      const bool sm90 = !s.kv_fp8 && (k == Kernel::sm90 || (FA4_SM90_FP8 && k != Kernel::sm80));
+      EXPECT_EQ(pl.kernel, sm90 ? Kernel::sm90 : Kernel::sm80);
+      if (sm90) continue;
       EXPECT_EQ(pl.sm80_fp8, s.kv_fp8 ? Fp8::kv : Fp8::all);
       EXPECT_EQ(pl.sm80_tile, Tile::prefill);
       // (128 x 128 + 64 x 256) x 2 B + 2 KB paged ring + 2 stages x 64 x 256 B + 2 x 2 x 64 x 4 B + 2 KB
@@ -1070,6 +1073,153 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
                              .sq = 1000, .sk = 1000}).on(h200());
   EXPECT_EQ(p256.sm80_tile, Tile::prefill);
   EXPECT_EQ(p256.smem, 145920);
+}
+
+// All-fp8 on the sm90 kernel's fp8 tile (sm90/fwd_config.h Tile::fp8): 128-key tiles, the 16-bit
+// tiles' rows (D 64: three consumers), e4m3 Q / K / V^T rings + a bf16 O staging tile, no split,
+// and the V^T workspace of sm90/fp8_layout.h (its own size, no split partials before it).
+TEST(CudaPlan, Sm90Fp8Tile) {
+  DeviceLimits sm90 = h200_auto();
+  sm90.prefer = Kernel::sm90;
+  struct Want {
+    int64_t d;
+    int m, smem;
+  };
+  // smem: (block_m x D + stages x 128 x 2D) B + 2 KB (barriers, alignment) + block_m x D x 2 B (O)
+  const Want wants[] = {{64, 192, 192 * 64 + 3 * 128 * 128 + 2048 + 192 * 64 * 2},
+                        {128, 128, 128 * 128 + 3 * 128 * 256 + 2048 + 128 * 128 * 2},
+                        {256, 128, 128 * 256 + 2 * 128 * 512 + 2048 + 128 * 256 * 2}};
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.d);
+    const Shape s{.dtype = DType::float8_e4m3, .batch = 2, .hq = 16, .hkv = 4, .dqk = w.d, .dv = w.d,
+                  .sq = 1000, .sk = 3000, .causal = true};
+    const Plan pl = Planned(s).on(sm90);
+    ASSERT_EQ(pl.kernel, Kernel::sm90);
+    EXPECT_EQ(pl.sm90_tile, fa4::cuda::sm90::Tile::fp8);
+    EXPECT_EQ(pl.m, w.m);
+    EXPECT_EQ(pl.n, 128);
+    EXPECT_EQ(pl.smem, w.smem);
+    EXPECT_LE(pl.smem, 232448);
+    EXPECT_EQ(pl.splits, 1);
+    // V^T: [batch][hkv][dv][3000 keys rounded up to 3072]
+    EXPECT_EQ(pl.fp8_vt.cols, 3072);
+    EXPECT_EQ(pl.fp8_vt.bl, 2);
+    EXPECT_EQ(pl.fp8_vt_offset, 0u);
+    EXPECT_EQ(pl.workspace, static_cast<size_t>(2 * 4 * w.d * 3072));
+  }
+  // Padded dims: (100, 100) on the D 128 tile; (192, 192) on D 256; no fp8 tile for (192, 128)
+  // nor dqk != dv after padding.
+  auto plan = [&](Shape s) {
+    s.dtype = DType::float8_e4m3;
+    return Planned(s).on(sm90);
+  };
+  const Shape big{.batch = 2, .hq = 16, .hkv = 16, .sq = 2048, .sk = 2048};
+  Shape s = big;
+  s.dqk = s.dv = 96;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm90);
+  EXPECT_EQ(plan(s).dqk, 128);
+  s.dqk = s.dv = 192;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm90);
+  EXPECT_EQ(plan(s).dqk, 256);
+  s.dv = 128;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm80);
+  s = big, s.dqk = 64, s.dv = 128;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm80);
+  // What it leaves to sm80's fp8 instances: paged caches, a forced split count, q rows whose
+  // byte strides TMA cannot take (136 B), an fp8 cache under 16-bit q.
+  s = big, s.paged = true, s.page_size = 256;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm80);
+  s = big, s.num_splits = 3;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm80);
+  s = big, s.num_splits = 1;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm90);
+  s = big, s.q_head_stride = 136;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm80);
+  s = big, s.q_head_stride = 144;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm90);
+  // Decode-shaped calls under the preference: no split (the heuristic would split them on the
+  // 16-bit tiles), PackGQA as the 16-bit tiles pack.
+  const Plan dec = plan({.batch = 1, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192});
+  EXPECT_EQ(dec.kernel, Kernel::sm90);
+  EXPECT_EQ(dec.splits, 1);
+  EXPECT_EQ(dec.workspace, static_cast<size_t>(8 * 128 * 8192));
+  // The automatic choice (FA4_SM90_FP8, the default; else sm80): sm90 for every call it supports,
+  // unless sm80's heuristic splits it over more SMs than the unsplit sm90 grid's tiles times the
+  // fp8 tile's speed per SM (D 64 2.0, D 128 2.8, D 256 5.9; cuda/plan.cpp sm90_fp8_pays): full
+  // grids, small grids over short keys and small grids that sm80 splits into fewer busy SMs run
+  // sm90; few tiles over long keys and decode run sm80.
+  struct Auto {
+    Shape s;
+    int sm80_splits;  // the sm80 plan's split count (H200: 132 SMs)
+    bool sm90;
+  };
+  const Auto autos[] = {
+      {{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096}, 1, true},
+      {{.batch = 1, .hq = 2, .hkv = 2, .sq = 128, .sk = 128}, 1, true},    // 2 tiles, no split
+      {{.batch = 1, .hq = 8, .hkv = 8, .sq = 1024, .sk = 1024}, 4, true},  // 64 tiles x 2.8 >= 132 SMs
+      {{.batch = 1, .hq = 8, .hkv = 8, .sq = 512, .sk = 8192}, 7, false},  // 32 tiles x 2.8 < 132
+      {{.batch = 1, .hq = 8, .hkv = 8, .dqk = 256, .dv = 256, .sq = 512, .sk = 4096}, 2, true},  // 32 x 5.9
+      {{.batch = 1, .hq = 4, .hkv = 4, .dqk = 256, .dv = 256, .sq = 512, .sk = 8192}, 4, false},  // 16 x 5.9
+      {{.batch = 1, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192}, 29, false},  // decode: 8 packed tiles
+      {{.batch = 1, .hq = 32, .hkv = 8, .dqk = 64, .dv = 64, .sq = 4, .sk = 8192}, 55, false},
+  };
+  for (const Auto& a : autos) {
+    Shape sh = a.s;
+    sh.dtype = DType::float8_e4m3;
+    SCOPED_TRACE(std::to_string(sh.dqk) + " " + std::to_string(sh.sq) + " x " + std::to_string(sh.sk));
+    EXPECT_EQ(Planned(sh).on(h200()).splits, a.sm80_splits);
+    const Plan pl = Planned(sh).on(h200_auto());
+    EXPECT_EQ(pl.kernel, FA4_SM90_FP8 && a.sm90 ? Kernel::sm90 : Kernel::sm80);
+    if (pl.kernel == Kernel::sm90) {
+      EXPECT_EQ(std::make_tuple(pl.sm90_tile, pl.splits), std::make_tuple(fa4::cuda::sm90::Tile::fp8, 1));
+    }
+  }
+}
+
+// The V^T workspace layout (sm90/fp8_layout.h): dense rows of whole 128-key tiles; varlen
+// sequences at 16-byte aligned columns whose 128-key-rounded ranges never overlap and end inside
+// the row, for any non-decreasing cu_seqlens_k (and any seqused_k <= the slot); sizes that
+// overflow are refused.
+TEST(CudaPlan, Sm90Fp8VtLayout) {
+  using fa4::cuda::sm90::Fp8VtLayout;
+  using fa4::cuda::sm90::fp8_vt_col0;
+  using fa4::cuda::sm90::fp8_vt_layout;
+  using fa4::cuda::sm90::kFp8VtPad;
+  Fp8VtLayout l;
+  ASSERT_TRUE(fp8_vt_layout(false, 3, 2, 100, 1, 0, &l));
+  EXPECT_EQ(l.cols, 128);
+  EXPECT_EQ(l.bl, 3);
+  EXPECT_EQ(l.bytes, 3 * 2 * 100 * 128);
+  ASSERT_TRUE(fp8_vt_layout(false, 1, 1, 64, 256, 0, &l));
+  EXPECT_EQ(l.cols, 256);
+  ASSERT_TRUE(fp8_vt_layout(false, 1, 1, 64, 0, 0, &l));
+  EXPECT_EQ(l.bytes, 0);
+  // Overflow: int64 products, 2^31 columns (TMA coordinates are 32-bit).
+  EXPECT_FALSE(fp8_vt_layout(false, int64_t{1} << 20, 1 << 10, 256, int64_t{1} << 30, 0, &l));
+  EXPECT_FALSE(fp8_vt_layout(false, 1, 1, 64, int64_t{1} << 31, 0, &l));
+  EXPECT_FALSE(fp8_vt_layout(true, int64_t{1} << 60, 1, 64, 0, 1000, &l));
+  EXPECT_FALSE(fp8_vt_layout(false, -1, 1, 64, 10, 0, &l));
+  EXPECT_FALSE(fp8_vt_layout(true, 1, 1, 64, 0, INT64_MAX - 8, &l));
+  std::mt19937_64 rng(derive_seed(77));
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t batch = 1 + static_cast<int64_t>(rng() % 12);
+    std::vector<int64_t> cu(static_cast<size_t>(batch + 1), 0);
+    for (int64_t b = 0; b < batch; ++b) cu[b + 1] = cu[b] + static_cast<int64_t>(rng() % 300);
+    const int64_t tk = cu[batch] + static_cast<int64_t>(rng() % 40);  // k may have rows past the last sequence
+    ASSERT_TRUE(fp8_vt_layout(true, batch, 2, 64, 0, tk, &l));
+    EXPECT_EQ(l.bl, 1);
+    EXPECT_EQ(l.cols % 16, 0);
+    int64_t prev_end = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t c0 = fp8_vt_col0(cu[b], b);
+      const int64_t sk = cu[b + 1] - cu[b];  // (seqused_k only shortens it)
+      const int64_t end = c0 + (sk + kFp8VtPad - 1) / kFp8VtPad * kFp8VtPad;
+      EXPECT_EQ(c0 % 16, 0);
+      EXPECT_GE(c0, prev_end) << "sequence " << b << " overlaps the one before";
+      EXPECT_LE(end, l.cols) << "sequence " << b << " past the row";
+      prev_end = end;
+    }
+  }
 }
 
 TEST(CudaPlan, KernelPreferenceParsing) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "core/element.h"
@@ -705,6 +706,36 @@ Tol tol_for(DType d) {
   return {0, 0, 0, 0};
 }
 
+QkNorms::QkNorms(const Case& c) : c_(c), kmax_(static_cast<size_t>(c.B * c.cfg.hkv), 0.0) {
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t hk = 0; hk < c.cfg.hkv; ++hk) {
+      double& m = kmax_[static_cast<size_t>(b * c.cfg.hkv + hk)];
+      for (int64_t j = 0; j < c.lk[b]; ++j) {
+        double n2 = 0.0;
+        for (int64_t d = 0; d < c.cfg.dqk; ++d) {
+          const double x = c.kval(b, j, hk, d);
+          if (std::isfinite(x)) n2 += x * x;
+        }
+        m = std::max(m, std::sqrt(n2));
+      }
+    }
+}
+
+double QkNorms::operator()(int64_t b, int64_t i, int64_t h) const {
+  double n2 = 0.0;
+  for (int64_t d = 0; d < c_.cfg.dqk; ++d) {
+    const double x = c_.qval(b, i, h, d);
+    if (std::isfinite(x)) n2 += x * x;
+  }
+  const int64_t hk = h / (c_.cfg.hq / c_.cfg.hkv);
+  return c_.scale() * std::sqrt(n2) * kmax_[static_cast<size_t>(b * c_.cfg.hkv + hk)];
+}
+
+LseQkSeen& lse_qk_seen() {
+  static LseQkSeen s;
+  return s;
+}
+
 namespace {
 
 struct Acc {
@@ -712,6 +743,7 @@ struct Acc {
   double se_beyond = 0;  // sum of squared errors in excess of the output-rounding quantum
   int64_t n = 0, nonfinite_mismatch = 0, unwritten = 0, empty_bad = 0, lse_bad = 0, lse_unwritten = 0;
   double lse_max = 0;
+  double lse_qk_ratio = -1;  // (Tol::lse_qk > 0) the largest (|lse error| - lse_abs) / qk norm bound
   std::ostringstream first;
   int nfirst = 0;
   void note(const std::string& s) {
@@ -771,7 +803,9 @@ void accumulate(Acc& a, double t, double r, bool poisoned, bool empty, const std
   if (excess > 0) a.se_beyond += excess * excess;
 }
 
-void accumulate_lse(Acc& a, const Tensor& lse, int64_t off, double r, bool empty, double tol, const std::string& where) {
+// tol: the row's bound beyond 2 ulp (Tol::lse_abs, plus Tol::lse_qk x qk_norm where qk_norm >= 0).
+void accumulate_lse(Acc& a, const Tensor& lse, int64_t off, double r, bool empty, double tol, const std::string& where,
+                    double lse_abs = 0.0, double qk_norm = -1.0) {
   if (lse.is_poison(off)) {
     ++a.lse_unwritten;
     a.note("lse" + where + " never written");
@@ -788,6 +822,7 @@ void accumulate_lse(Acc& a, const Tensor& lse, int64_t off, double r, bool empty
     const double ulp = std::nextafter(static_cast<float>(std::fabs(r)), INFINITY) - static_cast<float>(std::fabs(r));
     ok = std::isfinite(t) && std::fabs(t - r) <= tol + 2.0 * ulp;
     if (std::isfinite(t)) a.lse_max = std::max(a.lse_max, std::fabs(t - r));
+    if (std::isfinite(t) && qk_norm > 0) a.lse_qk_ratio = std::max(a.lse_qk_ratio, (std::fabs(t - r) - lse_abs) / qk_norm);
   }
   if (!ok) {
     ++a.lse_bad;
@@ -824,7 +859,11 @@ struct Cancelled {
   s << "[" << test.cfg.describe() << "] rel_l2=" << rel
     << (cn ? " (beyond output rounding, vs the cancelled terms' norm)" : "") << " (tol " << rel_tol
     << ") max_abs_beyond_rounding=" << a.max_abs
-    << " (tol " << tol.max_abs << ") cosine=" << cosine << " lse_max_err=" << a.lse_max << " compared=" << a.n
+    << " (tol " << tol.max_abs << ") cosine=" << cosine << " lse_max_err=" << a.lse_max;
+  if (a.lse_qk_ratio > 0)
+    s << " (beyond " << tol.lse_abs << ": 2^" << std::log2(a.lse_qk_ratio) << " of scale |q| max|k|, tol 2^"
+      << std::log2(tol.lse_qk) << ")";
+  s << " compared=" << a.n
     << " unwritten=" << a.unwritten << " empty_row_nonzero=" << a.empty_bad << " nonfinite_mismatch=" << a.nonfinite_mismatch
     << " lse_bad=" << a.lse_bad << " lse_unwritten=" << a.lse_unwritten << " out_bytes_outside_written=" << out_outside
     << " lse_bytes_outside_written=" << lse_outside << (caches_differ ? " KV-CACHE-BYTES-DIFFER" : "") << a.first.str();
@@ -895,6 +934,8 @@ double cancellation_tol(DType input, const Tol& tol) {
 
 ::testing::AssertionResult compare_runs(const Case& test, const Case& ref, const Tol& tol) {
   Acc a;
+  std::optional<QkNorms> qk_norms;
+  if (tol.lse_qk > 0 && test.lse.present()) qk_norms.emplace(test);
   for (int64_t b = 0; b < test.B; ++b)
     for (int64_t i = 0; i < test.lq[b]; ++i) {
       const bool empty = row_empty(test, b, i);
@@ -907,10 +948,14 @@ double cancellation_tol(DType input, const Tol& tol) {
         }
         if (test.lse.present()) {
           const int64_t o = test.lse_off(b, h, i);
-          accumulate_lse(a, test.lse, o, ref.lse.get(o), empty, tol.lse_abs, loc(b, i, h, -1));
+          const double qk = qk_norms ? (*qk_norms)(b, i, h) : -1.0;
+          accumulate_lse(a, test.lse, o, ref.lse.get(o), empty, tol.lse_abs + (qk > 0 ? tol.lse_qk * qk : 0.0),
+                         loc(b, i, h, -1), tol.lse_abs, qk);
+          if (qk > 0 && !empty) ++lse_qk_seen().rows;
         }
       }
     }
+  if (a.lse_qk_ratio > 0) lse_qk_seen().ratio = std::max(lse_qk_seen().ratio, a.lse_qk_ratio);
   const int64_t oo = untouched_violations(test.out, logical_out(test));
   const int64_t lo = test.lse.present() ? untouched_violations(test.lse, logical_lse(test)) : 0;
   // Caches (written only by appends) must be bytewise equal; pure inputs too (neither backend

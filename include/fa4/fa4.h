@@ -52,8 +52,9 @@ struct PlanInfo {
 };
 Status describe_plan(const AttentionParams& params, PlanInfo* info);
 
-// Bytes of scratch the cuda backend needs with these params (0 if none): split-KV partials, and
-// aligned copies of tensors whose rows break the GPU kernels' 16-byte rules (PlanInfo::staged).
+// Bytes of scratch the cuda backend needs with these params (0 if none): split-KV partials, the
+// transposed v of an all-fp8 call on the sm90 kernel, and aligned copies of tensors whose rows
+// break the GPU kernels' 16-byte rules (PlanInfo::staged).
 size_t attention_workspace_size(const AttentionParams& params);
 
 // What this build and machine can run.

@@ -93,7 +93,8 @@ struct AttentionParams {
   Backend backend = Backend::automatic;
   int32_t num_threads = 0;  // cpu backend: 0 = all cores
   void* stream = nullptr;   // cuda backend: the caller's cudaStream_t (nullptr = default)
-  // cuda backend scratch (split-KV fp32 partials; aligned copies of unaligned rows). nullptr =
+  // cuda backend scratch (split-KV fp32 partials; aligned copies of unaligned rows; the V^T of
+  // all-fp8 calls on the sm90 kernel, ~the bytes of v). nullptr =
   // fa4 allocates it and caches it, one buffer per (device, stream) (at most 16 streams' per
   // device, least recently used reused; inside a stream capture a graph-owned
   // cudaMallocAsync / cudaFreeAsync pair); see attention_workspace_size().

@@ -483,27 +483,32 @@ Status cuda_forward(const Problem& pb) {
   FwdArgs a = make_args(pb, pl);
   const bool attend = !(pb.batch == 0 || pb.hq == 0 || pl.grid.x == 0 || pl.rows_total == 0);
 
-  // Split-KV scratch first: if it cannot be had, fail before anything is enqueued (the KV append
-  // would otherwise already have modified the cache). Sources, in order: the caller's buffer,
-  // the caller's allocator hook (released when this scope ends, after every launch that uses it
-  // is enqueued), fa4's own scratch per (device, stream).
+  // Split-KV scratch (and the sm90 fp8 tile's V^T) first: if it cannot be had, fail before
+  // anything is enqueued (the KV append would otherwise already have modified the cache).
+  // Sources, in order: the caller's buffer, the caller's allocator hook (released when this scope
+  // ends, after every launch that uses it is enqueued), fa4's own scratch per (device, stream).
   HookRelease hook_ws;
   Scratch scratch;  // fa4's own, when needed: held until the launches are enqueued
-  if (attend && pl.splits > 1) {
+  uint8_t* work = nullptr;  // the plan's workspace (cuda/plan.h Plan::workspace)
+  if (attend && pl.workspace > 0) {
     void* ws = p.workspace;
     if (ws == nullptr && p.workspace_alloc != nullptr) {
       ws = p.workspace_alloc(pl.workspace, p.stream, p.workspace_ctx);
       if (ws == nullptr)
         return Status::Error(StatusCode::out_of_memory, "workspace_alloc: returned null for " +
-                                                            std::to_string(pl.workspace) + " bytes of split-KV workspace");
+                                                            std::to_string(pl.workspace) + " bytes of workspace (split-KV partials / the fp8 V^T)");
       hook_ws = {&p, ws, pl.workspace};
       if (reinterpret_cast<uintptr_t>(ws) % 16 != 0)
         return Status::Invalid("workspace_alloc", "workspace_alloc: returned a pointer that is not 16-byte aligned");
     } else if (ws == nullptr) {
-      if (Status st = scratch_for(p, pl.workspace, "split-KV workspace", &scratch, &ws); !st) return st;
+      const char* what = pl.splits > 1 ? "split-KV workspace" : "fp8 V^T workspace";
+      if (Status st = scratch_for(p, pl.workspace, what, &scratch, &ws); !st) return st;
     }
-    a.o_part = static_cast<float*>(ws);
-    a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dv;
+    work = static_cast<uint8_t*>(ws);
+    if (pl.splits > 1) {
+      a.o_part = static_cast<float*>(ws);
+      a.lse_part = a.o_part + static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * pl.dv;
+    }
   }
 
   if (pb.appends()) {
@@ -534,8 +539,17 @@ Status cuda_forward(const Problem& pb) {
     case Kernel::sm90: {
       cuda::sm90::Sm90Params P;
       std::string why;
-      if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, &P, &why))
+      if (pl.sm90_tile == cuda::sm90::Tile::fp8) {
+        // All-fp8: V^T into the workspace (after the append above, on the same stream), then the
+        // kernel reads it through its v map (cuda/sm90/fp8_layout.h).
+        void* vt = work + pl.fp8_vt_offset;
+        if (const cudaError_t ev = cuda::sm90::launch_fp8_vt(a, vt, pl.fp8_vt, stream); ev != cudaSuccess)
+          return device_error("fp8 V^T pre-pass launch", ev);
+        if (!cuda::sm90::make_params_fp8(make_fp8_args(pb, a), {pl.dqk, pl.dv}, vt, pl.fp8_vt, &P, &why))
+          return Status::Error(StatusCode::internal, "cuda: sm90 fp8 tensor maps: " + why);
+      } else if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, &P, &why)) {
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
+      }
       P.sched = pl.sched;
       P.solo = pl.sm90_solo ? 1 : 0;
       Scratch counters, split_counters;  // (in a stream capture) held until the launch is enqueued

@@ -5,6 +5,7 @@
 
 #include "core/splits.h"
 #include "cuda/simt/fwd_f32_config.h"
+#include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_gather.h"
 
@@ -34,23 +35,35 @@ namespace {
 
 bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
 
-// e4m3 inputs (all-fp8, or an fp8 KV cache under 16-bit q): the sm80 kernel's fp8 instances
-// only (the sm90 kernels never see them).
+// e4m3 inputs (all-fp8, or an fp8 KV cache under 16-bit q) on the sm80 kernel: its fp8 instances.
+// (All-fp8 prefill may run on the sm90 kernel's fp8 tile instead: sm90_supports, choose_kernel.)
 sm80::Fp8 fp8_mode(const Problem& pb) {
   return pb.dtype == DType::float8_e4m3 ? sm80::Fp8::all : pb.kv_fp8 ? sm80::Fp8::kv : sm80::Fp8::none;
 }
 
 // TMA's rules for one tensor map of the sm90 kernel (fwd_params.h: (cols, heads, rows,
 // batch-like)): every stride of a dimension with more than one element a multiple of 16 bytes
-// below 2^40, every extent below 2^31 (the kernel's coordinates are signed 32-bit).
-bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_head, int64_t s_row, int64_t s_bl) {
+// below 2^40, every extent below 2^31 (the kernel's coordinates are signed 32-bit). eb: bytes per
+// element (strides are in elements).
+bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_head, int64_t s_row, int64_t s_bl,
+              int64_t eb = 2) {
   const int64_t ext[3] = {heads, rows, bl}, st[3] = {s_head, s_row, s_bl};
   if (cols < 1 || cols > INT32_MAX) return false;
   for (int i = 0; i < 3; ++i) {
     if (ext[i] < 1 || ext[i] > INT32_MAX) return false;  // a tensor map has no empty dimension (sk = 0: sm80)
-    if (ext[i] > 1 && (st[i] <= 0 || (st[i] * 2) % 16 != 0 || st[i] >= (int64_t(1) << 39))) return false;
+    if (ext[i] > 1 && (st[i] <= 0 || (st[i] * eb) % 16 != 0 || st[i] * eb >= (int64_t(1) << 40))) return false;
   }
   return true;
+}
+
+// All-fp8 (e4m3 q / k / v): the fp8 tile of the sm90 kernel (sm90/fwd_config.h Tile::fp8).
+bool is_fp8_all(const Problem& pb) { return pb.dtype == DType::float8_e4m3 && !pb.kv_fp8; }
+
+// The V^T workspace of an fp8 call on the sm90 kernel (sm90/fp8_layout.h); false where a size
+// overflows (the planner then keeps the call on sm80).
+bool sm90_fp8_vt(const Problem& pb, sm90::Fp8VtLayout* vl) {
+  const bool vk = pb.kv == core::KvLayout::varlen;
+  return sm90::fp8_vt_layout(vk, pb.batch, pb.hkv, pb.dv, pb.kv_slot, vk ? pb.p->k.shape[0] : pb.kv_slot, vl);
 }
 
 // A causal, windowed or chunked mask: query tiles see different key counts.
@@ -113,6 +126,7 @@ bool sm90_gathers(const Problem& pb, sm90::DimPair d, sm90::Tile t) {
 // key block divides the page size (a key tile must not straddle two pages), the standard one if
 // that does.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
+  if (is_fp8_all(pb)) return sm90::Tile::fp8;  // (its only tile)
   const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
   if (d.dqk == 64 && masked && speed_max_sq(pb) <= FA4_SM90_SHORT_MASKED_MAX_SQ) t = sm90::Tile::short_masked;
@@ -134,10 +148,18 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
 // KV only with page sizes that are multiples of the key block (FA4_SM90_PAGED), split-KV and
 // PackGQA with FA4_SM90_DECODE (else prefill-shaped tiles only: decode-sized query tiles of a GQA
 // group take sm80's PackGQA tiles), and strides TMA can address.
+// All-fp8 q / k / v: the fp8 tile (D 64 / 128 / 256 after padding, equal dims), prefill only --
+// no paged cache (its V^T pre-pass reads contiguous rows), no requested split count (a split
+// launch runs sm80's fp8 instances), a V^T workspace whose sizes fit (sm90_fp8_vt).
 bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
-  if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !is_16bit(pb.dtype) || pb.kv_fp8) return false;
+  const bool fp8 = is_fp8_all(pb);
+  if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !(is_16bit(pb.dtype) || fp8) || pb.kv_fp8) return false;
   if (!sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return false;
+  sm90::Fp8VtLayout vl;
+  if (fp8 && (!sm90::has_tile(sm90::Tile::fp8, d.dqk, d.dv) || pb.kv == core::KvLayout::paged ||
+              pb.p->num_splits > 1 || !sm90_fp8_vt(pb, &vl)))
+    return false;
   const sm90::Tile tile = sm90_tile(pb, d);
   if (sm90::smem_bytes(d.dqk, d.dv, tile) > dl.smem_optin) return false;
   const bool paged = pb.kv == core::KvLayout::paged;
@@ -155,10 +177,12 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   // k / v rows per batch-like index: tokens (varlen), a page's rows (paged), the slot (dense, cache).
   const int64_t k_rows = vk ? p.k.shape[0] : paged ? pb.page_size : pb.kv_slot;
   const int64_t v_rows = vk ? p.v.shape[0] : paged ? pb.page_size : pb.kv_slot;
+  // (fp8: v is read by the V^T pre-pass, not by TMA; its map is the workspace's)
+  const int64_t eb = fp8 ? 1 : 2;
   return tma_fits(pb.dqk, pb.hq, vq ? p.q.shape[0] : pb.sq_dense, vq ? 1 : pb.batch, pb.qs.head, vq ? pb.qs.s0 : pb.qs.s1,
-                  pb.qs.s0) &&
-         tma_fits(pb.dqk, pb.hkv, k_rows, vk ? 1 : p.k.shape[0], pb.ks.head, vk ? pb.ks.s0 : pb.ks.s1, pb.ks.s0) &&
-         tma_fits(pb.dv, pb.hkv, v_rows, vk ? 1 : p.v.shape[0], pb.vs.head, vk ? pb.vs.s0 : pb.vs.s1, pb.vs.s0);
+                  pb.qs.s0, eb) &&
+         tma_fits(pb.dqk, pb.hkv, k_rows, vk ? 1 : p.k.shape[0], pb.ks.head, vk ? pb.ks.s0 : pb.ks.s1, pb.ks.s0, eb) &&
+         (fp8 || tma_fits(pb.dv, pb.hkv, v_rows, vk ? 1 : p.v.shape[0], pb.vs.head, vk ? pb.vs.s0 : pb.vs.s1, pb.vs.s0));
 }
 
 namespace {
@@ -189,6 +213,30 @@ bool sm80_takes_decode(const Problem& pb, const DeviceLimits& dl) {
   return pb.batch * (pack ? pb.hkv : pb.hq) >= dl.sms;
 }
 
+Plan plan_sm80(const Problem& pb, const DeviceLimits& dl);
+Plan plan_sm90(const Problem& pb, const DeviceLimits& dl);
+
+// All-fp8 calls the sm90 fp8 tile supports run there, except where sm80's fp8 instances would
+// split them over SMs the unsplit sm90 grid leaves idle, more than the tile's speed makes up for.
+// Per SM the tile ran 2.0-13x sm80's fp8 path (H100 2026-12-05, full grids, S 1k-16k, causal or
+// not: docs/perf/h100-2026-12-05b-session.md), at least 2.0x at D 64 (causal S 1k: 242 / 118
+// TFLOP/s), 2.8x at D 128 (370 / 130), 5.9x at D 256 (442 / 74). With W the call's work, the
+// sm90 grid takes ~W / (min(tiles, SMs) x that speed), sm80's split grid ~W / min(CTAs, SMs)
+// (sm80 speed units; its combine kernel left out, in sm80's favour): a small grid stays on sm90
+// unless sm80's split keeps that many more SMs busy -- decode-shaped calls (few tiles, tens of
+// splits), where the V^T pre-pass would also triple V's memory traffic. (The tile's partial-grid
+// speed is not measured yet; a full grid or an unsplit sm80 plan always takes sm90.)
+double sm90_fp8_speed_over_sm80(int dqk) { return dqk <= 64 ? 2.0 : dqk <= 128 ? 2.8 : 5.9; }
+bool sm90_fp8_pays(const Problem& pb, const DeviceLimits& dl) {
+  const Plan s80 = plan_sm80(pb, dl);
+  if (s80.splits <= 1) return true;
+  const Plan s90 = plan_sm90(pb, dl);
+  const auto busy = [&](const Plan& pl) {
+    return static_cast<double>(std::min<int64_t>(pl.grid.x * pl.grid.y * pl.grid.z, dl.sms));
+  };
+  return busy(s90) * sm90_fp8_speed_over_sm80(s90.dqk) >= busy(s80);
+}
+
 bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
   switch (k) {
     case Kernel::sm90: return sm90_supports(pb, dl);
@@ -199,9 +247,12 @@ bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
 }
 
 // The preference where it applies, else sm90 where it applies, else the kernel of the dtype:
-// simt for float32, sm80 for 16-bit and e4m3 inputs.
+// simt for float32, sm80 for 16-bit and e4m3 inputs. All-fp8 calls take sm90's fp8 tile
+// wherever it supports them and sm80 would not split them more than it pays (sm90_fp8_pays; with
+// FA4_SM90_FP8, the default); FA4_CUDA_KERNEL=sm90 takes it wherever it supports the call.
 Kernel choose_kernel(const Problem& pb, const DeviceLimits& dl) {
   if (dl.prefer && supports(*dl.prefer, pb, dl)) return *dl.prefer;
+  if (is_fp8_all(pb)) return FA4_SM90_FP8 && sm90_supports(pb, dl) && sm90_fp8_pays(pb, dl) ? Kernel::sm90 : Kernel::sm80;
   if (sm90_supports(pb, dl)) {
     if (!FA4_SM90_DECODE && sm90_fills_device(pb, dl)) return Kernel::sm90;
     if (FA4_SM90_DECODE && !sm80_takes_decode(pb, dl)) return Kernel::sm90;
@@ -454,7 +505,7 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   // global wins at D = 64 / 256 by 2-11 %: docs/perf/sm90-notes.md).
   const bool lpt = FA4_SM90_MASKED_LPT && masked && !pb.varlen_q && pl.grid.x > kMaxPersistentMaskedTiles;
   const int64_t l2 = dl.l2_bytes > 0 ? dl.l2_bytes : (int64_t{40} << 20);
-  const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * 2);  // one KV head, one sequence
+  const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * sm90::elem_bytes(pl.sm90_tile));  // one KV head, one sequence
   const int64_t pairs = pl.grid.y * pl.grid.z;
   // (a pair is one query head, or with PackGQA one kv head: group pairs share K / V)
   const int64_t l2_section =
@@ -515,7 +566,9 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
     pl.smem = sm90::smem_bytes(d.dqk, d.dv, t);
     pl.pack_gqa = sm90_packs(pb, pl.m);
     decompose(pb, pl);
-    if (FA4_SM90_DECODE) {
+    if (t == sm90::Tile::fp8) {
+      plan_splits(pb, dl, 1, 1, pl);  // (prefill: never split; sm90_supports refused a forced count)
+    } else if (FA4_SM90_DECODE) {
       const int64_t tiles = (pb.max_sk + pl.n - 1) / pl.n;
       plan_splits(pb, dl, 1, tiles / 2, pl, FA4_SM90_TILE_SPLITS ? tiles : 0);
     } else {
@@ -538,6 +591,12 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
                     sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, sm90::Tile::split_kv).block_n))) {
     plan_tile(sm90::Tile::split_kv);
     if (pl.splits <= 1) plan_tile(chosen);
+  }
+  // The fp8 tile's V^T workspace, after the split partials (none: it does not split).
+  if (pl.sm90_tile == sm90::Tile::fp8) {
+    sm90_fp8_vt(pb, &pl.fp8_vt);  // (sm90_supports checked that it fits)
+    pl.fp8_vt_offset = (pl.workspace + 255) / 256 * 256;
+    pl.workspace = pl.fp8_vt_offset + static_cast<size_t>(pl.fp8_vt.bytes);
   }
   // Dense q of <= 64 tile rows per (sequence, grid head): only consumer 0 has rows.
   pl.sm90_solo = FA4_SM90_SOLO && !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;

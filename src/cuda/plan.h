@@ -15,6 +15,7 @@
 #include "core/problem.h"
 #include "cuda/common/tile_schedule.h"
 #include "cuda/sm80/fwd_configs.h"
+#include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
 
 namespace fa4::cuda {
@@ -68,7 +69,11 @@ struct Plan {
   bool varlen_tiles = false;  // varlen q: grid.x walks the tiles of all sequences back to back
   int splits = 1;          // KV splits (1 = none)
   int64_t rows_total = 0;  // token rows of q (all sequences)
-  size_t workspace = 0;    // bytes of fp32 split partials (O and lse), 0 without splits
+  size_t workspace = 0;    // bytes of fp32 split partials (O and lse), then the fp8 V^T; 0 without either
+  // kernel == sm90, Tile::fp8: the V^T workspace its pre-pass writes (sm90/fp8_layout.h), at byte
+  // fp8_vt_offset of the workspace (after any split partials, 256-byte aligned).
+  sm90::Fp8VtLayout fp8_vt;
+  size_t fp8_vt_offset = 0;
   Grid grid;               // the tiles; sm90 launches `ctas` persistent CTAs that walk them
   TileSchedule sched;      // sm90: the order they walk them in (common/tile_schedule.h)
   int64_t ctas = 0;        // sm90: CTAs launched (grid.x, with grid.y = grid.z = 1)

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/e4m3.h"
 #include "cuda/common/tensor_map.h"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
@@ -733,6 +734,54 @@ TEST(Sm90Wgmma, Fp8) {
   run_wgmma_fp8<64, true>();
   run_wgmma_fp8<128, true>();
   run_wgmma_fp8<256, true>();
+}
+
+// pack_e4m3x4 (the sm90 fp8 tile's P conversion, fwd_consumer.cuh pack_p): four floats to e4m3
+// with cvt.rn.satfinite, packed a, b, c, d from the lowest byte up -- the byte order the 8-bit
+// A fragment needs (fp8_layout.h). Each byte against the host's round-to-nearest-even,
+// saturating conversion (cuda/common/e4m3.h f32_to_e4m3_sat, itself checked against core in
+// tests/test_e4m3.cpp): ties, the subnormal range, values past 448 and infinities (-> +-448),
+// NaN (-> a NaN code, either sign).
+__global__ void pack_e4m3_kernel(const float* __restrict__ in, uint32_t* __restrict__ out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = fa4::cuda::ptx::pack_e4m3x4(in[4 * i], in[4 * i + 1], in[4 * i + 2], in[4 * i + 3]);
+}
+
+TEST(Sm90Cvt, PackE4m3x4) {
+  SKIP_UNLESS_SM90();
+  const uint64_t seed = derive_seed(600);
+  FA4_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<float> x;
+  // every e4m3 value, and the midpoints between neighbours (ties: to even), both signs
+  for (int b = 0; b < 0x7f; ++b) {
+    const float v = fa4::cuda::e4m3_to_f32(static_cast<uint32_t>(b));
+    const float next = b + 1 < 0x7f ? fa4::cuda::e4m3_to_f32(static_cast<uint32_t>(b + 1)) : 480.f;
+    for (float y : {v, 0.5f * (v + next), std::nextafter(0.5f * (v + next), 0.f), std::nextafter(0.5f * (v + next), 1e9f)})
+      x.push_back(y), x.push_back(-y);
+  }
+  for (float y : {448.f, 464.f, 465.f, 1e6f, INFINITY, -INFINITY, std::nanf(""), 0x1p-10f, 0x1.8p-10f, 0x1p-11f, 1e-30f})
+    x.push_back(y);
+  std::uniform_real_distribution<float> e(-24.f, 10.f);
+  while (x.size() % 4 != 0 || x.size() < 8192) x.push_back((rng() & 1 ? 1.f : -1.f) * std::exp2(e(rng)));
+  const int n = static_cast<int>(x.size() / 4);
+  DevBuf<float> din(x.size());
+  DevBuf<uint32_t> dout(static_cast<size_t>(n));
+  ASSERT_TRUE(din.p && dout.p);
+  CUDA_OK(cudaMemcpy(din.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  pack_e4m3_kernel<<<(n + 127) / 128, 128>>>(din.p, dout.p, n);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint32_t> got(static_cast<size_t>(n));
+  CUDA_OK(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t byte = (got[i / 4] >> (8 * (i % 4))) & 0xffu;
+    const uint32_t want = fa4::cuda::f32_to_e4m3_sat(x[i]);
+    const bool ok = std::isnan(x[i]) ? (byte & 0x7fu) == 0x7fu : byte == want;
+    if (!ok && ++bad <= 8) ADD_FAILURE() << "pack_e4m3x4(" << x[i] << ") byte " << i % 4 << " = " << byte << ", want " << want;
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 // Host-side check of the e4m3 decoding the fp8 test's reference uses, against CUDA's own

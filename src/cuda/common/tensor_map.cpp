@@ -37,13 +37,14 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn(std::string* error) {
   return fn;
 }
 
-uint32_t elem_bytes(TmaElem e) { return e == TmaElem::f32 ? 4u : 2u; }
+uint32_t elem_bytes(TmaElem e) { return e == TmaElem::f32 ? 4u : e == TmaElem::u8 ? 1u : 2u; }
 
 CUtensorMapDataType data_type(TmaElem e) {
   switch (e) {
     case TmaElem::bf16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     case TmaElem::f16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     case TmaElem::f32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    case TmaElem::u8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
   }
   return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
@@ -119,7 +120,8 @@ bool encode_tma_tiled(CUtensorMap* out, const TmaTiledDesc& d, std::string* erro
 
 bool encode_tma_2d_sw128(CUtensorMap* out, const void* base, TmaElem elem, uint64_t rows, uint64_t cols,
                          uint64_t row_stride_elems, uint32_t box_rows, std::string* error) {
-  if (elem == TmaElem::f32) return fail(error, "encode_tma_2d_sw128: 16-bit elements only (bf16/f16)");
+  if (elem == TmaElem::f32 || elem == TmaElem::u8)
+    return fail(error, "encode_tma_2d_sw128: 16-bit elements only (bf16/f16)");
   if (row_stride_elems < cols) return fail(error, "encode_tma_2d_sw128: row stride smaller than the row");
   TmaTiledDesc d;
   d.base = base;

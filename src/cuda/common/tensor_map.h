@@ -14,7 +14,7 @@
 
 namespace fa4::cuda {
 
-enum class TmaElem { bf16, f16, f32 };
+enum class TmaElem { bf16, f16, f32, u8 };  // (u8: e4m3 bytes, moved as they are)
 enum class TmaSwizzle { none, b32, b64, b128 };
 
 // One tiled tensor map. dims/box are innermost-first (dims[0] is the contiguous dimension);

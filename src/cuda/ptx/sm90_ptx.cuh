@@ -540,6 +540,26 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   Wgmma<N, Elem>::template rs<TransB>(d, a, desc_b, scale_d);
 }
 
+// Four fp32 values rounded to e4m3 (nearest even, saturating to +-448; NaN stays NaN), packed
+// a, b, c, d from the lowest byte up: an 8-bit wgmma A register (cvt ... .e4m3x2.f32 puts its
+// first source in the upper byte, hence the swapped operands). sm_89+.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+  uint32_t r;
+#if FA4_PTX_SM90
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+#else
+  (void)a, (void)b, (void)c, (void)d;
+  r = 0;
+  FA4_PTX_UNSUPPORTED();
+#endif
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // register reallocation, election, named barriers
 // ---------------------------------------------------------------------------------------------

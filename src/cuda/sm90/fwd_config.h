@@ -5,9 +5,10 @@
 // head). K and V stream through separate mbarrier rings of `stages` slots of block_n keys.
 //
 // Registers per consumer thread (fp32 accumulators): S = block_n / 2, O = Dv / 2, P (16-bit A
-// fragments) = block_n / 4, inside the setmaxnreg budget of fwd_schedule.h (240 with two
-// consumers, 160 with three).
-// Shared memory = (block_m * Dqk + stages * block_n * (Dqk + Dv)) * 2 bytes + barriers.
+// fragments) = block_n / 4 (e4m3: block_n / 8), inside the setmaxnreg budget of fwd_schedule.h
+// (240 with two consumers, 160 with three).
+// Shared memory = (block_m * Dqk + stages * block_n * (Dqk + Dv)) * element bytes (2; e4m3 1)
+// + barriers (+ the 16-bit O staging tile where it fits: separate_o).
 #pragma once
 
 #include <cstdint>
@@ -255,6 +256,23 @@
 #ifndef FA4_SM90_STAGES_D128
 #define FA4_SM90_STAGES_D128 2
 #endif
+//   FA4_SM90_FP8           1: all-fp8 (e4m3 q / k / v) calls the fp8 instances support (Tile::fp8:
+//                          D 64 / 128 / 256, not paged, not split) run on them automatically
+//                          unless sm80 would split them more than the tile's speed makes up for
+//                          (cuda/plan.cpp sm90_fp8_pays); 0: they stay on the sm80 kernel unless
+//                          FA4_CUDA_KERNEL=sm90 forces them. H100 2026-12-05: device tests and
+//                          sanitizers clean, 2.0-13x sm80's fp8 path, 0.73-1.17 of FA3's fp8
+//                          (docs/perf/h100-2026-12-05b-session.md): 1.
+#ifndef FA4_SM90_FP8
+#define FA4_SM90_FP8 1
+#endif
+// K / V^T ring stages of the fp8 tiles (their tiles are half the bytes of the 16-bit ones).
+#ifndef FA4_SM90_FP8_STAGES_D64
+#define FA4_SM90_FP8_STAGES_D64 3
+#endif
+#ifndef FA4_SM90_FP8_STAGES_D128
+#define FA4_SM90_FP8_STAGES_D128 3
+#endif
 
 namespace fa4::cuda::sm90 {
 
@@ -305,7 +323,15 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 // cost its prefill 3-4.5 % (H200 2026-12-05), though its SASS had no spill. D 128 and D 256: the
 // standard tile; D 64: two consumers (as short_masked). Where a split launch takes it:
 // split_kv_pays.
-enum class Tile { standard, short_masked, long_keys, split_kv };
+// fp8: the e4m3 tile of all-fp8 prefill (FwdTraits<__nv_fp8_e4m3, ...>; D 64 / 128 / 256, equal
+// dims): Q / K tiles of e4m3 rows, V^T tiles from the call's pre-pass (fwd_fp8_vt.cu), 8-bit
+// wgmma (k32), bf16 output. Prefill only: no split-KV, no paged cache (cuda/plan.cpp).
+enum class Tile { standard, short_masked, long_keys, split_kv, fp8 };
+// Bytes of one Q / K / V element of a tile's instance.
+constexpr int elem_bytes(Tile t) { return t == Tile::fp8 ? 1 : 2; }
+// Columns of one swizzle chunk of the Q / K tiles (fwd_smem.cuh): a 128-byte swizzle row (64
+// 16-bit or 128 e4m3 elements); e4m3 rows of 64 bytes (D 64) are one 64-byte-swizzle chunk.
+constexpr int qk_chunk_cols(int dqk, Tile t) { return t != Tile::fp8 ? 64 : dqk <= 64 ? 64 : 128; }
 // Whether a split-KV launch of these head dims with `rows` tile rows per (batch, grid head)
 // (Plan::rows) runs the split_kv instance rather than its chosen tile + the combine kernel.
 // Same-run A/B on an H100 (2026-12-05, docs/perf/h100-2026-12-05b-session.md; decode B 1 / 4 / 32,
@@ -343,12 +369,24 @@ constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
-         (t == Tile::split_kv && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256));
+         ((t == Tile::split_kv || t == Tile::fp8) && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256));
 }
 
 constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
   // Starting points (FA3's hopper/tile_size.h, FA4's sm90 table; DESIGN §3), with the wgmma
   // N sizes the wrappers provide (sm90_ptx.cuh).
+  if (t == Tile::fp8) {
+    // The 16-bit tiles' rows and warpgroups with 128-key tiles everywhere: a V^T tile is then
+    // [Dv rows][128 keys] = one 128-byte swizzle row per dim, the K-major B operand of the P V
+    // wgmma, loaded like a K tile (and the pre-pass pads each sequence to 128 keys). Shared
+    // memory (smem_bytes, + O's bf16 staging tile): D 64 3 consumers 12 + 3 x (8 + 8) + 24 KB;
+    // D 128 16 + 3 x (16 + 16) + 32 KB; D 256 32 + 2 x (32 + 32) + 64 KB = 224 KB of the 227.
+    // Registers per consumer thread: S 64 + O Dv / 2 + P 16 (e4m3: 128 keys / 8) -- D 256 208 of
+    // 240, as FA3's 128 x 128 fp8 D 256 tile; D 64 112 of 160.
+    if (dqk <= 64) return {3, 128, FA4_SM90_FP8_STAGES_D64};
+    if (dqk <= 128) return {2, 128, FA4_SM90_FP8_STAGES_D128};
+    return {2, 128, 2};
+  }
   if (dqk <= 64) {
     // (split_kv: two consumers as short_masked -- decode tiles have few rows, and the merge
     // inlined into the three-consumer tile spilled its key loop)
@@ -375,7 +413,7 @@ constexpr int kSmemLimit = 227 * 1024;  // the opt-in shared memory of one sm_90
 // equality with sizeof).
 constexpr int smem_bytes_without_o(int dqk, int dv, Tile t = Tile::standard) {
   const TileCfg c = tile_cfg(dqk, dv, t);
-  return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * 2 + 1024 + 1024;
+  return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * elem_bytes(t) + 1024 + 1024;
 }
 // The epilogue stages O in its own buffer where it fits: then Q of the next tile loads as soon as
 // the last S = Q K^T of the current one is done, under its last P V and epilogue. Otherwise

@@ -14,6 +14,9 @@
 // 64 x N accumulator, rows 16w + g (h = 0) and 16w + g + 8 (h = 1), and of column block cb the
 // columns 8cb + 2t, 8cb + 2t + 1: element i = 4cb + 2h + e. Two column blocks of the S
 // accumulator are exactly the 16-bit A fragment of one k16 step of P V.
+// e4m3 (T::kFp8): both GEMMs take k32 steps (32 bytes, as a 16-bit k16 step); four column blocks
+// of S, converted to e4m3 and packed as fp8_layout.h says, are the 8-bit A fragment of one k32
+// step of P V against V^T tiles whose key columns the pre-pass permuted to match (no shuffle).
 #pragma once
 
 #include <cmath>
@@ -25,6 +28,7 @@
 #include "cuda/common/softmax.cuh"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
+#include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_params.h"
 #include "cuda/sm90/fwd_schedule.h"
 #include "cuda/sm90/fwd_work.cuh"
@@ -34,11 +38,21 @@ namespace fa4::cuda::sm90 {
 template <class T>
 struct Consumer {
   using Elem = typename T::Elem;
+  static constexpr bool kFp8 = T::kFp8;
   static constexpr int kDqk = T::kDqk, kDv = T::kDv, kBlockN = T::kBlockN, kStages = T::kStages;
   static constexpr int kConsumers = T::kConsumers;
   static constexpr int kSRegs = kBlockN / 2;  // S accumulator, 64 x kBlockN
   static constexpr int kORegs = kDv / 2;      // O accumulator, 64 x Dv
-  static constexpr int kPSteps = kBlockN / 16;
+  static constexpr int kKStep = kFp8 ? 32 : 16;         // wgmma K per instruction: 32 bytes of either type
+  static constexpr int kPSteps = kBlockN / kKStep;      // k-steps of P V (4 A registers each)
+  static constexpr int kStepsPerChunk = T::kChunk / kKStep;  // k-steps of S = Q K^T per Q / K chunk
+  // (e4m3) P is stored as 2^kFp8PShift P: with the exact running max (FA4_RESCALE_THRESHOLD 0) P is
+  // in [0, 1], where e4m3's normal range ends at 2^-6 and P below 2^-10 rounds to 0; times 2^8 the
+  // normal range reaches down to 2^-14 and the largest P, 256, stays below e4m3's 448. The same
+  // factor is in l (the sum of the unrounded P), so O / l is unchanged; the finalize takes it out
+  // of the lse (fwd_epilogue.cuh). A larger threshold leaves room for 2^(8 - threshold).
+  static constexpr float kFp8PShift = 8.f - kRescaleThreshold;
+  static_assert(!kFp8 || kRescaleThreshold <= 8.f, "e4m3 P saturates at 448 = 2^8.8");
   static constexpr bool kRescaleInTurn = kDv <= 128;  // where O *= alpha runs (mainloop)
   // Where the wait for the P V group in flight goes (mainloop): behind a spin-loop wait on the
   // next V at Dv = 256, where ptxas otherwise hoists it above the softmax's ex2s.
@@ -51,7 +65,7 @@ struct Consumer {
   // FA4_SM90_P_DOUBLE=2 also takes the standard D 256 tile (64 keys), with the O rescale after
   // the P V wait, before the turn (128 multiplies inside the turn delayed the other consumer's
   // GEMMs); local ops 14 -> 43 there, and 8 -> 120 on the 80-key long_keys tile (left out).
-  static constexpr bool kPDouble = FA4_SM90_OVERLAP && kConsumers == 2 &&
+  static constexpr bool kPDouble = !kFp8 && FA4_SM90_OVERLAP && kConsumers == 2 &&
                                    ((FA4_SM90_P_DOUBLE >= 1 && kRescaleInTurn && kDqk <= 128) ||
                                     (FA4_SM90_P_DOUBLE >= 2 && kDqk == 256 && kBlockN <= 64));
   static constexpr int kPBufs = kPDouble ? 2 : 1;
@@ -67,6 +81,7 @@ struct Consumer {
   float sc;      // multiplier from kept score units to log2 units (see softmax)
   bool softcap, fold;
   float softcap_in2;
+  float f8_scale_log2, f8_softcap_in;  // (kFp8) the scale and tanh argument with q x k descale folded in
   FullKeyRange full;
   int lo[2], hi[2];  // visible keys of this thread's rows [lo, hi)
 
@@ -75,15 +90,21 @@ struct Consumer {
   // ring slot moves only the start address, so each GEMM adds compile-time offsets to these
   // instead of re-encoding a descriptor per wgmma (7 -> 2 instructions in the GEMM turn).
   uint32_t q_lo, k_lo, v_lo;
-  static constexpr uint64_t kQKDesc0 = ptx::make_smem_desc_kmajor_sw128(0);
-  static constexpr uint64_t kVDesc0 = ptx::make_smem_desc(0, kBlockN * 128, 1024, ptx::SmemSwizzle::b128);
-  // 16-byte units: a Q / K chunk (64 columns), a K / V ring slot (fwd_smem.cuh: dense arrays of
-  // 1024-byte multiples)
+  // Q / K: K-major, 128-byte swizzle rows (SBO: 8 rows = 1024 bytes); e4m3 D 64: 64-byte rows
+  // and swizzle (SBO 512). V: N-major (16-bit); V^T (e4m3): K-major like K, rows = value dims.
+  static constexpr bool kQK64B = T::kChunk * sizeof(Elem) == 64;
+  static constexpr uint64_t kQKDesc0 =
+      kQK64B ? ptx::make_smem_desc(0, 16, 512, ptx::SmemSwizzle::b64) : ptx::make_smem_desc_kmajor_sw128(0);
+  static constexpr uint64_t kVDesc0 = kFp8 ? ptx::make_smem_desc_kmajor_sw128(0)
+                                           : ptx::make_smem_desc(0, kBlockN * 128, 1024, ptx::SmemSwizzle::b128);
+  // 16-byte units: a Q / K chunk (T::kChunk columns), a K / V ring slot (fwd_smem.cuh: dense
+  // arrays of 1024-byte multiples), a V^T chunk (128 keys)
   static constexpr uint32_t kQChunk16 = T::Smem::kQChunk * sizeof(Elem) / 16;
   static constexpr uint32_t kKChunk16 = T::Smem::kKVChunk * sizeof(Elem) / 16;
-  static constexpr uint32_t kKSlot16 = kDqk / 64 * kKChunk16, kVSlot16 = kDv / 64 * kKChunk16;
-  static_assert(sizeof(T::Smem::q) == kConsumers * kDqk / 64 * kQChunk16 * 16 && sizeof(T::Smem::k) == kStages * kKSlot16 * 16 &&
-                    sizeof(T::Smem::v) == kStages * kVSlot16 * 16,
+  static constexpr uint32_t kVChunk16 = T::Smem::kVChunk * sizeof(Elem) / 16;
+  static constexpr uint32_t kKSlot16 = kDqk / T::kChunk * kKChunk16, kVSlot16 = T::Smem::kVChunks * kVChunk16;
+  static_assert(sizeof(T::Smem::q) == kConsumers * kDqk / T::kChunk * kQChunk16 * 16 &&
+                    sizeof(T::Smem::k) == kStages * kKSlot16 * 16 && sizeof(T::Smem::v) == kStages * kVSlot16 * 16,
                 "descriptor offsets assume dense tile arrays");
 
   float o[kORegs];
@@ -91,7 +112,9 @@ struct Consumer {
   uint32_t pf[kPBufs][kPSteps][4];  // P of the previous tile(s) as wgmma A fragments
   float m_run[2], l_run[2];
 
-  __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_, bool solo_)
+  // qk_descale: (kFp8) q_descale x k_descale of the tile's (batch, kv head); unused otherwise.
+  __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_, bool solo_,
+                                      float qk_descale = 1.f)
       : sh(sh_), p(p_), w(w_), c(c_), solo(FA4_SM90_SOLO && solo_) {
     tid = threadIdx.x % 128;
     q_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[c][0])));
@@ -102,9 +125,20 @@ struct Consumer {
     softcap = p.softcap_log2 != 0.f;
     // Softcap keeps tanh values (softcap * log2(e) > 0 goes into the exponentials' FFMA, as the
     // scale does without softcap); a non-positive scale keeps log2 units (the max would flip).
-    fold = softcap || p.scale_log2 > 0.f;
-    sc = softcap ? p.softcap_log2 : fold ? p.scale_log2 : 1.f;
-    softcap_in2 = p.softcap_in * 2.f * kLog2e;
+    if constexpr (kFp8) {
+      // The e4m3 products are (q / q_descale) . (k / k_descale): the factors scale every score
+      // of the tile as the softmax scale does (as the sm80 fp8 instances fold them).
+      f8_scale_log2 = p.scale_log2 * qk_descale;
+      f8_softcap_in = p.softcap_in * qk_descale;
+      fold = softcap || f8_scale_log2 > 0.f;
+      sc = softcap ? p.softcap_log2 : fold ? f8_scale_log2 : 1.f;
+      softcap_in2 = f8_softcap_in * 2.f * kLog2e;
+    } else {
+      (void)qk_descale;
+      fold = softcap || p.scale_log2 > 0.f;
+      sc = softcap ? p.softcap_log2 : fold ? p.scale_log2 : 1.f;
+      softcap_in2 = p.softcap_in * 2.f * kLog2e;
+    }
     RowMask32 rm;
     rm.init(p.mask, w.si.sq, w.sk);
     // Tile rows -> query rows (PackGQA: m / group, fwd_work.cuh); the mask is the query row's.
@@ -150,9 +184,9 @@ struct Consumer {
     ptx::wgmma_fence();
     const uint32_t kb = k_lo + st.index * kKSlot16;
 #pragma unroll
-    for (int k = 0; k < kDqk / 16; ++k) {  // k16 step k: 64-column chunk k / 4, 32 bytes per step within it
-      const uint64_t da = with_hi(q_lo + (k / 4) * kQChunk16 + 2 * (k % 4), kQKDesc0);
-      const uint64_t db = with_hi(kb + (k / 4) * kKChunk16 + 2 * (k % 4), kQKDesc0);
+    for (int k = 0; k < kDqk / kKStep; ++k) {  // step k: chunk k / kStepsPerChunk, 32 bytes per step within it
+      const uint64_t da = with_hi(q_lo + (k / kStepsPerChunk) * kQChunk16 + 2 * (k % kStepsPerChunk), kQKDesc0);
+      const uint64_t db = with_hi(kb + (k / kStepsPerChunk) * kKChunk16 + 2 * (k % kStepsPerChunk), kQKDesc0);
       ptx::wgmma_ss<kBlockN, Elem>(s, da, db, k > 0);
     }
     ptx::wgmma_commit_group();
@@ -160,7 +194,8 @@ struct Consumer {
   }
   // V slot as the N-major B operand of O += P V (N = Dv, K = keys): 8-key core-matrix groups
   // 1024 bytes apart (SBO), 64-column chunks kBlockN * 128 bytes apart (LBO); a k16 step is
-  // 16 rows = 2048 bytes.
+  // 16 rows = 2048 bytes. (e4m3) V^T slot as the K-major B operand, as a K tile: a k32 step is
+  // 32 bytes along each 128-byte row, 4 per 128-key chunk.
   template <int kB = 0>
   __device__ __forceinline__ void issue_pv(const Ring& st) {
     ptx::fence_operands(o);
@@ -168,8 +203,13 @@ struct Consumer {
     const uint32_t vb = v_lo + st.index * kVSlot16;
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk) {
-      const uint64_t db = with_hi(vb + kk * (2048 / 16), kVDesc0);
-      ptx::wgmma_rs<kDv, Elem, 1>(o, pf[kB][kk], db, 1);
+      if constexpr (kFp8) {
+        const uint64_t db = with_hi(vb + (kk / 4) * kVChunk16 + 2 * (kk % 4), kVDesc0);
+        ptx::wgmma_rs<kDv, Elem, 0>(o, pf[kB][kk], db, 1);
+      } else {
+        const uint64_t db = with_hi(vb + kk * (2048 / 16), kVDesc0);
+        ptx::wgmma_rs<kDv, Elem, 1>(o, pf[kB][kk], db, 1);
+      }
     }
     ptx::wgmma_commit_group();
     ptx::fence_operands(o);
@@ -196,10 +236,10 @@ struct Consumer {
   __device__ __forceinline__ void softmax(int n0, Rescale& r) {
     if (softcap) {
 #pragma unroll
-      for (int i = 0; i < kSRegs; ++i) s[i] = softcap_tanh(s[i], p.softcap_in, softcap_in2);
+      for (int i = 0; i < kSRegs; ++i) s[i] = softcap_tanh(s[i], kFp8 ? f8_softcap_in : p.softcap_in, softcap_in2);
     } else if (!fold) {
 #pragma unroll
-      for (int i = 0; i < kSRegs; ++i) s[i] *= p.scale_log2;
+      for (int i = 0; i < kSRegs; ++i) s[i] *= kFp8 ? f8_scale_log2 : p.scale_log2;
     }
     if (full.needs_mask(n0, kBlockN)) {
 #pragma unroll
@@ -246,11 +286,13 @@ struct Consumer {
     }
     r.alpha[0] = r.alpha[1] = 1.f;
     r.grow[0] = grow[0], r.grow[1] = grow[1];
+    float neg_mp[2] = {neg_m[0], neg_m[1]};  // (e4m3: P x 2^kFp8PShift)
+    if constexpr (kFp8) neg_mp[0] += kFp8PShift, neg_mp[1] += kFp8PShift;
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // two partial sums per row half
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
       const int h = (i >> 1) & 1;
-      s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_m[h]), i);
+      s[i] = exp2_mixed<T::kExp2EmuEvery>(fmaf(s[i], sc, neg_mp[h]), i);
       sum[h][i & 1] += s[i];
     }
     // The factors come last, after the exponentials. (Meant to end the softmax's basic block in
@@ -307,12 +349,22 @@ struct Consumer {
     }
     if (__any_sync(0xffffffffu, r.alpha[0] != 1.f || r.alpha[1] != 1.f)) scale_o_voted(r.alpha);
   }
+  // (e4m3) k32 step kk takes S registers 16 kk .. 16 kk + 15; A register r, byte b is register
+  // 16 kk + fp8_pack_src(r, b) (fp8_layout.h: the V^T columns are permuted to match).
   template <int kB = 0>
   __device__ __forceinline__ void pack_p() {
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) pf[kB][kk][e] = ptx::pack2<Elem>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kFp8) {
+          const float* sk = s + 16 * kk;
+          pf[kB][kk][e] = ptx::pack_e4m3x4(sk[fp8_pack_src(e, 0)], sk[fp8_pack_src(e, 1)], sk[fp8_pack_src(e, 2)],
+                                           sk[fp8_pack_src(e, 3)]);
+        } else {
+          pf[kB][kk][e] = ptx::pack2<Elem>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+        }
+      }
   }
 
   // Q may be overwritten by the next tile's load: one arrival per thread, after its own wait on
@@ -371,13 +423,16 @@ struct Consumer {
       if (T::kQFreeEarly) release_q();
       return;
     }
-    const bool v_tail = w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
+    // (e4m3: the V^T pre-pass wrote zeros past the sequence's last key, fp8_layout.h)
+    [[maybe_unused]] const bool v_tail = !kFp8 && w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
 
     sh.k_ring.wait(st);
     turn_wait();
     issue_s(st);
     turn_pass();
-    if (v_tail) zero_v_tail(st);
+    if constexpr (!kFp8) {
+      if (v_tail) zero_v_tail(st);
+    }
     ptx::wgmma_wait_group<0>();
     ptx::fence_operands(s);
     sh.k_ring.release(st, tid == 0);

@@ -133,12 +133,12 @@ __device__ __forceinline__ void merge_splits_if_last(const Sm90Params& P, Consum
   }
   if (!ptx::named_barrier_sync_or(bar, 128, last)) return;
   __threadfence();  // the other splits' rows, published before their arrivals
-  merge_split_rows<typename T::Elem, T::kDv>(p, w, row0, tid);
+  merge_split_rows<typename T::OutElem, T::kDv>(p, w, row0, tid);
 }
 
 template <class T>
 __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
-  using Elem = typename T::Elem;
+  using Elem = typename T::OutElem;  // (e4m3 inputs: bf16)
   constexpr int kDv = T::kDv;
   const FwdArgs& p = cs.p;
   const TileWork& w = cs.w;
@@ -149,6 +149,11 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   const bool partials = p.num_splits > 1;
   const bool sinks = p.sinks != nullptr && w.split == 0;
   const float sink_head = sinks ? p.sinks[w.head * p.sinks_st] * kLog2e : -INFINITY;
+  // (e4m3) v_descale of the tile's (batch, kv head): O = (P V_e4m3) x v_descale.
+  [[maybe_unused]] float v_descale = 1.f;
+  if constexpr (T::kFp8) {
+    if (P.v_descale != nullptr) v_descale = P.v_descale[w.batch * P.vd_s0 + w.hk * P.vd_sh];
+  }
 
   float scale[2];
   int64_t prow[2];  // (partials) the partial row of this thread's row half h
@@ -164,9 +169,12 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
       if (sinks) sink2 = p.sinks[head * p.sinks_st] * kLog2e;
     }
     const float l = quad_sum(cs.l_run[h]);
-    const float m2 = cs.m_run[h] == -INFINITY ? -INFINITY : cs.m_run[h] * cs.sc;
+    float m2 = cs.m_run[h] == -INFINITY ? -INFINITY : cs.m_run[h] * cs.sc;
+    // (e4m3: l and O hold 2^kFp8PShift P; as a max it cancels in O / l and leaves the lse right)
+    if constexpr (T::kFp8) m2 -= Consumer<T>::kFp8PShift;
     const RowFinal f = finalize_row(m2, l, sink2);
     scale[h] = f.scale;
+    if constexpr (T::kFp8) scale[h] *= v_descale;
     prow[h] = (static_cast<int64_t>(w.split) * p.rows_total + w.si.token0 + i) * p.hq + head;
     if (cs.t4 == 0 && m < w.rows_seq) {
       if (partials) {

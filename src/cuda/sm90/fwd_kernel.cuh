@@ -12,8 +12,12 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
 
 #include "cuda/ptx/sm90_ptx.cuh"
+#include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_consumer.cuh"
 #include "cuda/sm90/fwd_epilogue.cuh"
@@ -33,6 +37,12 @@ struct FwdTraits {
   static constexpr int kDqk = kDqk_, kDv = kDv_;
   static constexpr Tile kTile = kTile_;
   static_assert(has_tile(kTile, kDqk, kDv), "no such tile for these head dims (fwd_config.h)");
+  // e4m3 q / k / v (Tile::fp8): 8-bit wgmma, V^T tiles, bf16 output (DESIGN §1: fp8 in, bf16 out).
+  static constexpr bool kFp8 = kTile == Tile::fp8;
+  static_assert(kFp8 == (sizeof(Elem) == 1) && sizeof(Elem) == static_cast<size_t>(elem_bytes(kTile)),
+                "Tile::fp8 instances take __nv_fp8_e4m3, the others 16-bit elements");
+  using OutElem = std::conditional_t<kFp8, __nv_bfloat16, Elem>;
+  static constexpr int kChunk = qk_chunk_cols(kDqk, kTile);  // columns of a Q / K swizzle chunk
   static constexpr TileCfg kCfg = tile_cfg(kDqk, kDv, kTile);
   static constexpr int kBlockN = kCfg.block_n, kStages = kCfg.stages;
   static constexpr int kConsumers = kCfg.consumers, kBlockM = kCfg.block_m(), kThreads = kCfg.threads();
@@ -51,7 +61,8 @@ struct FwdTraits {
   static constexpr bool kDynamicWalk = dynamic_walk(kDqk, kTile);  // the producer can claim tiles
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   static constexpr bool kFusedMerge = fused_merge(kDqk, kDv, kTile);  // split-KV merged in-kernel
-  using Smem = SharedStorage<Elem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging>;
+  static_assert(!kFp8 || kBlockN == kFp8VtPad, "a V^T tile is one pre-pass block of keys (fp8_layout.h)");
+  using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");
   static_assert(kDv <= kDqk, "the O staging tile reuses the consumer's Q tile");
@@ -111,7 +122,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     if (!sh.work[tiles_done & 1u].valid) break;
     const TileWork w = sh.work[tiles_done & 1u].w;
     trace::stamp(tr, 1 + c, tiles_done, trace::tile_start);
-    Consumer<T> cs(sh, P.a, w, c, solo);
+    // (e4m3) q_descale x k_descale of the tile's (batch, kv head); GQA: the query heads of kv
+    // head w.hk share it, PackGQA tiles too.
+    float qk_descale = 1.f;
+    if constexpr (T::kFp8) {
+      if (P.q_descale != nullptr) qk_descale = P.q_descale[w.batch * P.qd_s0 + w.hk * P.qd_sh];
+      if (P.k_descale != nullptr) qk_descale *= P.k_descale[w.batch * P.kd_s0 + w.hk * P.kd_sh];
+    }
+    Consumer<T> cs(sh, P.a, w, c, solo, qk_descale);
     trace::stamp(tr, 1 + c, tiles_done, trace::cs_ready);
     ptx::mbarrier_wait_parity(&sh.q_full, tiles_done & 1u);
     trace::stamp(tr, 1 + c, tiles_done, trace::q_ready);

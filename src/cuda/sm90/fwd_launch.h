@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/common/fwd_args.h"
+#include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_params.h"
 
@@ -15,6 +16,10 @@ namespace fa4::cuda::sm90 {
 // tensor's strides or extents do not fit TMA's rules (16-byte multiples, < 2^40 bytes, extents
 // < 2^32); the planner (cuda/plan.cpp, sm90_supports) only picks sm90 where they do.
 bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Params* out, std::string* why);
+// The fp8 tile's (Tile::fp8): e4m3 q / k maps, the V^T workspace `vt` of layout `vl` (written by
+// launch_fp8_vt first) as the v map, the descale factors of `a`, a bf16 out map.
+bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, const void* vt, const Fp8VtLayout& vl, Sm90Params* out,
+                     std::string* why);
 
 // Launches the kernel: grid = (persistent CTAs), which walk P.sched's tiles; a (dims, tile)
 // pair without an instance returns cudaErrorInvalidValue.
@@ -30,5 +35,12 @@ cudaError_t launch_fwd_d128_split_kv(const Sm90Params& P, bool bf16, dim3 grid, 
 cudaError_t launch_fwd_d256_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d192_128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d64_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d256_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+
+// The fp8 call's V^T pre-pass (fwd_fp8_vt.cu): writes V^T of every sequence of `a` (e4m3 v) into
+// `vt`, laid out as `vl` says (fp8_layout.h), on `stream`, before the attention kernel reads it.
+cudaError_t launch_fp8_vt(const FwdArgs& a, void* vt, const Fp8VtLayout& vl, cudaStream_t stream);
 
 }  // namespace fa4::cuda::sm90

@@ -4,11 +4,13 @@
 // 64 rows on one barrier) and per key tile K into the K ring and V into the V ring (separate
 // rings, so S = Q K^T of tile t + 1 can start while V of tile t is still in flight). The rings
 // and the Q barriers run on across tiles, so the next tile's loads start while the consumers
-// finish the current one.
+// finish the current one. e4m3 instances (T::kFp8) load V^T tiles of the call's pre-pass
+// workspace (fp8_layout.h) instead of V: one [Dv rows][128 keys] box per key tile.
 #pragma once
 
 #include "cuda/common/pipeline.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
+#include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_params.h"
 #include "cuda/sm90/fwd_trace.cuh"
 #include "cuda/sm90/fwd_work.cuh"
@@ -21,9 +23,11 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
   constexpr bool kGather = requires { typename T::Gather; };
   const bool leader = ptx::elect_one_sync() && (!kGather || threadIdx.x < 32);
   constexpr int kBlockN = T::kBlockN;
-  constexpr int kQBytes = T::kBlockM * T::kDqk * 2;
-  constexpr int kKBytes = kBlockN * T::kDqk * 2;
-  constexpr int kVBytes = kBlockN * T::kDv * 2;
+  constexpr int kEb = static_cast<int>(sizeof(typename T::Elem));
+  constexpr int kQBytes = T::kBlockM * T::kDqk * kEb;
+  constexpr int kKBytes = kBlockN * T::kDqk * kEb;
+  constexpr int kVBytes = kBlockN * T::kDv * kEb;
+  constexpr int kChunk = T::kChunk;  // columns of a Q / K box
   if (leader) {
     ptx::tma_prefetch_descriptor(&P.tm_q);
     ptx::tma_prefetch_descriptor(&P.tm_k);
@@ -48,18 +52,34 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       uint64_t* kb = sh.k_ring.acquire(st, kKBytes, leader);
       if (leader) {
 #pragma unroll
-        for (int ch = 0; ch < T::kDqk / 64; ++ch) ptx::tma_load_4d(sh.k[st.index][ch], &P.tm_k, kb, ch * 64, w.hk, row, bl);
+        for (int ch = 0; ch < T::kDqk / kChunk; ++ch)
+          ptx::tma_load_4d(sh.k[st.index][ch], &P.tm_k, kb, ch * kChunk, w.hk, row, bl);
       }
       __syncwarp();
     };
+    // (e4m3: row = the key tile's first V^T column, bl its batch-like index: vt_coords)
     auto load_v = [&](int row, int bl) {  // and on to the next ring slot
       uint64_t* vb = sh.v_ring.acquire(st, kVBytes, leader);
       if (leader) {
+        if constexpr (T::kFp8) {
+          // V^T map (cols, dims, heads, bl): boxes of 128 key columns x Dv dims.
 #pragma unroll
-        for (int ch = 0; ch < T::kDv / 64; ++ch) ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, ch * 64, w.hk, row, bl);
+          for (int ch = 0; ch < T::Smem::kVChunks; ++ch)
+            ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, row + ch * 128, 0, w.hk, bl);
+        } else {
+#pragma unroll
+          for (int ch = 0; ch < T::kDv / 64; ++ch) ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, ch * 64, w.hk, row, bl);
+        }
       }
       __syncwarp();
       st.advance();
+    };
+    // (e4m3) The V^T coordinates of the key tile at key j0 (fp8_layout.h): dense k and caches by
+    // batch (not cache_batch_idx: the pre-pass gathered each batch's rows), varlen k at its
+    // sequence's columns.
+    [[maybe_unused]] auto vt_coords = [&](int j0, int* col, int* bl) {
+      if (P.a.kv_mode == kKvVarlen) *col = static_cast<int>(fp8_vt_col0(w.kv_row0, w.batch)) + j0, *bl = 0;
+      else *col = j0, *bl = w.batch;
     };
     // The key tile at key j0 of a cache whose pages (ps rows) are smaller than the tile: the
     // planner takes page sizes that divide the key block and are multiples of 8 rows, so each
@@ -76,7 +96,9 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       uint64_t* b = k ? sh.k_ring.acquire(st, kKBytes, leader) : sh.v_ring.acquire(st, kVBytes, leader);
       for (int sub = 0; sub * ps < kBlockN; ++sub) {
         const int r = __shfl_sync(0xffffffffu, row, sub), bi = __shfl_sync(0xffffffffu, bl, sub);
-        if (leader) {
+        if constexpr (T::kFp8) {
+          (void)r, (void)bi;  // (never: no paged e4m3 calls on sm90, cuda/plan.cpp sm90_supports)
+        } else if (leader) {
           if (k) {
 #pragma unroll
             for (int ch = 0; ch < T::kDqk / 64; ++ch)
@@ -91,7 +113,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       __syncwarp();
       if (!k) st.advance();
     };
-    const bool sub_pages = FA4_SM90_PAGED_SUB && P.a.kv_mode == kKvPaged && P.a.page_size < kBlockN;
+    const bool sub_pages = !T::kFp8 && FA4_SM90_PAGED_SUB && P.a.kv_mode == kKvPaged && P.a.page_size < kBlockN;
     auto load_q = [&]() {  // every tile loads it, empty ones too: the q barriers' phases count tiles
       trace::stamp(tr, 0, tiles_done, trace::q_wait_start);
       if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
@@ -108,8 +130,9 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
 #pragma unroll
         for (int c = 0; c < T::kConsumers; ++c)
 #pragma unroll
-          for (int ch = 0; ch < T::kDqk / 64; ++ch)
-            ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * 64, w.head, w.q_row + c * TileWork::q_step(P.a), w.q_b);
+          for (int ch = 0; ch < T::kDqk / kChunk; ++ch)
+            ptx::tma_load_4d(sh.q[c][ch], &P.tm_q, &sh.q_full, ch * kChunk, w.head, w.q_row + c * TileWork::q_step(P.a),
+                             w.q_b);
       }
       __syncwarp();
     };
@@ -134,7 +157,8 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       }
       if (sub_pages) return load_pages(w.tile_at(0) * kBlockN, k);
       int row, bl;
-      w.kv_coords(P.a, w.tile_at(0) * kBlockN, &row, &bl);
+      if (T::kFp8 && !k) vt_coords(w.tile_at(0) * kBlockN, &row, &bl);
+      else w.kv_coords(P.a, w.tile_at(0) * kBlockN, &row, &bl);
       if (k) load_k(row, bl);
       else load_v(row, bl);
     };
@@ -161,7 +185,9 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       }
       int row, bl;
       w.kv_coords(P.a, w.tile_at(it) * kBlockN, &row, &bl);
-      load_k(row, bl), load_v(row, bl);
+      load_k(row, bl);
+      if constexpr (T::kFp8) vt_coords(w.tile_at(it) * kBlockN, &row, &bl);
+      load_v(row, bl);
     }
     trace::stamp(tr, 0, tiles_done, trace::loads_issued);
     ++tiles_done;

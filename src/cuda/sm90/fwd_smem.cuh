@@ -3,10 +3,12 @@
 // Tiles are stored as TMA writes them with 128-byte swizzle: a [rows x D] 16-bit tile is D / 64
 // column chunks, each [rows][64] (128-byte rows, 16-byte pieces XOR'd by row % 8). Each chunk
 // starts 1024-byte aligned (every chunk holds a multiple of 8 rows), which both the swizzle
-// pattern and the wgmma descriptors' zero base offset need.
+// pattern and the wgmma descriptors' zero base offset need. e4m3 tiles (Tile::fp8) have chunks
+// of kChunk = 128 columns (one 128-byte row; D 64: 64 columns, 64-byte swizzle).
 //   q[c][chunk]   the 64 query rows of consumer c
 //   k[s][chunk]   K ring slot s (kBlockN keys)
-//   v[s][chunk]   V ring slot s
+//   v[s][chunk]   V ring slot s; e4m3: V^T ring slot s, [kDv rows][128 keys] per chunk of keys
+//                 (K-major: the P V wgmma's B operand, stored as a K tile is)
 //   o[c][chunk]   consumer c's O staging tile (fwd_config.h separate_o); without it the epilogue
 //                 stages O over the V ring (OStaging::v_ring: consumer c's [Dv / 64][64 rows x 64] tile at
 //                 byte c * 64 * Dv * 2 of v, once every consumer's last P V has read it) or in
@@ -26,17 +28,25 @@
 
 namespace fa4::cuda::sm90 {
 
-template <typename Elem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers, OStaging kOStaging>
+// OutElem: the output's type (the O staging tile); kChunk: columns of a Q / K chunk.
+template <typename Elem, typename OutElem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers,
+          OStaging kOStaging, int kChunk = 64>
 struct alignas(1024) SharedStorage {
   static constexpr bool kSeparateO = kOStaging == OStaging::own, kOInV = kOStaging == OStaging::v_ring;
-  static constexpr int kQChunk = kRowsPerConsumer * 64;  // elements of one 64-column chunk
-  static constexpr int kKVChunk = kBlockN * 64;
-  static_assert(kBlockN % 8 == 0, "chunks must stay 1024-byte aligned");
-  alignas(1024) Elem q[kConsumers][kDqk / 64][kQChunk];
-  alignas(1024) Elem k[kStages][kDqk / 64][kKVChunk];
-  alignas(1024) Elem v[kStages][kDv / 64][kKVChunk];
+  static constexpr bool kVt = sizeof(Elem) == 1;          // e4m3: the V ring holds V^T tiles
+  static constexpr int kQChunk = kRowsPerConsumer * kChunk;  // elements of one kChunk-column chunk
+  static constexpr int kKVChunk = kBlockN * kChunk;
+  static constexpr int kOChunk = kRowsPerConsumer * 64;      // O staging: 64-column (128-byte) chunks
+  // V: Dv / 64 chunks of [kBlockN][64]; V^T: kBlockN / 128 chunks of [kDv][128].
+  static constexpr int kVChunks = kVt ? kBlockN / 128 : kDv / 64;
+  static constexpr int kVChunk = kVt ? kDv * 128 : kBlockN * 64;
+  static_assert(kBlockN % 8 == 0 && kDv % 8 == 0, "chunks must stay 1024-byte aligned");
+  static_assert(kDqk % kChunk == 0 && (!kVt || kBlockN % 128 == 0), "whole chunks");
+  alignas(1024) Elem q[kConsumers][kDqk / kChunk][kQChunk];
+  alignas(1024) Elem k[kStages][kDqk / kChunk][kKVChunk];
+  alignas(1024) Elem v[kStages][kVChunks][kVChunk];
   struct OStage {
-    alignas(1024) Elem o[kConsumers][kDv / 64][kQChunk];
+    alignas(1024) OutElem o[kConsumers][kDv / 64][kOChunk];
   };
   struct NoOStage {};
   static_assert(!kOInV || kStages * kBlockN >= kConsumers * kRowsPerConsumer, "the V ring holds every consumer's O tile");
@@ -54,7 +64,7 @@ struct alignas(1024) SharedStorage {
 
   __device__ __forceinline__ uint8_t* o_stage(int c) {
     if constexpr (kSeparateO) return reinterpret_cast<uint8_t*>(os.o[c][0]);
-    else if constexpr (kOInV) return reinterpret_cast<uint8_t*>(v[0][0]) + c * kRowsPerConsumer * kDv * sizeof(Elem);
+    else if constexpr (kOInV) return reinterpret_cast<uint8_t*>(v[0][0]) + c * kRowsPerConsumer * kDv * sizeof(OutElem);
     else return reinterpret_cast<uint8_t*>(q[c][0]);
   }
 };

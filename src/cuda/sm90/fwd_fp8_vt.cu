@@ -1,0 +1,112 @@
+// The V^T pre-pass of the sm90 fp8 path: once per call, before the attention kernel, every
+// sequence's e4m3 V [keys, Dv] (per kv head) is written transposed into the call's workspace,
+// [Dv][keys] per (batch-like index, kv head), key columns permuted within each 32-key block
+// (fp8_layout.h: fp8_pv_key), so the kernel TMA-loads V^T tiles as it loads K tiles.
+//
+// Why a pre-pass: the 8-bit wgmma takes only K-major operands, and in O += P V the reduction runs
+// over keys, which V has strided (its rows are keys). FA3 transposes each V tile in shared memory
+// in its producer warpgroup (LDSM.T / STSM per tile and CTA: every query tile's CTA transposes the
+// same V again); here each V byte is transposed once per call, ~2 x V bytes of traffic (~1 % of a
+// B S = 16k, H D = 2048 prefill at 900 TFLOP/s), and the kernel's producer stays one TMA issuer.
+//
+// One CTA step: 128 keys (one fp8 key tile) of one (sequence, kv head): the rows land in shared
+// memory (16-byte loads, coalesced along the row; keys past the sequence's last key read as 0),
+// then each thread writes one 32-key block of one value dim: 32 bytes, a whole sector, columns
+// in permuted order. A sequence's last step writes zeros up to its tile boundary (fp8_layout.h).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/fwd_args.h"
+#include "cuda/common/seq_info.cuh"
+#include "cuda/sm90/fp8_layout.h"
+#include "cuda/sm90/fwd_launch.h"
+
+namespace fa4::cuda::sm90 {
+namespace {
+
+constexpr int kVtThreads = 256;
+constexpr int kVtMaxDv = 256;  // the largest fp8 head dim (fwd_config.h Tile::fp8)
+
+// grid (steps, kv heads, batch): CTA (x, hk, b) takes key blocks x, x + gridDim.x, ... of
+// sequence b's kv head hk.
+__global__ void __launch_bounds__(kVtThreads) fp8_vt_kernel(const FwdArgs a, uint8_t* vt, int64_t cols) {
+  __shared__ __align__(16) uint8_t rows[kFp8VtPad][kVtMaxDv];  // [key in the block][value dim], 32 KB
+  const int b = static_cast<int>(blockIdx.z), hk = static_cast<int>(blockIdx.y);
+  SeqInfo si;
+  si.init(a, b);  // sk, kv_a: as the attention kernel reads them (clamped)
+  KvAddr va;
+  va.init(a, si, a.v_s0, a.v_s1, a.v_sh, hk);
+  const uint8_t* v = static_cast<const uint8_t*>(a.v);
+  const int dv = a.dv;
+  const int64_t sk = si.sk;
+  const bool varlen = a.kv_mode == kKvVarlen;
+  // Row (d = 0) of this (batch-like index, kv head) and the sequence's first column.
+  const int64_t bl = varlen ? 0 : b;
+  uint8_t* base = vt + ((bl * a.hkv + hk) * dv) * cols + (varlen ? fp8_vt_col0(si.kv_a, b) : 0);
+  const int chunks = (dv + 15) / 16;  // 16-byte pieces of a V row
+  const int dv32 = (dv + 31) / 32 * 32;
+  for (int64_t kb = blockIdx.x; kb * kFp8VtPad < sk; kb += gridDim.x) {
+    const int64_t j0 = kb * kFp8VtPad;
+    __syncthreads();  // the previous step's reads of `rows` are done
+    for (int idx = threadIdx.x; idx < kFp8VtPad * chunks; idx += kVtThreads) {
+      const int r = idx / chunks, ch = idx % chunks;
+      const int64_t j = j0 + r;
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (j < sk) {
+        const uint8_t* src = v + va.row(static_cast<int32_t>(j)) + ch * 16;
+        if (ch * 16 + 16 <= dv) {
+          x = *reinterpret_cast<const uint4*>(src);  // (GPU rows are 16-byte aligned: DESIGN §1)
+        } else {  // the last piece of a row whose dv is no multiple of 16: byte by byte
+          uint32_t t[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+          for (int e = 0; e < 16; ++e)
+            if (ch * 16 + e < dv) t[e / 4] |= static_cast<uint32_t>(src[e]) << (8 * (e % 4));
+          x = make_uint4(t[0], t[1], t[2], t[3]);
+        }
+      }
+      *reinterpret_cast<uint4*>(&rows[r][ch * 16]) = x;
+    }
+    __syncthreads();
+    // Task (block q, dim d): V^T row d, columns 32 q .. 32 q + 31 of this step; the 32 lanes of a
+    // warp take 32 consecutive dims of one block (shared-memory reads: consecutive bytes of a row).
+    for (int task = threadIdx.x; task < 4 * dv32; task += kVtThreads) {
+      const int q = task / dv32, d = task % dv32;
+      if (d >= dv) continue;
+      uint32_t w[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint32_t x = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x |= static_cast<uint32_t>(rows[32 * q + fp8_pv_key(4 * i + e)][d]) << (8 * e);
+        w[i] = x;
+      }
+      uint4* dst = reinterpret_cast<uint4*>(base + d * cols + j0 + 32 * q);
+      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_fp8_vt(const FwdArgs& a, void* vt, const Fp8VtLayout& vl, cudaStream_t stream) {
+  if (a.batch <= 0 || a.hkv <= 0 || a.dv <= 0) return cudaSuccess;
+  if (a.dv > kVtMaxDv || a.kv_mode == kKvPaged) return cudaErrorInvalidValue;  // (the planner's rules)
+  // Steps per CTA: the longest sequence's key blocks are unknown on the host for device-resident
+  // lengths, so the CTAs loop; x covers the average sequence's blocks (+1), and every sequence's
+  // at most ceil(slot / 128) blocks.
+  const bool varlen = a.kv_mode == kKvVarlen;
+  const int64_t slot = varlen ? a.kv_rows0 : a.kv_slot;  // keys a sequence can have
+  const int64_t total = varlen ? a.kv_rows0 : slot * a.batch;
+  const int64_t most = (slot + kFp8VtPad - 1) / kFp8VtPad;
+  int64_t gx = (total + kFp8VtPad * int64_t{a.batch} - 1) / (kFp8VtPad * int64_t{a.batch}) + (varlen ? 1 : 0);
+  gx = gx < 1 ? 1 : gx > most ? most : gx;
+  if (gx < 1) return cudaSuccess;  // no keys
+  if (gx > 65535) gx = 65535;  // (grid.x allows 2^31 - 1; the loop takes the rest)
+  fp8_vt_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(a.hkv), static_cast<unsigned>(a.batch)),
+                  kVtThreads, 0, stream>>>(a, static_cast<uint8_t*>(vt), vl.cols);
+  return cudaGetLastError();
+}
+
+}  // namespace fa4::cuda::sm90
