@@ -120,7 +120,9 @@ TEST(Splits, TileGranularFewestTilesPerSplitThenFewestSplits) {
     auto per = [&](int64_t n) { return (w.tiles + n - 1) / n; };
     for (int64_t n = 1; n <= hi; ++n) {
       ASSERT_GE(per(n), per(s)) << n;
-      if (n < s) ASSERT_GT(per(n), per(s)) << n;
+      if (n < s) {
+        ASSERT_GT(per(n), per(s)) << n;
+      }
     }
   }
 }
