@@ -404,7 +404,9 @@ TEST(CudaBackend, LongMaskedSequences) {
       DeviceCase dg(g);
       fa4::PlanInfo info;
       ASSERT_TRUE(fa4::describe_plan(dg.params(), &info).ok());
-      if (info.kernel == "sm90") EXPECT_EQ(info.tile_m, 128) << c.describe();
+      if (info.kernel == "sm90") {
+        EXPECT_EQ(info.tile_m, 128) << c.describe();
+      }
     }
     check_case(c, seed, false, Backend::cpu);
   }
