@@ -489,30 +489,11 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(rows[0]["maxdiff_fp32"], "nan")
 
     def test_main_writes_json_and_markdown(self):
-        import tempfile
-        saved = (dp.DecodeTimer, peers.Fa4, torch.cuda.get_device_name, dp.Ctx.device, dp.Ctx.free_bytes)
-
-        def timer(reps, hide_launch=True):
-            t = FakeTimer()
-            t.hide_launch = hide_launch
-            return t
-        try:
-            dp.DecodeTimer, peers.Fa4 = timer, (lambda path: FakeLib())
-            torch.cuda.get_device_name = lambda *a: "cpu (test)"
-            dp.Ctx.device, dp.Ctx.free_bytes = "cpu", 1 << 40
-            with tempfile.TemporaryDirectory() as out:
-                rc = dp.main(["--out", out, "--b", "1,2", "--heads", "4/2", "--sq", "1,2", "--kv", "64",
-                              "--pages", "0,16", "--chunk-sq", "16", "--chunk-kv", "64", "--ab", "x=nowhere.so"])
-                self.assertEqual(rc, 0)
-                with open(os.path.join(out, "decode.json")) as f:
-                    js = json.load(f)
-                with open(os.path.join(out, "decode.md")) as f:
-                    md = f.read()
-                if os.environ.get("KEEP_MD"):
-                    with open(os.environ["KEEP_MD"], "w") as f:
-                        f.write(md)
-        finally:
-            dp.DecodeTimer, peers.Fa4, torch.cuda.get_device_name, dp.Ctx.device, dp.Ctx.free_bytes = saved
+        js, md, _ = _main_with_fakes(["--b", "1,2", "--heads", "4/2", "--sq", "1,2", "--kv", "64", "--pages", "0,16",
+                                      "--chunk-sq", "16", "--chunk-kv", "64", "--ab", "x=nowhere.so"])
+        if os.environ.get("KEEP_MD"):
+            with open(os.environ["KEEP_MD"], "w") as f:
+                f.write(md)
         self.assertEqual(len(js["decode"]), 8)  # 4 points x 2 layouts
         self.assertEqual(len(js["chunked_prefill"]), 3)  # 1 point x (0, 64, 256)
         for r in js["decode"]:
