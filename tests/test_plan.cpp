@@ -1145,7 +1145,7 @@ TEST(CudaPlan, Sm90Fp8Tile) {
   EXPECT_EQ(dec.workspace, static_cast<size_t>(8 * 128 * 8192));
   // The automatic choice (FA4_SM90_FP8, the default; else sm80): sm90 for every call it supports,
   // unless sm80's heuristic splits it over more SMs than the unsplit sm90 grid's tiles times the
-  // fp8 tile's speed per SM (D 64 2.0, D 128 2.8, D 256 5.9; cuda/plan.cpp sm90_fp8_pays): full
+  // fp8 tile's speed per SM (D 64 2.0, D 128 2.8, D 256 5.9; cuda/plan.cpp plan_fp8_all): full
   // grids, small grids over short keys and small grids that sm80 splits into fewer busy SMs run
   // sm90; few tiles over long keys and decode run sm80.
   struct Auto {

@@ -36,7 +36,7 @@ namespace {
 bool is_16bit(DType t) { return t == DType::float16 || t == DType::bfloat16; }
 
 // e4m3 inputs (all-fp8, or an fp8 KV cache under 16-bit q) on the sm80 kernel: its fp8 instances.
-// (All-fp8 prefill may run on the sm90 kernel's fp8 tile instead: sm90_supports, choose_kernel.)
+// (All-fp8 prefill may run on the sm90 kernel's fp8 tile instead: sm90_supports, plan_fp8_all.)
 sm80::Fp8 fp8_mode(const Problem& pb) {
   return pb.dtype == DType::float8_e4m3 ? sm80::Fp8::all : pb.kv_fp8 ? sm80::Fp8::kv : sm80::Fp8::none;
 }
@@ -226,15 +226,18 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl);
 // unless sm80's split keeps that many more SMs busy -- decode-shaped calls (few tiles, tens of
 // splits), where the V^T pre-pass would also triple V's memory traffic. (The tile's partial-grid
 // speed is not measured yet; a full grid or an unsplit sm80 plan always takes sm90.)
+// The plan of such a call (no kernel preference that applies), each candidate planned once:
+// sm80's, and where FA4_SM90_FP8 and sm90_supports allow it the sm90 one.
 double sm90_fp8_speed_over_sm80(int dqk) { return dqk <= 64 ? 2.0 : dqk <= 128 ? 2.8 : 5.9; }
-bool sm90_fp8_pays(const Problem& pb, const DeviceLimits& dl) {
-  const Plan s80 = plan_sm80(pb, dl);
-  if (s80.splits <= 1) return true;
-  const Plan s90 = plan_sm90(pb, dl);
+Plan plan_fp8_all(const Problem& pb, const DeviceLimits& dl) {
+  Plan s80 = plan_sm80(pb, dl);
+  if (!FA4_SM90_FP8 || !sm90_supports(pb, dl)) return s80;
+  Plan s90 = plan_sm90(pb, dl);
+  if (s80.splits <= 1) return s90;
   const auto busy = [&](const Plan& pl) {
     return static_cast<double>(std::min<int64_t>(pl.grid.x * pl.grid.y * pl.grid.z, dl.sms));
   };
-  return busy(s90) * sm90_fp8_speed_over_sm80(s90.dqk) >= busy(s80);
+  return busy(s90) * sm90_fp8_speed_over_sm80(s90.dqk) >= busy(s80) ? s90 : s80;
 }
 
 bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
@@ -246,13 +249,15 @@ bool supports(Kernel k, const Problem& pb, const DeviceLimits& dl) {
   return false;
 }
 
+// The preference where it applies (FA4_CUDA_KERNEL=sm90 takes the fp8 tile wherever it supports
+// the call).
+bool preference_applies(const Problem& pb, const DeviceLimits& dl) { return dl.prefer && supports(*dl.prefer, pb, dl); }
+
 // The preference where it applies, else sm90 where it applies, else the kernel of the dtype:
-// simt for float32, sm80 for 16-bit and e4m3 inputs. All-fp8 calls take sm90's fp8 tile
-// wherever it supports them and sm80 would not split them more than it pays (sm90_fp8_pays; with
-// FA4_SM90_FP8, the default); FA4_CUDA_KERNEL=sm90 takes it wherever it supports the call.
+// simt for float32, sm80 for 16-bit and e4m3 inputs. (All-fp8 calls without a preference that
+// applies: plan_fp8_all.)
 Kernel choose_kernel(const Problem& pb, const DeviceLimits& dl) {
-  if (dl.prefer && supports(*dl.prefer, pb, dl)) return *dl.prefer;
-  if (is_fp8_all(pb)) return FA4_SM90_FP8 && sm90_supports(pb, dl) && sm90_fp8_pays(pb, dl) ? Kernel::sm90 : Kernel::sm80;
+  if (preference_applies(pb, dl)) return *dl.prefer;
   if (sm90_supports(pb, dl)) {
     if (!FA4_SM90_DECODE && sm90_fills_device(pb, dl)) return Kernel::sm90;
     if (FA4_SM90_DECODE && !sm80_takes_decode(pb, dl)) return Kernel::sm90;
@@ -608,6 +613,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
 }  // namespace
 
 Plan make_plan(const Problem& pb, const DeviceLimits& dl) {
+  if (is_fp8_all(pb) && !preference_applies(pb, dl)) return plan_fp8_all(pb, dl);
   switch (choose_kernel(pb, dl)) {
     case Kernel::sm90: return plan_sm90(pb, dl);
     case Kernel::simt: return plan_simt(pb, dl);

@@ -1074,7 +1074,7 @@ TEST(CudaBackend, NanInputsGiveNanRowsWithAndWithoutSplits) {
 // routes fp8 caches to sm80 under any FA4_CUDA_KERNEL, and all-fp8 calls too except unsplit,
 // unpaged ones on an sm_90 device: those run the sm90 kernel's fp8 tile (Sm90Fp8Prefill below)
 // under FA4_CUDA_KERNEL=sm90, and automatically (FA4_SM90_FP8, the default) unless sm80 would
-// split them over many more SMs (cuda/plan.cpp sm90_fp8_pays). All-fp8 lse rows have the fp8
+// split them over many more SMs (cuda/plan.cpp plan_fp8_all). All-fp8 lse rows have the fp8
 // accumulator's bound (gpu_tol).
 
 // The fp8 kind of case k (0: all-fp8 with descales, 1: all-fp8 without, 2-4: fp8 cache with

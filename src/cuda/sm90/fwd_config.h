@@ -259,7 +259,7 @@
 //   FA4_SM90_FP8           1: all-fp8 (e4m3 q / k / v) calls the fp8 instances support (Tile::fp8:
 //                          D 64 / 128 / 256, not paged, not split) run on them automatically
 //                          unless sm80 would split them more than the tile's speed makes up for
-//                          (cuda/plan.cpp sm90_fp8_pays); 0: they stay on the sm80 kernel unless
+//                          (cuda/plan.cpp plan_fp8_all); 0: they stay on the sm80 kernel unless
 //                          FA4_CUDA_KERNEL=sm90 forces them. H100 2026-12-05: device tests and
 //                          sanitizers clean, 2.0-13x sm80's fp8 path, 0.73-1.17 of FA3's fp8
 //                          (docs/perf/h100-2026-12-05b-session.md): 1.
