@@ -27,7 +27,6 @@
 #include "cuda/tile_counters.h"
 #include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
-#include "cuda/sm90/fwd_gather_launch.h"
 #include "cuda/sm90/fwd_launch.h"
 #include "cuda/stage_rows.h"
 

@@ -37,8 +37,6 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn(std::string* error) {
   return fn;
 }
 
-uint32_t elem_bytes(TmaElem e) { return e == TmaElem::f32 ? 4u : e == TmaElem::u8 ? 1u : 2u; }
-
 CUtensorMapDataType data_type(TmaElem e) {
   switch (e) {
     case TmaElem::bf16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;

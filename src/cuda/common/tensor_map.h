@@ -15,6 +15,7 @@
 namespace fa4::cuda {
 
 enum class TmaElem { bf16, f16, f32, u8 };  // (u8: e4m3 bytes, moved as they are)
+constexpr uint32_t elem_bytes(TmaElem e) { return e == TmaElem::f32 ? 4u : e == TmaElem::u8 ? 1u : 2u; }
 enum class TmaSwizzle { none, b32, b64, b128 };
 
 // One tiled tensor map. dims/box are innermost-first (dims[0] is the contiguous dimension);

@@ -1,5 +1,4 @@
 // sm90 forward kernel instances for Dqk = Dv = 256 (fp16 and bf16).
-#include "cuda/sm90/fwd_gather_launch.h"
 #include "cuda/sm90/fwd_launch_impl.cuh"
 
 namespace fa4::cuda::sm90 {

@@ -1,6 +1,5 @@
 // sm90 forward kernel instances for Dqk = Dv = 256 in split-KV launches (Tile::split_kv,
 // fwd_config.h: the standard tile with the in-kernel merge of the splits), fp16 and bf16.
-#include "cuda/sm90/fwd_gather_launch.h"
 #include "cuda/sm90/fwd_launch_impl.cuh"
 
 namespace fa4::cuda::sm90 {

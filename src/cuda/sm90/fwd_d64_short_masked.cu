@@ -1,6 +1,5 @@
 // sm90 forward kernel instances for Dqk = Dv = 64 with two consumers (Tile::short_masked,
 // fwd_config.h: short masked sequences), fp16 and bf16.
-#include "cuda/sm90/fwd_gather_launch.h"
 #include "cuda/sm90/fwd_launch_impl.cuh"
 
 namespace fa4::cuda::sm90 {

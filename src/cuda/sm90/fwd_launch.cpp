@@ -6,6 +6,7 @@
 #include "cuda/common/tensor_map.h"
 #include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/fwd_gather.h"
 
 namespace fa4::cuda::sm90 {
 
@@ -17,7 +18,6 @@ struct MapElem {
   TmaElem elem;
   uint32_t box_cols;
   TmaSwizzle swizzle;
-  int64_t bytes() const { return elem == TmaElem::u8 ? 1 : 2; }
 };
 MapElem elem16(bool bf16) { return {bf16 ? TmaElem::bf16 : TmaElem::f16, 64, TmaSwizzle::b128}; }
 MapElem elem8(uint32_t box_cols) { return {TmaElem::u8, box_cols, box_cols == 64 ? TmaSwizzle::b64 : TmaSwizzle::b128}; }
@@ -42,7 +42,7 @@ bool encode(CUtensorMap* m, const void* base, MapElem me, int64_t cols, int64_t 
     d.dims[i] = static_cast<uint64_t>(ext[i]);
   }
   for (int i = 0; i < 3; ++i) {
-    const int64_t bytes = st[i] * me.bytes();
+    const int64_t bytes = st[i] * cuda::elem_bytes(me.elem);
     d.strides_bytes[i] = ext[i + 1] == 1 ? 16 : (bytes > 0 ? static_cast<uint64_t>(bytes) : 1);  // 1: rejected below
   }
   d.box[0] = me.box_cols, d.box[1] = box_heads, d.box[2] = box_rows, d.box[3] = 1;
@@ -54,10 +54,6 @@ bool encode(CUtensorMap* m, const void* base, MapElem me, int64_t cols, int64_t 
   }
   return true;
 }
-
-}  // namespace
-
-namespace {
 
 // q, k, v (or V^T) and out maps of `a`; in: q / k elements (16-bit, or e4m3 for Tile::fp8, whose
 // v map make_params_fp8 then replaces).
@@ -144,6 +140,19 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
       if (tile == Tile::split_kv) return launch_fwd_d256_split_kv(P, bf16, grid, stream);
       return tile == Tile::long_keys ? launch_fwd_d256_long_keys(P, bf16, grid, stream)
                                      : launch_fwd_d256(P, bf16, grid, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_fwd_gather(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, dim3 grid, cudaStream_t stream) {
+  if (!has_gather_instance(dims.dqk, dims.dv, tile)) return cudaErrorInvalidValue;
+  const bool split = tile == Tile::split_kv;
+  switch (dims.dqk) {
+    case 64: return split ? launch_fwd_d64_split_kv_gather(P, bf16, grid, stream) : launch_fwd_d64_gather(P, bf16, grid, stream);
+    case 128:
+      return split ? launch_fwd_d128_split_kv_gather(P, bf16, grid, stream) : launch_fwd_d128_gather(P, bf16, grid, stream);
+    case 256:
+      return split ? launch_fwd_d256_split_kv_gather(P, bf16, grid, stream) : launch_fwd_d256_gather(P, bf16, grid, stream);
   }
   return cudaErrorInvalidValue;
 }

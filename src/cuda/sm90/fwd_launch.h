@@ -24,6 +24,9 @@ bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, const void* vt, const Fp
 // Launches the kernel: grid = (persistent CTAs), which walk P.sched's tiles; a (dims, tile)
 // pair without an instance returns cudaErrorInvalidValue.
 cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, dim3 grid, cudaStream_t stream);
+// The gather instance of (dims, tile) (fwd_gather.h); cudaErrorInvalidValue where there is none
+// (has_gather_instance).
+cudaError_t launch_fwd_gather(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, dim3 grid, cudaStream_t stream);
 
 // Per-dim (and per-tile) entry points (fwd_dXXX*.cu).
 cudaError_t launch_fwd_d64(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
@@ -35,6 +38,16 @@ cudaError_t launch_fwd_d128_split_kv(const Sm90Params& P, bool bf16, dim3 grid, 
 cudaError_t launch_fwd_d256_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d192_128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+// The gather instances (fwd_gather.h, FA4_SM90_PAGED_GATHER: the producer warpgroup copies a
+// paged cache's K / V by cp.async; the same parameters, from make_params, whose K / V maps go
+// unused), each compiled beside its TMA twin, so a variant staged against a main build
+// (bench/stage_sm90_variant.sh) links them without new object names.
+cudaError_t launch_fwd_d64_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d64_split_kv_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128_split_kv_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d256_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d256_split_kv_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d64_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
