@@ -560,6 +560,21 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float
   return r;
 }
 
+// Two e4m3 values (the low byte first) widened to fp16, packed the same way (the low byte's value
+// in the low half): cvt.rn.f16x2.e4m3x2, one F2FP.F16.E4M3.UNPACK_B. Exact for every code: every
+// e4m3 value (2^-9 .. 448) is a normal fp16; NaN (S.1111.111) gives a NaN. sm_89+.
+__device__ __forceinline__ uint32_t cvt_f16x2_e4m3x2(uint16_t x) {
+  uint32_t r;
+#if FA4_PTX_SM90
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(x));
+#else
+  (void)x;
+  r = 0;
+  FA4_PTX_UNSUPPORTED();
+#endif
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // register reallocation, election, named barriers
 // ---------------------------------------------------------------------------------------------

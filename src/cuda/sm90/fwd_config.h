@@ -266,6 +266,18 @@
 #ifndef FA4_SM90_FP8
 #define FA4_SM90_FP8 1
 #endif
+//   FA4_SM90_FP8_KV        1: fp8-KV calls (16-bit q, e4m3 k / v cache, per-(batch, kv head)
+//                          factors or none) with a Tile::fp8_kv instance (D 128) run on the sm90
+//                          kernel (cuda/plan.cpp): the cache's bytes come in by TMA, the producer
+//                          warpgroup's three idle warps widen them to the 16-bit ring
+//                          (fwd_fp8_kv.cuh), the consumers run the 16-bit mainloop. Per-token
+//                          factors stay on the sm80 kernel. 0: every fp8-KV call stays there
+//                          (sm80's byte tiles widened by every thread read the e4m3 cache at
+//                          1.0-1.1 TB/s on an H100, 0.65-0.71x the tokens/s of a bf16 cache).
+//                          Written without a GPU (branch gpu-fp8kv-sm90): compiled, CPU-tested.
+#ifndef FA4_SM90_FP8_KV
+#define FA4_SM90_FP8_KV 1
+#endif
 // K / V^T ring stages of the fp8 tiles (their tiles are half the bytes of the 16-bit ones).
 #ifndef FA4_SM90_FP8_STAGES_D64
 #define FA4_SM90_FP8_STAGES_D64 3
@@ -288,6 +300,7 @@ constexpr int kMaxConsumers = 3;
 
 struct TileCfg {
   int consumers, block_n, stages;
+  int byte_stages = 0;  // (Tile::fp8_kv) stages of the e4m3 K / V byte rings the TMA fills
   constexpr int block_m() const { return consumers * kRowsPerConsumer; }
   constexpr int threads() const { return 128 * (1 + consumers); }
 };
@@ -326,9 +339,16 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 // fp8: the e4m3 tile of all-fp8 prefill (FwdTraits<__nv_fp8_e4m3, ...>; D 64 / 128 / 256, equal
 // dims): Q / K tiles of e4m3 rows, V^T tiles from the call's pre-pass (fwd_fp8_vt.cu), 8-bit
 // wgmma (k32), bf16 output. Prefill only: no split-KV, no paged cache (cuda/plan.cpp).
-enum class Tile { standard, short_masked, long_keys, split_kv, fp8 };
-// Bytes of one Q / K / V element of a tile's instance.
+// fp8_kv: the tile of an fp8 KV cache under 16-bit q (D 128): the standard tile's consumers and
+// 16-bit K / V ring, fed by converter warps from e4m3 byte rings (fwd_fp8_kv.cuh); k_descale
+// folds into the score scale, v_descale into O, as Tile::fp8 folds them. Static walk only, no
+// in-kernel split merge (split launches take the combine kernel).
+enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_kv };
+// Bytes of one Q / K / V element of a tile's instance (Tile::fp8_kv: of its 16-bit rings; the
+// cache's e4m3 bytes: kv_cache_bytes).
 constexpr int elem_bytes(Tile t) { return t == Tile::fp8 ? 1 : 2; }
+// Bytes of one K / V element as the tile reads it from global memory.
+constexpr int kv_cache_bytes(Tile t) { return t == Tile::fp8 || t == Tile::fp8_kv ? 1 : 2; }
 // Columns of one swizzle chunk of the Q / K tiles (fwd_smem.cuh): a 128-byte swizzle row (64
 // 16-bit or 128 e4m3 elements); e4m3 rows of 64 bytes (D 64) are one 64-byte-swizzle chunk.
 constexpr int qk_chunk_cols(int dqk, Tile t) { return t != Tile::fp8 ? 64 : dqk <= 64 ? 64 : 128; }
@@ -364,12 +384,15 @@ constexpr bool uniform_consumer_index(int dqk, Tile t) {
 // spill-free and has it (FA4_SM90_DYNAMIC_SHORT_D64): same-run A/B on the H200 (2026-12-03,
 // docs/perf/h200-2026-12-03c-session.md), varlen causal D 64 with max_seqlen hints, one CTA per
 // tile before: +75 / +34 % at S 256 / 1k (varlen / dense 0.51 / 0.71 -> 0.90 / 0.96).
+// (Not Tile::fp8_kv: its converter warps walk the schedule beside the producer warp, and the
+// dynamic walk's claimed tile index is broadcast within warp 0 only, as in the gather instances.)
 constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
-  return FA4_SM90_DYNAMIC && (dqk > 64 || (FA4_SM90_DYNAMIC_SHORT_D64 && t == Tile::short_masked));
+  return FA4_SM90_DYNAMIC && t != Tile::fp8_kv && (dqk > 64 || (FA4_SM90_DYNAMIC_SHORT_D64 && t == Tile::short_masked));
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
-         ((t == Tile::split_kv || t == Tile::fp8) && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256));
+         ((t == Tile::split_kv || t == Tile::fp8) && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256)) ||
+         (t == Tile::fp8_kv && dqk == dv && dqk == 128);
 }
 
 constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
@@ -386,6 +409,15 @@ constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
     if (dqk <= 64) return {3, 128, FA4_SM90_FP8_STAGES_D64};
     if (dqk <= 128) return {2, 128, FA4_SM90_FP8_STAGES_D128};
     return {2, 128, 2};
+  }
+  if (t == Tile::fp8_kv) {
+    // D 128: the standard tile (2 consumers, 128 keys, a 16-bit ring of 2 stages) plus 2 stages
+    // of e4m3 byte slots. Shared memory: Q 32 KB + 16-bit ring 2 x (32 + 32) + byte ring
+    // 2 x (16 + 16) + barriers and slack 2 = 226 KB of the 227; O is staged in Q (OStaging::q:
+    // its own 32 KB tile does not fit). In flight: up to 2 x 32 KB of cache bytes per SM -- HBM
+    // at ~3 TB/s over 132 SMs at ~1 us latency needs ~24 KB -- while the consumers read the
+    // converted 16-bit ring, 2 stages deep.
+    return {2, 128, 2, 2};
   }
   if (dqk <= 64) {
     // (split_kv: two consumers as short_masked -- decode tiles have few rows, and the merge
@@ -408,12 +440,13 @@ constexpr bool fused_merge(int dqk, int dv, Tile t) { return t == Tile::split_kv
 
 constexpr int kSmemLimit = 227 * 1024;  // the opt-in shared memory of one sm_90 block
 
-// Q, the K / V rings, the barriers (padded to the struct's 1024-byte alignment), and the
+// Q, the K / V rings (Tile::fp8_kv: and its e4m3 byte rings), the barriers (padded to the struct's 1024-byte alignment), and the
 // 1024-byte alignment slack of the dynamic allocation (fwd_smem.cuh; fwd_kernel.cuh asserts
 // equality with sizeof).
 constexpr int smem_bytes_without_o(int dqk, int dv, Tile t = Tile::standard) {
   const TileCfg c = tile_cfg(dqk, dv, t);
-  return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * elem_bytes(t) + 1024 + 1024;
+  return (c.block_m() * dqk + c.stages * c.block_n * (dqk + dv)) * elem_bytes(t) + c.byte_stages * c.block_n * (dqk + dv) +
+         1024 + 1024;
 }
 // The epilogue stages O in its own buffer where it fits: then Q of the next tile loads as soon as
 // the last S = Q K^T of the current one is done, under its last P V and epilogue. Otherwise

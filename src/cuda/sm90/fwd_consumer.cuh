@@ -81,7 +81,7 @@ struct Consumer {
   float sc;      // multiplier from kept score units to log2 units (see softmax)
   bool softcap, fold;
   float softcap_in2;
-  float f8_scale_log2, f8_softcap_in;  // (kFp8) the scale and tanh argument with q x k descale folded in
+  float f8_scale_log2, f8_softcap_in;  // (T::kDescale) the scale and tanh argument with q x k descale folded in
   FullKeyRange full;
   int lo[2], hi[2];  // visible keys of this thread's rows [lo, hi)
 
@@ -112,7 +112,7 @@ struct Consumer {
   uint32_t pf[kPBufs][kPSteps][4];  // P of the previous tile(s) as wgmma A fragments
   float m_run[2], l_run[2];
 
-  // qk_descale: (kFp8) q_descale x k_descale of the tile's (batch, kv head); unused otherwise.
+  // qk_descale: (T::kDescale) q_descale x k_descale of the tile's (batch, kv head); unused otherwise.
   __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_, bool solo_,
                                       float qk_descale = 1.f)
       : sh(sh_), p(p_), w(w_), c(c_), solo(FA4_SM90_SOLO && solo_) {
@@ -125,9 +125,10 @@ struct Consumer {
     softcap = p.softcap_log2 != 0.f;
     // Softcap keeps tanh values (softcap * log2(e) > 0 goes into the exponentials' FFMA, as the
     // scale does without softcap); a non-positive scale keeps log2 units (the max would flip).
-    if constexpr (kFp8) {
+    if constexpr (T::kDescale) {
       // The e4m3 products are (q / q_descale) . (k / k_descale): the factors scale every score
-      // of the tile as the softmax scale does (as the sm80 fp8 instances fold them).
+      // of the tile as the softmax scale does (as the sm80 fp8 instances fold them). (fp8_kv:
+      // q . (k / k_descale), the widened cache values exact in the 16-bit ring.)
       f8_scale_log2 = p.scale_log2 * qk_descale;
       f8_softcap_in = p.softcap_in * qk_descale;
       fold = softcap || f8_scale_log2 > 0.f;
@@ -236,10 +237,10 @@ struct Consumer {
   __device__ __forceinline__ void softmax(int n0, Rescale& r) {
     if (softcap) {
 #pragma unroll
-      for (int i = 0; i < kSRegs; ++i) s[i] = softcap_tanh(s[i], kFp8 ? f8_softcap_in : p.softcap_in, softcap_in2);
+      for (int i = 0; i < kSRegs; ++i) s[i] = softcap_tanh(s[i], T::kDescale ? f8_softcap_in : p.softcap_in, softcap_in2);
     } else if (!fold) {
 #pragma unroll
-      for (int i = 0; i < kSRegs; ++i) s[i] *= kFp8 ? f8_scale_log2 : p.scale_log2;
+      for (int i = 0; i < kSRegs; ++i) s[i] *= T::kDescale ? f8_scale_log2 : p.scale_log2;
     }
     if (full.needs_mask(n0, kBlockN)) {
 #pragma unroll

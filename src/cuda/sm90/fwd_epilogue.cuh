@@ -149,9 +149,9 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   const bool partials = p.num_splits > 1;
   const bool sinks = p.sinks != nullptr && w.split == 0;
   const float sink_head = sinks ? p.sinks[w.head * p.sinks_st] * kLog2e : -INFINITY;
-  // (e4m3) v_descale of the tile's (batch, kv head): O = (P V_e4m3) x v_descale.
+  // (e4m3 v: Tile::fp8, fp8_kv) v_descale of the tile's (batch, kv head): O = (P V_e4m3) x v_descale.
   [[maybe_unused]] float v_descale = 1.f;
-  if constexpr (T::kFp8) {
+  if constexpr (T::kDescale) {
     if (P.v_descale != nullptr) v_descale = P.v_descale[w.batch * P.vd_s0 + w.hk * P.vd_sh];
   }
 
@@ -174,7 +174,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
     if constexpr (T::kFp8) m2 -= Consumer<T>::kFp8PShift;
     const RowFinal f = finalize_row(m2, l, sink2);
     scale[h] = f.scale;
-    if constexpr (T::kFp8) scale[h] *= v_descale;
+    if constexpr (T::kDescale) scale[h] *= v_descale;
     prow[h] = (static_cast<int64_t>(w.split) * p.rows_total + w.si.token0 + i) * p.hq + head;
     if (cs.t4 == 0 && m < w.rows_seq) {
       if (partials) {

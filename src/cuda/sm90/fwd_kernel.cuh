@@ -1,6 +1,8 @@
 // The sm90 (Hopper, sm_90a) forward kernel: FlashAttention-4's design on TMA + wgmma with warp
 // specialization (DESIGN §3). Roles (fwd_schedule.h):
-//   producer   warpgroup 0, one elected thread: TMA loads of Q, K ring, V ring (fwd_producer.cuh)
+//   producer   warpgroup 0, one elected thread: TMA loads of Q, K ring, V ring (fwd_producer.cuh);
+//              (Tile::fp8_kv) warps 1-3 widen the e4m3 K / V byte rings into the 16-bit rings
+//              (fwd_fp8_kv.cuh)
 //   consumers  warpgroups 1 .. consumers: 64 query rows each; GEMMs, online softmax, ping-pong
 //              (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh)
 // Persistent: the CTAs (at most one per SM) walk the tiles of the virtual grid (block_m-row query
@@ -21,6 +23,7 @@
 #include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_consumer.cuh"
 #include "cuda/sm90/fwd_epilogue.cuh"
+#include "cuda/sm90/fwd_fp8_kv.cuh"
 #include "cuda/sm90/fwd_gather.cuh"
 #include "cuda/sm90/fwd_params.h"
 #include "cuda/sm90/fwd_producer.cuh"
@@ -41,6 +44,11 @@ struct FwdTraits {
   static constexpr bool kFp8 = kTile == Tile::fp8;
   static_assert(kFp8 == (sizeof(Elem) == 1) && sizeof(Elem) == static_cast<size_t>(elem_bytes(kTile)),
                 "Tile::fp8 instances take __nv_fp8_e4m3, the others 16-bit elements");
+  // 16-bit q against an e4m3 K / V cache (Tile::fp8_kv): the cache's bytes widened into the
+  // 16-bit rings by the producer warpgroup's converter warps (fwd_fp8_kv.h).
+  static constexpr bool kFp8Kv = kTile == Tile::fp8_kv;
+  // k_descale (x q_descale: Tile::fp8) folds into the score scale, v_descale into O.
+  static constexpr bool kDescale = kFp8 || kFp8Kv;
   using OutElem = std::conditional_t<kFp8, __nv_bfloat16, Elem>;
   static constexpr int kChunk = qk_chunk_cols(kDqk, kTile);  // columns of a Q / K swizzle chunk
   static constexpr TileCfg kCfg = tile_cfg(kDqk, kDv, kTile);
@@ -62,7 +70,8 @@ struct FwdTraits {
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   static constexpr bool kFusedMerge = fused_merge(kDqk, kDv, kTile);  // split-KV merged in-kernel
   static_assert(!kFp8 || kBlockN == kFp8VtPad, "a V^T tile is one pre-pass block of keys (fp8_layout.h)");
-  using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk>;
+  using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk, kCfg.byte_stages>;
+  static_assert(kFp8Kv == (kCfg.byte_stages > 0), "byte rings exactly in the fp8_kv tile");
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");
   static_assert(kDv <= kDqk, "the O staging tile reuses the consumer's Q tile");
@@ -79,7 +88,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const bool solo = FA4_SM90_SOLO && P.solo != 0;  // consumer 0 alone (fwd_params.h)
   const uint32_t consumers = solo ? 1u : static_cast<uint32_t>(T::kConsumers);
   if (threadIdx.x == 0) {
-    init_kv_rings<T>(sh, consumers);  // one release per consumer warpgroup (fwd_gather.cuh)
+    // one release per consumer warpgroup (fwd_gather.cuh; fp8_kv: fwd_fp8_kv.cuh)
+    if constexpr (T::kFp8Kv) init_fp8_kv_rings<T>(sh, consumers);
+    else init_kv_rings<T>(sh, consumers);
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 128 * consumers);  // one arrival per consumer thread
     ptx::mbarrier_init(&sh.work_full, 1);
@@ -98,14 +109,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   }
 
   if (role_of(threadIdx.x) == Role::producer) {
-    ptx::setmaxnreg_dec<producer_regs(T::kConsumers)>();
-    // Warp 0; warps 1-3 exit -- except in a gather instance, whose four warps load K / V.
+    ptx::setmaxnreg_dec<producer_regs(T::kConsumers, T::kTile)>();
+    // Warp 0; warps 1-3 exit -- except in a gather instance, whose four warps load K / V, and in
+    // the fp8_kv tile, whose warps 1-3 widen the K / V bytes warp 0's TMA loads bring.
     if (gathers_kv<T>() || threadIdx.x / 32 == 0) produce<T>(P, sh);
+    else if constexpr (T::kFp8Kv) KvConverter<T>::run(P, sh);
     if constexpr (gathers_kv<T>()) cp_async_wait_all();
     if (threadIdx.x == 0) trace::role_exit(P.trace, 0);
     return;
   }
-  ptx::setmaxnreg_inc<consumer_regs(T::kConsumers)>();
+  ptx::setmaxnreg_inc<consumer_regs(T::kConsumers, T::kTile)>();
   // (T::kUniformC) Broadcast from lane 0: ptxas then treats c as warp-uniform (as CUTLASS's
   // canonical_warp_group_idx does), so consumer c's Q descriptors stay in uniform registers.
   const int c = T::kUniformC ? __shfl_sync(0xffffffffu, consumer_of(threadIdx.x), 0) : consumer_of(threadIdx.x);
@@ -123,9 +136,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     const TileWork w = sh.work[tiles_done & 1u].w;
     trace::stamp(tr, 1 + c, tiles_done, trace::tile_start);
     // (e4m3) q_descale x k_descale of the tile's (batch, kv head); GQA: the query heads of kv
-    // head w.hk share it, PackGQA tiles too.
+    // head w.hk share it, PackGQA tiles too. (fp8_kv: k_descale alone, q_descale is nullptr.)
     float qk_descale = 1.f;
-    if constexpr (T::kFp8) {
+    if constexpr (T::kDescale) {
       if (P.q_descale != nullptr) qk_descale = P.q_descale[w.batch * P.qd_s0 + w.hk * P.qd_sh];
       if (P.k_descale != nullptr) qk_descale *= P.k_descale[w.batch * P.kd_s0 + w.hk * P.kd_sh];
     }

@@ -6,6 +6,7 @@
 #include "cuda/common/tensor_map.h"
 #include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/fwd_fp8_kv.h"
 #include "cuda/sm90/fwd_gather.h"
 
 namespace fa4::cuda::sm90 {
@@ -56,8 +57,9 @@ bool encode(CUtensorMap* m, const void* base, MapElem me, int64_t cols, int64_t 
 }
 
 // q, k, v (or V^T) and out maps of `a`; in: q / k elements (16-bit, or e4m3 for Tile::fp8, whose
-// v map make_params_fp8 then replaces).
-bool make_maps(const FwdArgs& a, DimPair dims, Tile tile, MapElem in, bool bf16_out, Sm90Params* P, std::string* why) {
+// v map make_params_fp8 then replaces); kv: k / v elements (`in`, or e4m3 for Tile::fp8_kv).
+bool make_maps(const FwdArgs& a, DimPair dims, Tile tile, MapElem in, MapElem kv, bool bf16_out, Sm90Params* P,
+               std::string* why) {
   const uint32_t block_n = static_cast<uint32_t>(tile_cfg(dims.dqk, dims.dv, tile).block_n);
   P->a = a;
   // q: dense rows along dim 1 per batch; varlen tokens along dim 0. A consumer's 64 tile rows:
@@ -81,10 +83,10 @@ bool make_maps(const FwdArgs& a, DimPair dims, Tile tile, MapElem in, bool bf16_
   // producer then issues one box per page (fwd_producer.cuh load_pages).
   const uint32_t box = FA4_SM90_PAGED_SUB && a.kv_mode == kKvPaged && a.page_size < block_n
                            ? static_cast<uint32_t>(a.page_size) : block_n;
-  if (!encode(&P->tm_k, a.k, in, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, 1, box, "k", why))
+  if (!encode(&P->tm_k, a.k, kv, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, 1, box, "k", why))
     return false;
   if (tile != Tile::fp8 &&
-      !encode(&P->tm_v, a.v, in, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, 1, box, "v", why))
+      !encode(&P->tm_v, a.v, kv, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, 1, box, "v", why))
     return false;
   // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
   // (Only the instances that store through TMA: fwd_kernel.cuh kTmaStore; not PackGQA rows, which
@@ -99,16 +101,28 @@ bool make_maps(const FwdArgs& a, DimPair dims, Tile tile, MapElem in, bool bf16_
 }  // namespace
 
 bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Params* P, std::string* why) {
-  if (tile == Tile::fp8) {
-    if (why) *why = "the fp8 tile takes make_params_fp8";
+  if (tile == Tile::fp8 || tile == Tile::fp8_kv) {
+    if (why) *why = tile == Tile::fp8 ? "the fp8 tile takes make_params_fp8" : "the fp8_kv tile takes make_params_fp8_kv";
     return false;
   }
-  return make_maps(a, dims, tile, elem16(bf16), bf16, P, why);
+  return make_maps(a, dims, tile, elem16(bf16), elem16(bf16), bf16, P, why);
+}
+
+bool make_params_fp8_kv(const FwdArgsFp8& a, DimPair dims, bool bf16, Sm90Params* P, std::string* why) {
+  if (a.k_tok != 0 || a.v_tok != 0) {
+    if (why) *why = "the fp8_kv tile takes factors per (batch, kv head) only";
+    return false;
+  }
+  if (!make_maps(a, dims, Tile::fp8_kv, elem16(bf16), elem8(kFp8KvByteCols), bf16, P, why)) return false;
+  P->k_descale = a.k_descale, P->kd_s0 = a.kd_s0, P->kd_sh = a.kd_sh;
+  P->v_descale = a.v_descale, P->vd_s0 = a.vd_s0, P->vd_sh = a.vd_sh;
+  return true;
 }
 
 bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, const void* vt, const Fp8VtLayout& vl, Sm90Params* P,
                      std::string* why) {
-  if (!make_maps(a, dims, Tile::fp8, elem8(static_cast<uint32_t>(qk_chunk_cols(dims.dqk, Tile::fp8))), true, P, why))
+  const MapElem e8 = elem8(static_cast<uint32_t>(qk_chunk_cols(dims.dqk, Tile::fp8)));
+  if (!make_maps(a, dims, Tile::fp8, e8, e8, true, P, why))
     return false;
   // V^T (fp8_layout.h): (key columns, value dims, kv heads, batch-like), byte strides cols,
   // dv x cols, hkv x dv x cols; boxes of 128 key columns x the tile's Dv dims (dims past a.dv
@@ -133,6 +147,7 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
                                         : launch_fwd_d64(P, bf16, grid, stream);
     case 128:
       if (tile == Tile::fp8) return launch_fwd_d128_fp8(P, grid, stream);
+      if (tile == Tile::fp8_kv) return launch_fwd_d128_fp8_kv(P, bf16, grid, stream);
       return tile == Tile::split_kv ? launch_fwd_d128_split_kv(P, bf16, grid, stream) : launch_fwd_d128(P, bf16, grid, stream);
     case 192: return launch_fwd_d192_128(P, bf16, grid, stream);
     case 256:

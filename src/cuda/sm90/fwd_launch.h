@@ -21,6 +21,11 @@ bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Param
 bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, const void* vt, const Fp8VtLayout& vl, Sm90Params* out,
                      std::string* why);
 
+// The fp8-KV tile's (Tile::fp8_kv): 16-bit q (bf16 or fp16) and out maps, e4m3 k / v maps of the
+// cache (128-column boxes, 128-byte swizzle), and k / v_descale per (batch, kv head) of `a` (the
+// planner routes no per-token factors here: a.k_tok = a.v_tok = 0).
+bool make_params_fp8_kv(const FwdArgsFp8& a, DimPair dims, bool bf16, Sm90Params* out, std::string* why);
+
 // Launches the kernel: grid = (persistent CTAs), which walk P.sched's tiles; a (dims, tile)
 // pair without an instance returns cudaErrorInvalidValue.
 cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, dim3 grid, cudaStream_t stream);
@@ -51,6 +56,7 @@ cudaError_t launch_fwd_d256_split_kv_gather(const Sm90Params& P, bool bf16, dim3
 cudaError_t launch_fwd_d64_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128_fp8_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 
 // The fp8 call's V^T pre-pass (fwd_fp8_vt.cu): writes V^T of every sequence of `a` (e4m3 v) into
 // `vt`, laid out as `vl` says (fp8_layout.h), on `stream`, before the attention kernel reads it.

@@ -5,12 +5,16 @@
 // rings, so S = Q K^T of tile t + 1 can start while V of tile t is still in flight). The rings
 // and the Q barriers run on across tiles, so the next tile's loads start while the consumers
 // finish the current one. e4m3 instances (T::kFp8) load V^T tiles of the call's pre-pass
-// workspace (fp8_layout.h) instead of V: one [Dv rows][128 keys] box per key tile.
+// workspace (fp8_layout.h) instead of V: one [Dv rows][128 keys] box per key tile. fp8_kv
+// instances (T::kFp8Kv) load the e4m3 cache's K / V boxes into the byte rings instead, which the
+// converter warps widen into the K / V rings (fwd_fp8_kv.cuh): the same boxes and coordinates,
+// 128-column (128-byte) chunks.
 #pragma once
 
 #include "cuda/common/pipeline.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/fp8_layout.h"
+#include "cuda/sm90/fwd_fp8_kv.h"
 #include "cuda/sm90/fwd_params.h"
 #include "cuda/sm90/fwd_trace.cuh"
 #include "cuda/sm90/fwd_work.cuh"
@@ -24,17 +28,30 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
   const bool leader = ptx::elect_one_sync() && (!kGather || threadIdx.x < 32);
   constexpr int kBlockN = T::kBlockN;
   constexpr int kEb = static_cast<int>(sizeof(typename T::Elem));
+  constexpr int kKvEb = kv_cache_bytes(T::kTile);  // (fp8_kv: e4m3 cache bytes)
   constexpr int kQBytes = T::kBlockM * T::kDqk * kEb;
-  constexpr int kKBytes = kBlockN * T::kDqk * kEb;
-  constexpr int kVBytes = kBlockN * T::kDv * kEb;
+  constexpr int kKBytes = kBlockN * T::kDqk * kKvEb;
+  constexpr int kVBytes = kBlockN * T::kDv * kKvEb;
   constexpr int kChunk = T::kChunk;  // columns of a Q / K box
+  // Columns of a K / V box (one 128-byte swizzle row) and the slot it lands in: the K / V ring's
+  // chunk ch, or (fp8_kv) the byte ring's -- [kBlockN][128 bytes] chunks either way.
+  constexpr int kKvCols = T::kFp8Kv ? kFp8KvByteCols : kChunk;
+  constexpr int kVCols = T::kFp8Kv ? kFp8KvByteCols : 64;
+  auto k_dst = [&sh](int s, int ch) -> uint8_t* {
+    if constexpr (T::kFp8Kv) return sh.kb(s) + ch * kBlockN * kFp8KvByteCols;
+    else return reinterpret_cast<uint8_t*>(sh.k[s][ch]);
+  };
+  auto v_dst = [&sh](int s, int ch) -> uint8_t* {
+    if constexpr (T::kFp8Kv) return sh.vb(s) + ch * kBlockN * kFp8KvByteCols;
+    else return reinterpret_cast<uint8_t*>(sh.v[s][ch]);
+  };
   if (leader) {
     ptx::tma_prefetch_descriptor(&P.tm_q);
     ptx::tma_prefetch_descriptor(&P.tm_k);
     ptx::tma_prefetch_descriptor(&P.tm_v);
   }
 
-  PipelineState<T::kStages> st;  // the rings run on across tiles
+  PipelineState<T::Smem::kTmaStages> st;  // the rings run on across tiles (fp8_kv: the byte rings)
   uint32_t tiles_done = 0;       // tiles whose Q was loaded: the q_full / q_empty phase
   uint64_t* const tr = leader ? P.trace : nullptr;
   // Loads tile t of the schedule (nothing for a tile without rows).
@@ -49,17 +66,16 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     // one page-table read per key tile, shared by its K and V).
     // (FA4_SM90_PAGED_SUB) Pages smaller than the key tile: one box per page (load_pages).
     auto load_k = [&](int row, int bl) {
-      uint64_t* kb = sh.k_ring.acquire(st, kKBytes, leader);
+      uint64_t* kb = sh.k_tma_ring().acquire(st, kKBytes, leader);
       if (leader) {
 #pragma unroll
-        for (int ch = 0; ch < T::kDqk / kChunk; ++ch)
-          ptx::tma_load_4d(sh.k[st.index][ch], &P.tm_k, kb, ch * kChunk, w.hk, row, bl);
+        for (int ch = 0; ch < T::kDqk / kKvCols; ++ch) ptx::tma_load_4d(k_dst(st.index, ch), &P.tm_k, kb, ch * kKvCols, w.hk, row, bl);
       }
       __syncwarp();
     };
     // (e4m3: row = the key tile's first V^T column, bl its batch-like index: vt_coords)
     auto load_v = [&](int row, int bl) {  // and on to the next ring slot
-      uint64_t* vb = sh.v_ring.acquire(st, kVBytes, leader);
+      uint64_t* vb = sh.v_tma_ring().acquire(st, kVBytes, leader);
       if (leader) {
         if constexpr (T::kFp8) {
           // V^T map (cols, dims, heads, bl): boxes of 128 key columns x Dv dims.
@@ -68,7 +84,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
             ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, row + ch * 128, 0, w.hk, bl);
         } else {
 #pragma unroll
-          for (int ch = 0; ch < T::kDv / 64; ++ch) ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, ch * 64, w.hk, row, bl);
+          for (int ch = 0; ch < T::kDv / kVCols; ++ch) ptx::tma_load_4d(v_dst(st.index, ch), &P.tm_v, vb, ch * kVCols, w.hk, row, bl);
         }
       }
       __syncwarp();
@@ -93,20 +109,21 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       // (Sub-tiles past the sequence's last key read no page-table entry -- the table may end
       // there -- and load page 0: zeroed (V) or masked (K) by the consumers as any row past sk.)
       if (lane * ps < kBlockN && j0 + lane * ps < w.sk) w.kv_coords(P.a, j0 + lane * ps, &row, &bl);
-      uint64_t* b = k ? sh.k_ring.acquire(st, kKBytes, leader) : sh.v_ring.acquire(st, kVBytes, leader);
+      uint64_t* b = k ? sh.k_tma_ring().acquire(st, kKBytes, leader) : sh.v_tma_ring().acquire(st, kVBytes, leader);
       for (int sub = 0; sub * ps < kBlockN; ++sub) {
         const int r = __shfl_sync(0xffffffffu, row, sub), bi = __shfl_sync(0xffffffffu, bl, sub);
         if constexpr (T::kFp8) {
           (void)r, (void)bi;  // (never: no paged e4m3 calls on sm90, cuda/plan.cpp sm90_supports)
         } else if (leader) {
+          // (a box row is 128 bytes: 64 16-bit columns, or 128 e4m3 ones)
           if (k) {
 #pragma unroll
-            for (int ch = 0; ch < T::kDqk / 64; ++ch)
-              ptx::tma_load_4d(reinterpret_cast<uint8_t*>(sh.k[st.index][ch]) + sub * ps * 128, &P.tm_k, b, ch * 64, w.hk, r, bi);
+            for (int ch = 0; ch < T::kDqk / kKvCols; ++ch)
+              ptx::tma_load_4d(k_dst(st.index, ch) + sub * ps * 128, &P.tm_k, b, ch * kKvCols, w.hk, r, bi);
           } else {
 #pragma unroll
-            for (int ch = 0; ch < T::kDv / 64; ++ch)
-              ptx::tma_load_4d(reinterpret_cast<uint8_t*>(sh.v[st.index][ch]) + sub * ps * 128, &P.tm_v, b, ch * 64, w.hk, r, bi);
+            for (int ch = 0; ch < T::kDv / kVCols; ++ch)
+              ptx::tma_load_4d(v_dst(st.index, ch) + sub * ps * 128, &P.tm_v, b, ch * kVCols, w.hk, r, bi);
           }
         }
       }

@@ -4,12 +4,14 @@
 #include <cstdint>
 
 #include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/fwd_fp8_kv.h"
 
 namespace fa4::cuda::sm90 {
 
 // Warpgroup w of the CTA (threads 128w .. 128w + 127).
 enum class Role : int {
-  producer = 0,   // warp 0 issues every TMA load (Q once, K/V per key tile); warps 1-3 exit
+  producer = 0,   // warp 0 issues every TMA load (Q once, K/V per key tile); warps 1-3 exit, or
+                  // load K / V (gather instances), or widen the e4m3 K / V (Tile::fp8_kv)
   consumer0 = 1,  // query rows 0..63 of the tile: S = Q K^T, softmax, O += P V, epilogue
   consumer1 = 2,  // query rows 64..127
   consumer2 = 3,  // query rows 128..191 (three-consumer configurations, fwd_config.h)
@@ -19,9 +21,17 @@ __device__ __forceinline__ Role role_of(int thread) { return static_cast<Role>(t
 __device__ __forceinline__ int consumer_of(int thread) { return thread / 128 - 1; }
 
 // setmaxnreg budgets at one CTA per SM (65536 registers; the producer gives its share away):
-// two consumers 24 * 128 + 2 * 240 * 128 = 64512, three 32 * 128 + 3 * 160 * 128 = 65536.
-constexpr int producer_regs(int consumers) { return consumers == 2 ? 24 : 32; }
-constexpr int consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
+// two consumers 24 * 128 + 2 * 240 * 128 = 64512, three 32 * 128 + 3 * 160 * 128 = 65536;
+// Tile::fp8_kv (two consumers, converter warps in the producer warpgroup: fwd_fp8_kv.h)
+// 56 * 128 + 2 * 224 * 128 = 64512.
+constexpr int producer_regs(int consumers, Tile t = Tile::standard) {
+  return t == Tile::fp8_kv ? kFp8KvProducerRegs : consumers == 2 ? 24 : 32;
+}
+constexpr int consumer_regs(int consumers, Tile t = Tile::standard) {
+  return t == Tile::fp8_kv ? kFp8KvConsumerRegs : consumers == 2 ? 240 : 160;
+}
+static_assert(128 * kFp8KvProducerRegs + 2 * 128 * kFp8KvConsumerRegs <= 384 * 168,
+              "setmaxnreg moves registers within the launch's 384 x 168 (two-consumer CTAs)");
 
 // Named barriers (16 per CTA; 0 is __syncthreads'). Per-consumer barriers are consecutive ids:
 // bar_id(Bar::turn0) + c.

@@ -13,10 +13,16 @@
 //                 stages O over the V ring (OStaging::v_ring: consumer c's [Dv / 64][64 rows x 64] tile at
 //                 byte c * 64 * Dv * 2 of v, once every consumer's last P V has read it) or in
 //                 q[c] (its wgmma reads of Q are complete by then; Dv <= Dqk)
+//   os.k[s], os.v[s]  (Tile::fp8_kv, kByteStages > 0; in place of an O tile) e4m3 byte slot s of the cache's K / V
+//                 rows as the TMA writes them: [kBlockN][128 bytes] per 128-column chunk, 128-byte
+//                 swizzle; the converter warps widen it into k[s'] / v[s'] (fwd_fp8_kv.h)
 // Barriers: the K / V rings, q_full (producer -> consumers: the tile's Q landed, one phase per
 // tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer thread);
 // o_empty (OStaging::v_ring: consumers -> producer, one arrival per consumer warpgroup and tile: the O staged
-// over the V ring has been read, the next tile's V may land).
+// over the V ring has been read, the next tile's V may land); kvb_bars (Tile::fp8_kv): the byte
+// rings (full: the TMA's bytes; empty: one arrival per converter thread) -- last, so the other
+// instances' barrier offsets are what they were.
+// (kvb_bars is an empty struct elsewhere: 1 byte inside the struct's 1024-byte end padding.)
 #pragma once
 
 #include <cstdint>
@@ -28,9 +34,10 @@
 
 namespace fa4::cuda::sm90 {
 
-// OutElem: the output's type (the O staging tile); kChunk: columns of a Q / K chunk.
+// OutElem: the output's type (the O staging tile); kChunk: columns of a Q / K chunk; kByteStages:
+// (Tile::fp8_kv) stages of the e4m3 byte rings, 0 = none.
 template <typename Elem, typename OutElem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers,
-          OStaging kOStaging, int kChunk = 64>
+          OStaging kOStaging, int kChunk = 64, int kByteStages = 0>
 struct alignas(1024) SharedStorage {
   static constexpr bool kSeparateO = kOStaging == OStaging::own, kOInV = kOStaging == OStaging::v_ring;
   static constexpr bool kVt = sizeof(Elem) == 1;          // e4m3: the V ring holds V^T tiles
@@ -50,7 +57,19 @@ struct alignas(1024) SharedStorage {
   };
   struct NoOStage {};
   static_assert(!kOInV || kStages * kBlockN >= kConsumers * kRowsPerConsumer, "the V ring holds every consumer's O tile");
-  std::conditional_t<kSeparateO, OStage, NoOStage> os;
+  static constexpr bool kBytes = kByteStages > 0;
+  struct ByteRing {  // [kBlockN][D] e4m3 per slot = D / 128 chunks of [kBlockN][128 bytes]
+    alignas(1024) uint8_t k[kBytes ? kByteStages : 1][kBlockN * kDqk];
+    alignas(1024) uint8_t v[kBytes ? kByteStages : 1][kBlockN * kDv];
+  };
+  struct ByteBars {
+    MbarRing<kBytes ? kByteStages : 1> k, v;
+  };
+  struct NoBytes {};
+  static_assert(!(kBytes && kSeparateO), "the fp8_kv tile stages O in Q (fwd_config.h)");
+  // The O staging tile (OStaging::own) or the byte ring (fp8_kv), never both: one member, so an
+  // instance without either keeps the 1-byte placeholder it had.
+  std::conditional_t<kBytes, ByteRing, std::conditional_t<kSeparateO, OStage, NoOStage>> os;
   MbarRing<kStages> k_ring;
   MbarRing<kStages> v_ring;
   uint64_t q_full;
@@ -61,6 +80,21 @@ struct alignas(1024) SharedStorage {
   PublishedWork work[2];
   uint64_t work_full;
   uint64_t o_empty;
+  std::conditional_t<kBytes, ByteBars, NoBytes> kvb_bars;
+
+  __device__ __forceinline__ uint8_t* kb(int s) { return os.k[s]; }  // (kBytes) byte slot s of K / V
+  __device__ __forceinline__ uint8_t* vb(int s) { return os.v[s]; }
+  // The rings the TMA fills and their slots' chunk ch (kTmaCols columns each): the byte rings of
+  // Tile::fp8_kv, else the K / V rings themselves.
+  static constexpr int kTmaStages = kBytes ? kByteStages : kStages;
+  __device__ __forceinline__ MbarRing<kTmaStages>& k_tma_ring() {
+    if constexpr (kBytes) return kvb_bars.k;
+    else return k_ring;
+  }
+  __device__ __forceinline__ MbarRing<kTmaStages>& v_tma_ring() {
+    if constexpr (kBytes) return kvb_bars.v;
+    else return v_ring;
+  }
 
   __device__ __forceinline__ uint8_t* o_stage(int c) {
     if constexpr (kSeparateO) return reinterpret_cast<uint8_t*>(os.o[c][0]);

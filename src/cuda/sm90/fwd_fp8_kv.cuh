@@ -1,0 +1,107 @@
+// Device side of the sm90 kernel's fp8-KV tile (Tile::fp8_kv, fwd_fp8_kv.h): the ring barriers'
+// counts and the converter role of producer warps 1-3. The TMA loads of the byte rings are
+// fwd_producer.cuh's (warp 0); the consumers and the epilogue are the 16-bit tile's.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/e4m3_widen.cuh"
+#include "cuda/common/pipeline.cuh"
+#include "cuda/ptx/sm90_ptx.cuh"
+#include "cuda/sm90/fwd_fp8_kv.h"
+#include "cuda/sm90/fwd_params.h"
+#include "cuda/sm90/fwd_work.cuh"
+
+namespace fa4::cuda::sm90 {
+
+// The rings' barriers (one thread, before the CTA barrier that publishes them): a byte slot's
+// full barrier takes the producer's one arrival + the TMA's bytes, its empty barrier one arrival
+// per converter thread; a 16-bit slot's full barrier one arrival per converter thread (each after
+// its own stores and proxy fence), its empty barrier one release per consumer warpgroup as before.
+template <class T>
+__device__ __forceinline__ void init_fp8_kv_rings(typename T::Smem& sh, uint32_t consumers) {
+  for (int s = 0; s < T::kStages; ++s) {
+    ptx::mbarrier_init(&sh.k_ring.full[s], kConvertThreads);
+    ptx::mbarrier_init(&sh.k_ring.empty[s], consumers);
+    ptx::mbarrier_init(&sh.v_ring.full[s], kConvertThreads);
+    ptx::mbarrier_init(&sh.v_ring.empty[s], consumers);
+  }
+  sh.kvb_bars.k.init(kConvertThreads);
+  sh.kvb_bars.v.init(kConvertThreads);
+}
+
+template <class T>
+struct KvConverter {
+  using Elem = typename T::Elem;
+  using Map = ConvertMap<T::kBlockN, T::kDqk>;
+  static_assert(T::kDqk == T::kDv, "one map for K and V slots");
+  static constexpr int kByteStages = T::Smem::kTmaStages;
+  static constexpr int kBatch = FA4_SM90_FP8_KV_BATCH;
+
+  // Byte slot `sb` widened into 16-bit slot `s16` of one ring pair (K or V): wait for the bytes
+  // and for the 16-bit slot to be free, widen this thread's units, publish, release the bytes.
+  static __device__ __forceinline__ void slot(MbarRing<kByteStages>& bring, const uint8_t* bytes,
+                                              MbarRing<T::kStages>& ring, uint8_t* out, int sb_index,
+                                              uint32_t sb_phase, int s16_index, uint32_t s16_phase, int ct) {
+    ptx::mbarrier_wait_parity(&bring.full[sb_index], sb_phase);
+    ptx::mbarrier_wait_parity(&ring.empty[s16_index], s16_phase ^ 1u);
+    // kBatch units at a time, their loads first: the compiler cannot move a load of the byte slot
+    // above a store into the 16-bit slot (both shared memory), so without the batch each unit's
+    // load waited for the previous unit's stores.
+    const uint32_t rl = static_cast<uint32_t>(ct) % 8u, g0 = static_cast<uint32_t>(ct) / 8u;
+#pragma unroll 1
+    for (int i0 = 0; i0 < Map::kSteps; i0 += kBatch) {
+      uint4 x[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const uint32_t g = g0 + (i0 + j) * Map::kGroupStep;
+        if (g < Map::kGroups) x[j] = *reinterpret_cast<const uint4*>(bytes + Map::src(g, rl));
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const uint32_t g = g0 + (i0 + j) * Map::kGroupStep;
+        if (g >= Map::kGroups) break;
+        uint4 a, b;
+        widen_e4m3x4<Elem>(x[j].x, a.x, a.y);
+        widen_e4m3x4<Elem>(x[j].y, a.z, a.w);
+        widen_e4m3x4<Elem>(x[j].z, b.x, b.y);
+        widen_e4m3x4<Elem>(x[j].w, b.z, b.w);
+        *reinterpret_cast<uint4*>(out + Map::dst(g, rl, 0)) = a;
+        *reinterpret_cast<uint4*>(out + Map::dst(g, rl, 1)) = b;
+      }
+    }
+    // The stores are read by wgmma (async proxy) once the consumers see the phase; the fence also
+    // orders this thread's reads of the byte slot before the TMA's next write into it.
+    ptx::fence_proxy_async_shared_cta();
+    ptx::mbarrier_arrive(&ring.full[s16_index]);
+    ptx::mbarrier_arrive(&bring.empty[sb_index]);
+  }
+
+  // The converter warps' walk: the producer warp's static walk (fwd_producer.cuh; T::kDynamicWalk
+  // is false), K then V of every key tile of every tile, both ring pairs advancing together.
+  static __device__ __forceinline__ void run(const Sm90Params& P, typename T::Smem& sh) {
+    const int ct = static_cast<int>(threadIdx.x) - 32;  // converter thread 0 .. kConvertThreads - 1
+    PipelineState<kByteStages> sb;
+    PipelineState<T::kStages> s16;
+    int64_t r = 0, t = P.sched.tile_for(0, blockIdx.x, gridDim.x);
+    for (;;) {
+      TileWork w;
+      if (t >= 0 && w.template init<false>(P.a, P.sched, t, T::kBlockM, T::kBlockN)) {
+        const int n = w.n_tiles();
+#pragma unroll 1
+        for (int it = 0; it < n; ++it) {
+          slot(sh.kvb_bars.k, sh.kb(sb.index), sh.k_ring, reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), sb.index,
+               sb.phase, s16.index, s16.phase, ct);
+          slot(sh.kvb_bars.v, sh.vb(sb.index), sh.v_ring, reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), sb.index,
+               sb.phase, s16.index, s16.phase, ct);
+          sb.advance();
+          s16.advance();
+        }
+      }
+      if (++r >= P.sched.rounds(gridDim.x)) break;
+      t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
+    }
+  }
+};
+
+}  // namespace fa4::cuda::sm90

@@ -1,0 +1,90 @@
+// The sm90 kernel's fp8-KV tile (Tile::fp8_kv, FA4_SM90_FP8_KV: fwd_config.h): 16-bit q against an
+// e4m3 K / V cache. Host- and device-visible (tests/test_sm90_fp8_kv.cpp checks the map on the
+// CPU; fwd_fp8_kv.cuh is the device side).
+//
+// What differs from the standard 16-bit tile: the producer warp's TMA boxes bring the cache's
+// e4m3 rows into byte rings (SharedStorage::kvb, [kBlockN rows][128 bytes] per 128-column chunk,
+// 128-byte swizzle, as the all-fp8 tile's K boxes); producer warps 1-3 -- the converters, idle in
+// the TMA instances -- walk the same schedule, wait for each byte slot, widen its values exactly to
+// the 16-bit element (common/e4m3_widen.cuh) and store them into the 16-bit K / V ring slot in the
+// 128-byte-swizzled layout a 16-bit TMA box would have written (fwd_smem.cuh), then publish it
+// (fence.proxy.async: generic stores read by wgmma through the async proxy; one arrival per
+// converter thread on the slot's full barrier) and release the byte slot. The consumers and the
+// epilogue are the 16-bit tile's, with k_descale folded into the score scale and v_descale into O.
+//
+// Rate: at ~3 TB/s over 132 SMs (~1.75 GHz) an SM takes ~13 cache bytes per clock. SASS (nvcc
+// 13.0) per 16-byte unit: bf16 ~52 instructions (36 widening, 1 LDS.128, 2 STS.128, addresses),
+// fp16 ~32: ~1.3 (bf16) warp instructions per clock of the SM's 4 issue slots, ~0.45 per converter
+// warp (one per SM sub-partition 1-3). Not yet measured on a GPU.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/sm90/fwd_config.h"
+
+namespace fa4::cuda::sm90 {
+
+// Units (16 bytes each) a converter thread loads before it widens and stores them (kBatch loads
+// in flight per thread: the shared-memory latency hides behind the previous batch's widening).
+#ifndef FA4_SM90_FP8_KV_BATCH
+#define FA4_SM90_FP8_KV_BATCH 3
+#endif
+constexpr int kConvertWarps = 3;  // producer warps 1-3 (warp 0 issues the TMA loads)
+constexpr int kConvertThreads = 32 * kConvertWarps;
+// Columns of one e4m3 byte-slot chunk: one 128-byte swizzle row (the tile's D 128 rows whole).
+constexpr int kFp8KvByteCols = 128;
+// Register split of the fp8_kv instances (fwd_schedule.h): 56 per producer-warpgroup thread, 224
+// per consumer thread; 128 x 56 + 256 x 224 = 64512 = the launch's 384 x 168 (setmaxnreg moves
+// registers within the CTA's pool). ptxas -v (nvcc 13.0, D 128): 0 spill at 56 / 224 with batches
+// of 3 units (fp16; bf16 one 4-byte spill in warp 0's walk, once per launch); 40 / 232 spilled
+// 150-180 bytes in the converters and warp 0's walk (its TileWork stays live across the first K /
+// V loads: O is staged in Q, so Q loads after them); batches of 4 spilled at 56.
+constexpr int kFp8KvProducerRegs = 56, kFp8KvConsumerRegs = 224;
+
+// Who widens what in one K or V slot of kBlockN keys x kD columns. A unit is 16 e4m3 bytes of one
+// row (a 16-byte piece of the byte slot) -> 16 16-bit values (two 16-byte pieces of the 16-bit
+// slot); converter thread ct takes units ct, ct + kConvertThreads, ... (kSteps of them, the last
+// one partial). Unit u is piece (u / 8) % kPieces of row 8 (u / (8 kPieces)) + u % 8: the 8 lanes
+// of a quarter warp (one shared-memory phase of a 16-byte access) take one piece of 8 consecutive
+// rows, which the 128-byte swizzle of both slots (the 16-byte piece q of row r at 128 r + 16
+// (q ^ (r % 8)) of its chunk) spreads over all eight 16-byte bank groups: no bank conflict on
+// the load nor on either store.
+template <int kBlockN, int kD>
+struct ConvertMap {
+  static_assert(kD % kFp8KvByteCols == 0 && kBlockN % 8 == 0, "whole 128-byte rows, 8-row swizzle atoms");
+  static_assert(kConvertThreads % 8 == 0, "a thread's units keep its row % 8 (the swizzle XOR)");
+  static constexpr int kPieces = kD / 16;  // 16-byte pieces of an e4m3 row
+  static constexpr int kUnits = kBlockN * kPieces;
+  static constexpr int kSteps = (kUnits + kConvertThreads - 1) / kConvertThreads;
+  static constexpr uint32_t kByteChunkBytes = kBlockN * kFp8KvByteCols;  // [kBlockN][128] e4m3
+  static constexpr uint32_t kChunkBytes = kBlockN * 128;                // [kBlockN][64] 16-bit
+  // Unit u as (g, rl) = (u / 8, u % 8): step i of thread ct is g = ct / 8 + i kConvertThreads / 8,
+  // rl = ct % 8 -- every unit of a thread has the same row % 8, so the swizzle XOR is fixed.
+  static constexpr uint32_t kGroupStep = kConvertThreads / 8;
+  static constexpr uint32_t kGroups = kUnits / 8;
+  static constexpr int row(int u) { return 8 * (u / (8 * kPieces)) + u % 8; }
+  static constexpr int piece(int u) { return (u / 8) % kPieces; }
+  // Byte offset of unit (g, rl) in the byte slot: chunk p / 8, piece p % 8 of row 8 (g / kPieces) + rl.
+  static constexpr uint32_t src(uint32_t g, uint32_t rl) {
+    const uint32_t p = g % kPieces, r = 8 * (g / kPieces) + rl;
+    return (p / 8) * kByteChunkBytes + r * 128 + (((p % 8) ^ rl) << 4);
+  }
+  // Byte offset in the 16-bit slot of half h (8 values) of unit (g, rl): columns 16 p + 8 h, i.e.
+  // 64-column chunk p / 4, 16-byte piece 2 (p % 4) + h of its 128-byte row.
+  static constexpr uint32_t dst(uint32_t g, uint32_t rl, uint32_t h) {
+    const uint32_t p = g % kPieces, r = 8 * (g / kPieces) + rl;
+    return (p / 4) * kChunkBytes + r * 128 + (((2 * (p % 4) + h) ^ rl) << 4);
+  }
+};
+
+// Page sizes the fp8_kv tile's TMA loads take (cuda/plan.cpp): multiples of the key block, or pages
+// that divide it in whole 8-row swizzle atoms (one box per page: fwd_producer.cuh load_pages; an
+// e4m3 page of 16 rows is a 2 KB box). The 16-bit tiles' FA4_SM90_SUB_PAGE_MIN (64: 16-row 4 KB
+// boxes lost to sm80 at B 1, kv 128k) is not applied here: the sm80 fallback of an fp8 cache is the
+// slower one (1.0-1.1 TB/s at B 32). Not measured yet.
+constexpr bool fp8_kv_pages_fit(int64_t page_size, int block_n) {
+  if (page_size % block_n == 0) return true;
+  return FA4_SM90_PAGED_SUB && page_size < block_n && block_n % page_size == 0 && page_size % 8 == 0;
+}
+
+}  // namespace fa4::cuda::sm90
