@@ -43,6 +43,7 @@ struct Shape {
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;
   bool host_lengths = false;
   bool kv_fp8 = false;  // an fp8 KV cache: e4m3 k / v under dtype (16-bit) q
+  bool kv_tok = false;  // (kv_fp8) k / v factors per (token, kv head); else per (batch, kv head)
 };
 
 class Planned {
@@ -60,6 +61,11 @@ class Planned {
     if (s.dtype == DType::float8_e4m3) pb_.out_dtype = DType::bfloat16;
     pb_.kv_fp8 = s.kv_fp8;
     pb_.kv_dtype = s.kv_fp8 ? DType::float8_e4m3 : s.dtype;
+    if (s.kv_fp8) {  // (the planner reads whether the factors are there and per token, not their values)
+      static const float factor = 1.f;
+      pb_.k_sc.data = pb_.v_sc.data = &factor;
+      pb_.k_sc.per_token = pb_.v_sc.per_token = s.kv_tok;
+    }
     pb_.batch = s.batch, pb_.hq = s.hq, pb_.hkv = s.hkv, pb_.group = s.hq / s.hkv;
     pb_.dqk = s.dqk, pb_.dv = s.dv;
     pb_.varlen_q = s.varlen;
@@ -936,10 +942,12 @@ TEST(CudaPlan, Sm90GatherPagedCaches) {
   EXPECT_EQ(Planned({.hq = 32, .hkv = 8, .dqk = 192, .dv = 128, .sq = 1, .sk = 8192, .paged = true, .page_size = 16})
                 .on(h200_auto()).kernel,
             Kernel::sm80);
-  // An fp8 KV cache: sm80's fp8 instances, paged or not.
+  // An fp8 KV cache: the sm90 fp8_kv tile's TMA loads (16-row e4m3 pages are 2 KB boxes, Sm90Fp8KvTile),
+  // never a gather instance.
   Shape fp8 = {.hq = 32, .hkv = 8, .sq = 1, .sk = 8192, .paged = true, .page_size = 16};
   fp8.kv_fp8 = true;
-  EXPECT_EQ(Planned(fp8).on(h200_auto()).kernel, Kernel::sm80);
+  EXPECT_EQ(Planned(fp8).on(h200_auto()).kernel, FA4_SM90_FP8_KV ? Kernel::sm90 : Kernel::sm80);
+  EXPECT_FALSE(Planned(fp8).on(h200_auto()).sm90_gather);
   // B 32 decode fills the GPU unsplit: sm80's decode tiles, as for the contiguous cache
   // (sm80_takes_decode) -- unless FA4_CUDA_KERNEL=sm90, which then gathers, unsplit.
   EXPECT_EQ(decode(128, 16, 32).on(h200_auto()).kernel, Kernel::sm80);
@@ -1024,7 +1032,8 @@ TEST(CudaPlan, Sm90LeavesWhatItDoesNotTakeToSm80) {
 // smem_bytes_fp8: 16-bit Q + one 16-bit K / V tile + paged ring (+ pair_dv area), then the e4m3
 // ring, the per-token factors and their paged ring; no compact tile) -- except all-fp8 calls the
 // sm90 fp8 tile takes on a compute capability 9.0 device: under FA4_CUDA_KERNEL=sm90, and
-// automatically with FA4_SM90_FP8, the default (Sm90Fp8Tile); fp8 KV caches always.
+// automatically with FA4_SM90_FP8, the default (Sm90Fp8Tile); and fp8 KV caches the sm90 fp8_kv
+// tile takes, with FA4_SM90_FP8_KV (default on; Sm90Fp8KvTile), unless FA4_CUDA_KERNEL=sm80.
 TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
   using fa4::cuda::sm80::Fp8;
   const Shape big{.batch = 2, .hq = 16, .hkv = 16, .sq = 4096, .sk = 4096};
@@ -1037,8 +1046,9 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
     pref.prefer = k;
     for (const Shape& s : {all, kv}) {
       const Plan pl = Planned(s).on(pref);
-      EXPECT_EQ(fa4::cuda::sm90_supports(Planned(s).problem(), pref), !s.kv_fp8);
-      const bool sm90 = !s.kv_fp8 && (k == Kernel::sm90 || (FA4_SM90_FP8 && k != Kernel::sm80));
+      EXPECT_EQ(fa4::cuda::sm90_supports(Planned(s).problem(), pref), !s.kv_fp8 || FA4_SM90_FP8_KV);
+      const bool sm90 = s.kv_fp8 ? FA4_SM90_FP8_KV && k != Kernel::sm80
+                                 : k == Kernel::sm90 || (FA4_SM90_FP8 && k != Kernel::sm80);
       EXPECT_EQ(pl.kernel, sm90 ? Kernel::sm90 : Kernel::sm80);
       if (sm90) continue;
       EXPECT_EQ(pl.sm80_fp8, s.kv_fp8 ? Fp8::kv : Fp8::all);
@@ -1051,7 +1061,7 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
   EXPECT_EQ(Planned(big).on(h200()).smem, 100352);
   // Decode, D = 128, an fp8 cache: the decode tile, 3 stages:
   // (16 x 128 + 64 x 256) x 2 + 2048 + 3 x 64 x 256 + 3 x 2 x 64 x 4 + 2048.
-  const Plan dec = Planned({.batch = 1, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192, .kv_fp8 = true}).on(h200_auto());
+  const Plan dec = Planned({.batch = 1, .hq = 32, .hkv = 8, .sq = 1, .sk = 8192, .kv_fp8 = true}).on(h200());
   EXPECT_EQ(dec.kernel, Kernel::sm80);
   EXPECT_EQ(dec.sm80_tile, Tile::decode);
   EXPECT_EQ(dec.smem, 91648);
@@ -1073,6 +1083,96 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
                              .sq = 1000, .sk = 1000}).on(h200());
   EXPECT_EQ(p256.sm80_tile, Tile::prefill);
   EXPECT_EQ(p256.smem, 145920);
+}
+
+// An fp8 KV cache (16-bit q, e4m3 k / v) on the sm90 kernel's fp8_kv tile (sm90/fwd_config.h
+// Tile::fp8_kv, FA4_SM90_FP8_KV): D 128, factors per (batch, kv head); decode-shaped calls too (the
+// 16-bit tiles leave B 32 decode to sm80: sm80_takes_decode), split launches through the combine
+// kernel (no split_kv tile), contiguous and paged caches whose pages fit its boxes. Per-token
+// factors, other head dims, odd pages and FA4_CUDA_KERNEL=sm80 keep sm80's fp8 instances.
+TEST(CudaPlan, Sm90Fp8KvTile) {
+  using fa4::cuda::sm80::Fp8;
+  const fa4::cuda::sm90::Tile kv_tile = fa4::cuda::sm90::Tile::fp8_kv;
+  auto shape = [](int64_t batch, int64_t sk, int64_t page) {
+    Shape s{.batch = batch, .hq = 32, .hkv = 8, .sq = 1, .sk = sk, .paged = page > 0, .page_size = page > 0 ? page : 16};
+    s.kv_fp8 = true;
+    return s;
+  };
+  // Q 32 KB + 16-bit ring 2 x 64 KB + byte ring 2 x 32 KB + barriers / slack 2 KB (O staged in Q)
+  EXPECT_EQ(fa4::cuda::sm90::smem_bytes(128, 128, kv_tile), 231424);
+  EXPECT_EQ(fa4::cuda::sm90::o_staging(128, 128, kv_tile), fa4::cuda::sm90::OStaging::q);
+  EXPECT_FALSE(fa4::cuda::sm90::dynamic_walk(128, kv_tile));
+  EXPECT_FALSE(fa4::cuda::sm90::fused_merge(128, 128, kv_tile));
+  for (int64_t page : {0, 16, 64, 128, 256}) {
+    for (int64_t sk : {4096, 16384, 65536}) {
+      const Plan pl = Planned(shape(32, sk, page)).on(h200_auto());
+      if (!FA4_SM90_FP8_KV) {
+        EXPECT_EQ(pl.kernel, Kernel::sm80);
+        EXPECT_EQ(pl.sm80_fp8, Fp8::kv);
+        continue;
+      }
+      EXPECT_EQ(pl.kernel, Kernel::sm90) << page << " " << sk;
+      EXPECT_EQ(pl.sm90_tile, kv_tile);
+      EXPECT_EQ(pl.sm80_fp8, Fp8::none);
+      EXPECT_EQ(pl.smem, 231424);
+      EXPECT_EQ(pl.m, 128);
+      EXPECT_EQ(pl.n, 128);
+      EXPECT_TRUE(pl.pack_gqa);  // 4 heads x 1 row per kv head
+      EXPECT_EQ(pl.splits, 1);   // B 32 x 8 kv heads fill the 132 SMs
+      EXPECT_FALSE(pl.sm90_gather);
+      EXPECT_EQ(pl.sched.dynamic, 0);
+    }
+  }
+  if (!FA4_SM90_FP8_KV) return;
+  // B 1: split, through the combine kernel (the tile stays fp8_kv, workspace for the partials).
+  const Plan b1 = Planned(shape(1, 65536, 0)).on(h200_auto());
+  EXPECT_EQ(b1.kernel, Kernel::sm90);
+  EXPECT_EQ(b1.sm90_tile, kv_tile);
+  EXPECT_GT(b1.splits, 1);
+  EXPECT_GT(b1.workspace, 0u);
+  const Plan b1p = Planned(shape(1, 65536, 64)).on(h200_auto());
+  EXPECT_EQ(b1p.sm90_tile, kv_tile);
+  EXPECT_GT(b1p.splits, 1);
+  // Forced splits too.
+  Shape forced = shape(4, 8192, 0);
+  forced.num_splits = 3;
+  EXPECT_EQ(Planned(forced).on(h200_auto()).splits, 3);
+  EXPECT_EQ(Planned(forced).on(h200_auto()).sm90_tile, kv_tile);
+  // Chunked prefill (512 rows against a long cache, causal), contiguous and paged.
+  for (int64_t page : {0, 16, 256}) {
+    Shape chunk{.batch = 4, .hq = 32, .hkv = 8, .sq = 512, .sk = 65536, .paged = page > 0, .page_size = page > 0 ? page : 16,
+                .causal = true};
+    chunk.kv_fp8 = true;
+    const Plan pl = Planned(chunk).on(h200_auto());
+    EXPECT_EQ(pl.kernel, Kernel::sm90) << page;
+    EXPECT_EQ(pl.sm90_tile, kv_tile);
+    EXPECT_EQ(pl.sched.dynamic, 0);  // (the static walk: the converters walk it too)
+  }
+  // sm80: per-token factors, FA4_CUDA_KERNEL=sm80, head dims without an instance, pages the boxes
+  // do not take, fp16 q like bf16.
+  Shape tok = shape(32, 4096, 0);
+  tok.kv_tok = true;
+  EXPECT_EQ(Planned(tok).on(h200_auto()).kernel, Kernel::sm80);
+  EXPECT_FALSE(fa4::cuda::sm90_supports(Planned(tok).problem(), h200_auto()));
+  DeviceLimits pref90 = h200_auto();
+  pref90.prefer = Kernel::sm90;
+  EXPECT_EQ(Planned(tok).on(pref90).kernel, Kernel::sm80);  // FA4_CUDA_KERNEL=sm90 cannot take it either
+  EXPECT_EQ(Planned(tok).on(pref90).sm80_fp8, Fp8::kv);
+  EXPECT_EQ(Planned(shape(32, 4096, 0)).on(h200()).kernel, Kernel::sm80);
+  EXPECT_EQ(Planned(shape(32, 4096, 0)).on(h200()).sm80_fp8, Fp8::kv);
+  EXPECT_EQ(Planned(shape(32, 4096, 0)).on(pref90).sm90_tile, kv_tile);
+  for (int64_t d : {64, 96, 256}) {
+    Shape s = shape(32, 4096, 0);
+    s.dqk = s.dv = d;
+    EXPECT_EQ(Planned(s).on(h200_auto()).kernel, Kernel::sm80) << d;
+  }
+  for (int64_t page : {1, 3, 24, 32 + 8}) EXPECT_EQ(Planned(shape(32, 4096, page)).on(h200_auto()).kernel, Kernel::sm80) << page;
+  EXPECT_EQ(Planned(shape(32, 4096, 8)).on(h200_auto()).kernel, Kernel::sm90);  // 8 rows: one swizzle atom
+  Shape f16 = shape(32, 4096, 0);
+  f16.dtype = DType::float16;
+  EXPECT_EQ(Planned(f16).on(h200_auto()).sm90_tile, kv_tile);
+  // Other devices: sm80.
+  EXPECT_EQ(Planned(shape(32, 4096, 0)).on(ampere_99kb()).kernel, Kernel::sm80);
 }
 
 // All-fp8 on the sm90 kernel's fp8 tile (sm90/fwd_config.h Tile::fp8): 128-key tiles, the 16-bit

@@ -546,6 +546,10 @@ Status cuda_forward(const Problem& pb) {
           return device_error("fp8 V^T pre-pass launch", ev);
         if (!cuda::sm90::make_params_fp8(make_fp8_args(pb, a), {pl.dqk, pl.dv}, vt, pl.fp8_vt, &P, &why))
           return Status::Error(StatusCode::internal, "cuda: sm90 fp8 tensor maps: " + why);
+      } else if (pl.sm90_tile == cuda::sm90::Tile::fp8_kv) {
+        // An e4m3 KV cache under 16-bit q: byte maps of k / v, the factors per (batch, kv head).
+        if (!cuda::sm90::make_params_fp8_kv(make_fp8_args(pb, a), {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, &P, &why))
+          return Status::Error(StatusCode::internal, "cuda: sm90 fp8-KV tensor maps: " + why);
       } else if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, &P, &why)) {
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
       }

@@ -7,6 +7,7 @@
 #include "cuda/simt/fwd_f32_config.h"
 #include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/fwd_fp8_kv.h"
 #include "cuda/sm90/fwd_gather.h"
 
 namespace fa4::cuda {
@@ -113,7 +114,7 @@ bool sm90_pages_fit(int64_t page_size, int block_n) {
 // head dims 64 / 128 / 256 unpadded. The gather tile's key block is the one sm90_tile falls back
 // to for such pages (128 at D 64 / 128, 64 at D 256), so `t` may be either.
 bool sm90_gathers(const Problem& pb, sm90::DimPair d, sm90::Tile t) {
-  if (!FA4_SM90_PAGED_GATHER || pb.kv != core::KvLayout::paged || !sm90::gather_dims(d.dqk, d.dv) || pb.dqk != d.dqk ||
+  if (!FA4_SM90_PAGED_GATHER || pb.kv_fp8 || pb.kv != core::KvLayout::paged || !sm90::gather_dims(d.dqk, d.dv) || pb.dqk != d.dqk ||
       pb.dv != d.dv)
     return false;
   return FA4_SM90_PAGED_GATHER >= 2 || !FA4_SM90_PAGED || !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, t).block_n);
@@ -127,6 +128,7 @@ bool sm90_gathers(const Problem& pb, sm90::DimPair d, sm90::Tile t) {
 // that does.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   if (is_fp8_all(pb)) return sm90::Tile::fp8;  // (its only tile)
+  if (pb.kv_fp8) return sm90::Tile::fp8_kv;    // (its only tile)
   const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
   if (d.dqk == 64 && masked && speed_max_sq(pb) <= FA4_SM90_SHORT_MASKED_MAX_SQ) t = sm90::Tile::short_masked;
@@ -144,18 +146,25 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
 }  // namespace
 
 // The sm90 kernel's feature set: a compute capability 9.0 device (its sm_90a image runs there
-// only), fp16 / bf16 q, k and v (no e4m3 KV cache: sm80 takes those), head dims with an instance (sm90/fwd_config.h), a shared-memory fit, paged
+// only), fp16 / bf16 q, k and v (an e4m3 KV cache under 16-bit q: below), head dims with an instance (sm90/fwd_config.h), a shared-memory fit, paged
 // KV only with page sizes that are multiples of the key block (FA4_SM90_PAGED), split-KV and
 // PackGQA with FA4_SM90_DECODE (else prefill-shaped tiles only: decode-sized query tiles of a GQA
 // group take sm80's PackGQA tiles), and strides TMA can address.
 // All-fp8 q / k / v: the fp8 tile (D 64 / 128 / 256 after padding, equal dims), prefill only --
 // no paged cache (its V^T pre-pass reads contiguous rows), no requested split count (a split
 // launch runs sm80's fp8 instances), a V^T workspace whose sizes fit (sm90_fp8_vt).
+// An fp8 KV cache (16-bit q, e4m3 k / v; FA4_SM90_FP8_KV): the fp8_kv tile (D 128, equal dims,
+// unpadded: its TMA boxes are whole 128-byte e4m3 rows), factors per (batch, kv head) or none --
+// per-token ones stay on sm80 --, paged caches whose pages fit its boxes (sm90::fp8_kv_pages_fit).
 bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   const bool fp8 = is_fp8_all(pb);
-  if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !(is_16bit(pb.dtype) || fp8) || pb.kv_fp8) return false;
+  if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !(is_16bit(pb.dtype) || fp8)) return false;
   if (!sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return false;
+  if (pb.kv_fp8 && (!FA4_SM90_FP8_KV || !sm90::has_tile(sm90::Tile::fp8_kv, d.dqk, d.dv) || pb.dqk != d.dqk ||
+                    pb.dv != d.dv || (pb.k_sc.data != nullptr && pb.k_sc.per_token) ||
+                    (pb.v_sc.data != nullptr && pb.v_sc.per_token)))
+    return false;
   sm90::Fp8VtLayout vl;
   if (fp8 && (!sm90::has_tile(sm90::Tile::fp8, d.dqk, d.dv) || pb.kv == core::KvLayout::paged ||
               pb.p->num_splits > 1 || !sm90_fp8_vt(pb, &vl)))
@@ -164,9 +173,10 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   if (sm90::smem_bytes(d.dqk, d.dv, tile) > dl.smem_optin) return false;
   const bool paged = pb.kv == core::KvLayout::paged;
   // Paged (FA4_SM90_PAGED): page sizes that are multiples of the key block, or (FA4_SM90_PAGED_SUB)
-  // that divide it (sm90_pages_fit).
-  if (paged && !sm90_gathers(pb, d, tile) &&
-      (!FA4_SM90_PAGED || !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, tile).block_n)))
+  // that divide it (sm90_pages_fit; the fp8_kv tile: sm90::fp8_kv_pages_fit).
+  const int block_n = sm90::tile_cfg(d.dqk, d.dv, tile).block_n;
+  if (paged && pb.kv_fp8 && (!FA4_SM90_PAGED || !sm90::fp8_kv_pages_fit(pb.page_size, block_n))) return false;
+  if (paged && !pb.kv_fp8 && !sm90_gathers(pb, d, tile) && (!FA4_SM90_PAGED || !sm90_pages_fit(pb.page_size, block_n)))
     return false;
   if (pb.p->num_splits > 1 && !FA4_SM90_DECODE) return false;
   if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer &&
@@ -177,12 +187,14 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   // k / v rows per batch-like index: tokens (varlen), a page's rows (paged), the slot (dense, cache).
   const int64_t k_rows = vk ? p.k.shape[0] : paged ? pb.page_size : pb.kv_slot;
   const int64_t v_rows = vk ? p.v.shape[0] : paged ? pb.page_size : pb.kv_slot;
-  // (fp8: v is read by the V^T pre-pass, not by TMA; its map is the workspace's)
-  const int64_t eb = fp8 ? 1 : 2;
+  // (fp8: v is read by the V^T pre-pass, not by TMA; its map is the workspace's. fp8 KV cache:
+  // 16-bit q, e4m3 k / v.)
+  const int64_t eb = fp8 ? 1 : 2, kv_eb = fp8 || pb.kv_fp8 ? 1 : 2;
   return tma_fits(pb.dqk, pb.hq, vq ? p.q.shape[0] : pb.sq_dense, vq ? 1 : pb.batch, pb.qs.head, vq ? pb.qs.s0 : pb.qs.s1,
                   pb.qs.s0, eb) &&
-         tma_fits(pb.dqk, pb.hkv, k_rows, vk ? 1 : p.k.shape[0], pb.ks.head, vk ? pb.ks.s0 : pb.ks.s1, pb.ks.s0, eb) &&
-         (fp8 || tma_fits(pb.dv, pb.hkv, v_rows, vk ? 1 : p.v.shape[0], pb.vs.head, vk ? pb.vs.s0 : pb.vs.s1, pb.vs.s0));
+         tma_fits(pb.dqk, pb.hkv, k_rows, vk ? 1 : p.k.shape[0], pb.ks.head, vk ? pb.ks.s0 : pb.ks.s1, pb.ks.s0, kv_eb) &&
+         (fp8 ||
+          tma_fits(pb.dv, pb.hkv, v_rows, vk ? 1 : p.v.shape[0], pb.vs.head, vk ? pb.vs.s0 : pb.vs.s1, pb.vs.s0, kv_eb));
 }
 
 namespace {
@@ -259,6 +271,9 @@ bool preference_applies(const Problem& pb, const DeviceLimits& dl) { return dl.p
 Kernel choose_kernel(const Problem& pb, const DeviceLimits& dl) {
   if (preference_applies(pb, dl)) return *dl.prefer;
   if (sm90_supports(pb, dl)) {
+    // An fp8 KV cache: the fp8_kv tile wherever it applies (sm80's byte tiles read the cache at
+    // 1.0-1.1 TB/s, H100 B 32 decode; sm80_takes_decode's measurements are the 16-bit tiles').
+    if (pb.kv_fp8) return Kernel::sm90;
     if (!FA4_SM90_DECODE && sm90_fills_device(pb, dl)) return Kernel::sm90;
     if (FA4_SM90_DECODE && !sm80_takes_decode(pb, dl)) return Kernel::sm90;
   }
@@ -510,7 +525,7 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   // global wins at D = 64 / 256 by 2-11 %: docs/perf/sm90-notes.md).
   const bool lpt = FA4_SM90_MASKED_LPT && masked && !pb.varlen_q && pl.grid.x > kMaxPersistentMaskedTiles;
   const int64_t l2 = dl.l2_bytes > 0 ? dl.l2_bytes : (int64_t{40} << 20);
-  const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * sm90::elem_bytes(pl.sm90_tile));  // one KV head, one sequence
+  const int64_t kv_bytes = std::max<int64_t>(1, pb.max_sk * (pl.dqk + pl.dv) * sm90::kv_cache_bytes(pl.sm90_tile));  // one KV head, one sequence
   const int64_t pairs = pl.grid.y * pl.grid.z;
   // (a pair is one query head, or with PackGQA one kv head: group pairs share K / V)
   const int64_t l2_section =
@@ -589,7 +604,10 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   // or (FA4_SM90_PAGED_GATHER) where a gather instance of it exists (sm90::has_gather_instance).
   const sm90::Tile chosen = pl.sm90_tile;
   const bool gather = sm90_gathers(pb, d, chosen);
-  if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv) &&
+  // (Not the fp8 tiles: the split_kv tile is a 16-bit one; an fp8_kv split launch takes the
+  // combine kernel.)
+  if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && chosen != sm90::Tile::fp8_kv && chosen != sm90::Tile::fp8 &&
+      sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv) &&
       sm90::split_kv_pays(d.dqk, pl.rows) &&
       (gather ? sm90::has_gather_instance(d.dqk, d.dv, sm90::Tile::split_kv)
               : pb.kv != core::KvLayout::paged ||
