@@ -26,6 +26,7 @@
 
 #include "test_util.h"
 #include "cuda_ok.h"
+#include "cuda/sm90/fwd_config.h"  // FA4_SM90_FP8_KV (the planner's default: which fp8-KV cases run on sm90)
 
 namespace {
 
@@ -1091,14 +1092,16 @@ void set_fp8_kind(CaseConfig& c, int kind, int k) {
   }
 }
 
-// sm80, or for an unsplit, unpaged all-fp8 case the sm90 fp8 tile (cuda/plan.cpp sm90_supports).
+// sm80, or for an unsplit, unpaged all-fp8 case the sm90 fp8 tile, or for a D 128 fp8 cache with
+// factors per head (or none) the sm90 fp8_kv tile (cuda/plan.cpp sm90_supports).
 void expect_fp8_kernel(const CaseConfig& c, uint64_t seed) {
   Case t = make_gpu_case(c, seed);
   DeviceCase d(t);
   fa4::PlanInfo info;
   const Status st = fa4::describe_plan(d.params(), &info);
   ASSERT_TRUE(st.ok()) << st.message;
-  const bool sm90_ok = c.dtype == DType::float8_e4m3 && !c.fp8_kv && c.kv != KvMode::paged && c.num_splits <= 1;
+  const bool sm90_ok = (c.dtype == DType::float8_e4m3 && !c.fp8_kv && c.kv != KvMode::paged && c.num_splits <= 1) ||
+                       (c.fp8_kv && c.kv_scale != KvScaleMode::per_token && c.dqk == 128 && c.dv == 128);
   EXPECT_TRUE(info.kernel == "sm80" || (sm90_ok && info.kernel == "sm90")) << info.kernel << " " << c.describe();
 }
 
@@ -1397,6 +1400,117 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
               forced ? "sm90" : preferred_kernel().empty() ? "auto" : preferred_kernel().c_str(),
               forced || on_sm90 > 0 ? ""
                                     : "; none: run it under FA4_CUDA_KERNEL=sm90 (or a FA4_SM90_FP8=1 build) to test the sm90 fp8 tile");
+}
+
+// An fp8 KV cache (16-bit q, e4m3 k / v, fp32 factors) on the sm90 kernel's fp8_kv tile
+// (cuda/sm90/fwd_config.h Tile::fp8_kv, FA4_SM90_FP8_KV): the cache's bytes widened by the producer
+// warpgroup's converter warps into the 16-bit rings. bf16 and fp16 q, D 128, Sq 1 / 4 / 64 and a
+// chunked prefill (Sq 512), GQA groups 1 / 4 / 8, key lengths of 1 and not multiples of the
+// 128-key tile, a contiguous cache with cache_batch_idx (and an append), dense k with seqused_k,
+// varlen k, paged caches of 16 / 64 / 256 rows, the split heuristic and forced splits (through the
+// combine kernel), causal, a window, softcap, sinks, lse, factors per head (broadcast too) or none,
+// outlier rows; per-token factors stay on sm80 (checked too). Poisoned outputs (compare_runs).
+// Prints how many cases ran on the sm90 kernel. FA4_CUDA_KERNEL=sm80 runs them all on sm80.
+TEST(CudaBackend, Sm90Fp8KvDecode) {
+  std::string why;
+  if (!sm90_device(&why)) GTEST_SKIP() << why;
+  const std::string pref = preferred_kernel();
+  int total = 0, on_sm90 = 0, k = 0;
+  auto run = [&](CaseConfig c, bool determinism = false) {
+    c.fp8_kv = true;
+    c.dqk = c.dv = 128;
+    c.lse = true;
+    const uint64_t seed = derive_seed(47000 + k++);
+    {
+      Case t = make_gpu_case(c, seed);
+      DeviceCase d(t);
+      fa4::PlanInfo info;
+      const Status st = fa4::describe_plan(d.params(), &info);
+      ASSERT_TRUE(st.ok()) << st.message;
+      ++total;
+      on_sm90 += info.kernel == "sm90";
+      const bool pages_fit = c.kv != KvMode::paged || c.page_size % 128 == 0 || (128 % c.page_size == 0 && c.page_size % 8 == 0);
+      const bool sm90 = FA4_SM90_FP8_KV && pref != "sm80" && c.kv_scale != KvScaleMode::per_token && pages_fit;
+      EXPECT_EQ(info.kernel, sm90 ? "sm90" : "sm80") << c.describe();
+    }
+    check_case(c, seed, determinism);
+  };
+  for (DType dt : {DType::bfloat16, DType::float16}) {
+    const bool f16 = dt == DType::float16;
+    CaseConfig c;
+    c.dtype = dt;
+    c.kv_scale = KvScaleMode::per_head;
+    // Decode, GQA 4, a contiguous cache through cache_batch_idx; lengths 1, 129 (a ragged second
+    // tile), 1000.
+    c.batch = 3, c.hq = 8, c.hkv = 2, c.sq = 1, c.sk = 1000;
+    c.kv = KvMode::cache, c.cache_batch_idx = true;
+    c.lens_k = {1, 129, 1000};
+    run(c, true);
+    // ... appending one token (quantized into the cache first), sinks.
+    c.lens_k = {0, 128, 999}, c.snew = 1, c.sinks = true;
+    run(c);
+    // Sq 4, GQA 8 (MQA-like), 16-row pages, causal, softcap.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head, c.scale_broadcast = true;
+    c.batch = 3, c.hq = 8, c.hkv = 1, c.sq = 4, c.sk = 700;
+    c.kv = KvMode::paged, c.page_size = 16, c.causal = true, c.softcap = 20.0f;
+    run(c, true);
+    // Sq 64, GQA 1, 64-row pages, causal + sinks, no factors.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::none;
+    c.batch = 2, c.hq = 4, c.hkv = 4, c.sq = 64, c.sk = 517;
+    c.kv = KvMode::paged, c.page_size = 64, c.causal = true, c.sinks = true;
+    run(c);
+    // Whole-tile pages (256 rows), GQA 8, Sq 1, 2047 keys.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 2, c.hq = 16, c.hkv = 2, c.sq = 1, c.sk = 2047;
+    c.kv = KvMode::paged, c.page_size = 256;
+    run(c);
+    // B 1, long cache: the split heuristic, then forced splits (the combine kernel merges them).
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 1, c.hq = 32, c.hkv = 8, c.sq = 1, c.sk = 8191;
+    c.kv = KvMode::cache;
+    c.num_splits = 0;
+    run(c, true);
+    c.num_splits = 5, c.kv = KvMode::paged, c.page_size = 64, c.sq = 4, c.causal = true;
+    run(c);
+    // Dense k / v with seqused_k, Sq 64, GQA 4, a sliding window, outlier rows (fp16: one bf16 ulp
+    // of |O| ~ 10 exceeds the bf16 max-abs bound, as in PrefillShapes).
+    c = CaseConfig{};
+    c.dtype = DType::float16, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 2, c.hq = 8, c.hkv = 2, c.sq = 64, c.sk = 300, c.seqused_k = true;
+    c.window_left = 100, c.window_right = 10, c.dist = f16 ? Dist::outliers : Dist::normal;
+    run(c);
+    // Varlen q and k (odd lengths, an empty sequence, one key), causal, GQA 4.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 4, c.hq = 8, c.hkv = 2, c.varlen_q = true, c.kv = KvMode::varlen;
+    c.lens_q = {1, 17, 0, 40}, c.lens_k = {1, 140, 7, 333};
+    c.sq = 40, c.sk = 333, c.causal = true;
+    run(c);
+    // One key, one query, MHA.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 2, c.hq = 2, c.hkv = 2, c.sq = 1, c.sk = 1;
+    run(c);
+    // Chunked prefill: 512 rows against a 3000-key cache, causal, contiguous and 16-row pages.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 2, c.hq = 8, c.hkv = 2, c.sq = 512, c.sk = 3000, c.causal = true;
+    c.kv = KvMode::cache;
+    run(c, true);
+    c.kv = KvMode::paged, c.page_size = 16;
+    run(c);
+    // Per-token factors: sm80's fp8 instances.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_token;
+    c.batch = 2, c.hq = 8, c.hkv = 2, c.sq = 1, c.sk = 600, c.kv = KvMode::cache;
+    run(c);
+  }
+  std::printf("Sm90Fp8KvDecode: %d of %d cases on the sm90 kernel (FA4_CUDA_KERNEL=%s, FA4_SM90_FP8_KV=%d)\n", on_sm90,
+              total, pref.empty() ? "auto" : pref.c_str(), FA4_SM90_FP8_KV);
 }
 
 // ---------------------------------------------------------------- float32 (src/cuda/simt)

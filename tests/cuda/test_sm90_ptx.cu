@@ -10,6 +10,7 @@
 //   WgmmaRS     the same with A taken from registers.
 //   Mbarrier    phase parity across two rounds (tx-count barrier fed by TMA, arrival-count
 //               barrier fed by 128 threads), test_wait before/after each phase.
+//   Sm90Cvt     e4m3 packing (f32 -> e4m3x4) and widening (e4m3x4 -> fp16 / bf16, every byte pair).
 //   Sm90Misc    elect.sync, named barriers (bar.arrive / bar.sync hand-off between warpgroups),
 //               setmaxnreg dec/inc.
 // Every test skips on devices other than compute capability 9.0 (the sm_90a image only runs
@@ -24,9 +25,11 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/common/e4m3.h"
+#include "cuda/common/e4m3_widen.cuh"
 #include "cuda/common/tensor_map.h"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
@@ -782,6 +785,74 @@ TEST(Sm90Cvt, PackE4m3x4) {
     if (!ok && ++bad <= 8) ADD_FAILURE() << "pack_e4m3x4(" << x[i] << ") byte " << i % 4 << " = " << byte << ", want " << want;
   }
   EXPECT_EQ(bad, 0);
+}
+
+// The fp8-KV tile's widening (cuda/common/e4m3_widen.cuh widen_e4m3x4, sm90/fwd_fp8_kv.cuh): every
+// one of the 65,536 byte pairs, in both halves of a 4-byte word, to fp16 and bf16 bits against the
+// host decoding (cuda/common/e4m3.h e4m3_to_f32, exact in both types): +-0 keep their sign,
+// subnormals and +-448 exact, NaN (0x7f / 0xff) a NaN.
+template <typename Elem>
+__global__ void widen_e4m3_kernel(const uint32_t* __restrict__ in, uint2* __restrict__ out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    uint2 r;
+    fa4::cuda::widen_e4m3x4<Elem>(in[i], r.x, r.y);
+    out[i] = r;
+  }
+}
+
+template <typename Elem>
+void check_widen_e4m3() {
+  const int n = 65536;
+  std::vector<uint32_t> x(n);
+  for (int i = 0; i < n; ++i) x[i] = static_cast<uint32_t>(i) | (static_cast<uint32_t>(65535 - i) << 16);
+  DevBuf<uint32_t> din(n);
+  DevBuf<uint2> dout(n);
+  ASSERT_TRUE(din.p && dout.p);
+  CUDA_OK(cudaMemcpy(din.p, x.data(), n * 4, cudaMemcpyHostToDevice));
+  widen_e4m3_kernel<Elem><<<n / 256, 256>>>(din.p, dout.p, n);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint2> got(n);
+  CUDA_OK(cudaMemcpy(got.data(), dout.p, n * sizeof(uint2), cudaMemcpyDeviceToHost));
+  constexpr bool kBf16 = std::is_same_v<Elem, __nv_bfloat16>;
+  // The 16-bit pattern of the value of byte b (exact), or -1 for NaN.
+  auto want = [](uint32_t b) -> int {
+    if ((b & 0x7fu) == 0x7fu) return -1;
+    const float v = fa4::cuda::e4m3_to_f32(b);
+    if (kBf16) {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      return static_cast<int>(u >> 16);  // exact: the low 16 bits are 0
+    }
+    const __half h = __float2half_rn(v);
+    uint16_t u;
+    std::memcpy(&u, &h, 2);
+    return u;
+  };
+  auto is_nan = [](uint32_t h) {
+    return kBf16 ? (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0 : (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
+  };
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t words[2] = {got[i].x, got[i].y};
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t b = (x[i] >> (8 * e)) & 0xffu;
+      const uint32_t h = (words[e / 2] >> (16 * (e % 2))) & 0xffffu;
+      const int w = want(b);
+      const bool ok = w < 0 ? is_nan(h) : h == static_cast<uint32_t>(w);
+      if (!ok && ++bad <= 8)
+        ADD_FAILURE() << (kBf16 ? "bf16" : "fp16") << " widen of byte 0x" << std::hex << b << " (word 0x" << x[i]
+                      << ", element " << std::dec << e << ") = 0x" << std::hex << h << ", want 0x" << w;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Sm90Cvt, WidenE4m3x4EveryPair) {
+  SKIP_UNLESS_SM90();
+  check_widen_e4m3<__half>();
+  check_widen_e4m3<__nv_bfloat16>();
 }
 
 // Host-side check of the e4m3 decoding the fp8 test's reference uses, against CUDA's own
