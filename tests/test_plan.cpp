@@ -888,12 +888,19 @@ TEST(CudaPlan, Sm90GatherPagedCaches) {
   EXPECT_FALSE(sm90::has_gather_instance(64, 64, Tile::standard));  // (three consumers)
   EXPECT_FALSE(sm90::has_gather_instance(256, 256, Tile::long_keys));
   EXPECT_FALSE(sm90::has_gather_instance(192, 128, Tile::standard));
-  if (!FA4_SM90_PAGED_GATHER) GTEST_SKIP() << "built with FA4_SM90_PAGED_GATHER=0: those caches stay on sm80";
   if (!FA4_SM90_DECODE) GTEST_SKIP() << "built with FA4_SM90_DECODE=0";
   auto decode = [](int64_t d, int64_t page, int64_t batch = 1, int64_t sk = 8192) {
     return Planned({.batch = batch, .hq = 32, .hkv = 8, .dqk = d, .dv = d, .sq = 1, .sk = sk, .paged = true,
                     .page_size = page});
   };
+  if (!FA4_SM90_PAGED_GATHER) {  // (the ablation build, test_plan_switches) those caches stay on sm80
+    for (int64_t page : {1, 3}) {
+      const Plan pl = decode(128, page).on(h200_auto());
+      EXPECT_EQ(pl.kernel, Kernel::sm80) << page;
+      EXPECT_FALSE(pl.sm90_gather) << page;
+    }
+    return;
+  }
   // B 1 decode, 32 / 8: PackGQA, split-KV on the split_kv tile where it pays (its gather twin
   // merges the splits; sm90::split_kv_pays), the contiguous cache's plan.
   for (int64_t page : {1, 3, 16, 32, 48, 200}) {

@@ -112,11 +112,12 @@
 //                          copy K / V rows by cp.async, each row's address from the page table,
 //                          into the slots the TMA would fill; head dims 64 / 128 / 256 (unpadded).
 //                          2: every paged cache takes them (an A/B against the TMA page loads).
-//                          0: those caches stay on the sm80 kernel. The instances are compiled
-//                          either way; written without a GPU (branch gpu-sm90-gather): 0 until
-//                          the device tests and an A/B decide (docs/perf/sm90-notes.md).
+//                          0: those caches stay on the sm80 kernel. H100 2026-12-05: device
+//                          tests and the three sanitizers clean; against sm80 on pages 1 / 16,
+//                          chunked prefill B 4 Sq 512 kv 64k page 16 2.0x, decode B 1 / 4 kv 8k
+//                          +3-9 %, B 32 and kv 128k +-1 % (docs/perf/h100-2026-12-05c-session.md): 1.
 #ifndef FA4_SM90_PAGED_GATHER
-#define FA4_SM90_PAGED_GATHER 0
+#define FA4_SM90_PAGED_GATHER 1
 #endif
 //   FA4_SM90_SOLO          1: launches whose tiles all have <= 64 rows (decode: PackGQA rows of
 //                          one query token) run consumer 0 alone (Sm90Params::solo): the other

@@ -424,14 +424,18 @@ struct Consumer {
       if (T::kQFreeEarly) release_q();
       return;
     }
-    // (e4m3: the V^T pre-pass wrote zeros past the sequence's last key, fp8_layout.h)
-    [[maybe_unused]] const bool v_tail = !kFp8 && w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
+    // (e4m3: the V^T pre-pass wrote zeros past the sequence's last key, fp8_layout.h; gather
+    // instances: their cp.async copies zero-filled those rows, fwd_gather.cuh -- zeroing them
+    // again raced, for racecheck, with copies it cannot see completed through the mbarrier)
+    constexpr bool kZeroFilled = kFp8 || requires { typename T::Gather; };
+    [[maybe_unused]] const bool v_tail =
+        !kZeroFilled && w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
 
     sh.k_ring.wait(st);
     turn_wait();
     issue_s(st);
     turn_pass();
-    if constexpr (!kFp8) {
+    if constexpr (!kZeroFilled) {
       if (v_tail) zero_v_tail(st);
     }
     ptx::wgmma_wait_group<0>();

@@ -90,7 +90,8 @@ struct KvGather {
   // Each lane reads its row's page-table entry before waiting for the slot, so the load's latency
   // hides under the wait; rows at or past the sequence's end read no entry (the table may end
   // there) and are zero-filled, as the TMA's out-of-bounds rows were: K rows there are masked by
-  // the consumers, V rows zeroed by them again (fwd_consumer.cuh zero_v_tail).
+  // the consumers; V rows need nothing more (the TMA instances' consumers zero theirs, whose
+  // boxes may read another sequence's rows: fwd_consumer.cuh zero_v_tail).
   static __device__ __forceinline__ void load(const Sm90Params& P, typename T::Smem& sh,
                                               const PipelineState<T::kStages>& st, const TileWork& w, int j0, bool k) {
     const FwdArgs& a = P.a;
