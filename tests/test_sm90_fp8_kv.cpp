@@ -50,6 +50,7 @@ void check_map() {
       }
       const int u = static_cast<int>(g * 8 + rl);
       const int r = M::row(u), p = M::piece(u);
+      EXPECT_EQ(static_cast<int>(M::row_of(g, rl)), r);  // (the converters' sequence-end test)
       EXPECT_TRUE(seen.insert({r, p}).second) << "unit (" << r << ", " << p << ") twice";
       EXPECT_EQ(M::src(g, rl), (p / 8) * kByteChunk + swizzled(r, p % 8));
       for (int h = 0; h < 2; ++h) {

@@ -279,6 +279,16 @@
 #ifndef FA4_SM90_FP8_KV
 #define FA4_SM90_FP8_KV 1
 #endif
+// The fp8_kv tile's key block, 16-bit ring stages and e4m3 byte ring stages (tile_cfg below).
+#ifndef FA4_SM90_FP8_KV_BLOCK_N
+#define FA4_SM90_FP8_KV_BLOCK_N 128
+#endif
+#ifndef FA4_SM90_FP8_KV_STAGES
+#define FA4_SM90_FP8_KV_STAGES 2
+#endif
+#ifndef FA4_SM90_FP8_KV_BYTE_STAGES
+#define FA4_SM90_FP8_KV_BYTE_STAGES 2
+#endif
 // K / V^T ring stages of the fp8 tiles (their tiles are half the bytes of the 16-bit ones).
 #ifndef FA4_SM90_FP8_STAGES_D64
 #define FA4_SM90_FP8_STAGES_D64 3
@@ -418,7 +428,7 @@ constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
     // its own 32 KB tile does not fit). In flight: up to 2 x 32 KB of cache bytes per SM -- HBM
     // at ~3 TB/s over 132 SMs at ~1 us latency needs ~24 KB -- while the consumers read the
     // converted 16-bit ring, 2 stages deep.
-    return {2, 128, 2, 2};
+    return {2, FA4_SM90_FP8_KV_BLOCK_N, FA4_SM90_FP8_KV_STAGES, FA4_SM90_FP8_KV_BYTE_STAGES};
   }
   if (dqk <= 64) {
     // (split_kv: two consumers as short_masked -- decode tiles have few rows, and the merge

@@ -425,9 +425,10 @@ struct Consumer {
       return;
     }
     // (e4m3: the V^T pre-pass wrote zeros past the sequence's last key, fp8_layout.h; gather
-    // instances: their cp.async copies zero-filled those rows, fwd_gather.cuh -- zeroing them
-    // again raced, for racecheck, with copies it cannot see completed through the mbarrier)
-    constexpr bool kZeroFilled = kFp8 || requires { typename T::Gather; };
+    // instances: their cp.async copies zero-filled those rows, fwd_gather.cuh; fp8_kv: the
+    // converter warps stored zeros there, fwd_fp8_kv.cuh -- zeroing them again raced, for
+    // racecheck, with writes it cannot see completed through the mbarriers)
+    constexpr bool kZeroFilled = kFp8 || T::kTile == Tile::fp8_kv || requires { typename T::Gather; };
     [[maybe_unused]] const bool v_tail =
         !kZeroFilled && w.n_hi * kBlockN > w.sk && !(p.kv_mode == kKvDense && p.seqused_k == nullptr);
 

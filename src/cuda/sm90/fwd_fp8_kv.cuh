@@ -40,9 +40,14 @@ struct KvConverter {
 
   // Byte slot `sb` widened into 16-bit slot `s16` of one ring pair (K or V): wait for the bytes
   // and for the 16-bit slot to be free, widen this thread's units, publish, release the bytes.
+  // Rows at or past `rows` (the sequence's end in this key tile) are stored as zeros: in a cache
+  // the TMA brought whatever follows the sequence there (another sequence's rows, unused slots),
+  // and 0 x NaN garbage in V would reach O; zeroed here, the consumers need not zero them again
+  // (fwd_consumer.cuh kZeroFilled). (K rows there are masked by the consumers.)
   static __device__ __forceinline__ void slot(MbarRing<kByteStages>& bring, const uint8_t* bytes,
                                               MbarRing<T::kStages>& ring, uint8_t* out, int sb_index,
-                                              uint32_t sb_phase, int s16_index, uint32_t s16_phase, int ct) {
+                                              uint32_t sb_phase, int s16_index, uint32_t s16_phase, int ct,
+                                              int rows = T::kBlockN) {
     ptx::mbarrier_wait_parity(&bring.full[sb_index], sb_phase);
     ptx::mbarrier_wait_parity(&ring.empty[s16_index], s16_phase ^ 1u);
     // kBatch units at a time, their loads first: the compiler cannot move a load of the byte slot
@@ -62,6 +67,7 @@ struct KvConverter {
         const uint32_t g = g0 + (i0 + j) * Map::kGroupStep;
         if (g >= Map::kGroups) break;
         uint4 a, b;
+        if (static_cast<int>(Map::row_of(g, rl)) >= rows) x[j] = make_uint4(0u, 0u, 0u, 0u);  // (e4m3 0 -> +0)
         widen_e4m3x4<Elem>(x[j].x, a.x, a.y);
         widen_e4m3x4<Elem>(x[j].y, a.z, a.w);
         widen_e4m3x4<Elem>(x[j].z, b.x, b.y);
@@ -93,7 +99,7 @@ struct KvConverter {
           slot(sh.kvb_bars.k, sh.kb(sb.index), sh.k_ring, reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), sb.index,
                sb.phase, s16.index, s16.phase, ct);
           slot(sh.kvb_bars.v, sh.vb(sb.index), sh.v_ring, reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), sb.index,
-               sb.phase, s16.index, s16.phase, ct);
+               sb.phase, s16.index, s16.phase, ct, w.sk - w.tile_at(it) * T::kBlockN);
           sb.advance();
           s16.advance();
         }

@@ -63,6 +63,7 @@ struct ConvertMap {
   static constexpr uint32_t kGroupStep = kConvertThreads / 8;
   static constexpr uint32_t kGroups = kUnits / 8;
   static constexpr int row(int u) { return 8 * (u / (8 * kPieces)) + u % 8; }
+  static constexpr uint32_t row_of(uint32_t g, uint32_t rl) { return 8 * (g / kPieces) + rl; }  // unit (g, rl)'s row
   static constexpr int piece(int u) { return (u / 8) % kPieces; }
   // Byte offset of unit (g, rl) in the byte slot: chunk p / 8, piece p % 8 of row 8 (g / kPieces) + rl.
   static constexpr uint32_t src(uint32_t g, uint32_t rl) {
