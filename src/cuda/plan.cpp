@@ -622,7 +622,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
     pl.workspace = pl.fp8_vt_offset + static_cast<size_t>(pl.fp8_vt.bytes);
   }
   // Dense q of <= 64 tile rows per (sequence, grid head): only consumer 0 has rows.
-  pl.sm90_solo = FA4_SM90_SOLO && !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;
+  pl.sm90_solo = sm90::solo_capable(pl.sm90_tile) && !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;
   pl.sm90_gather = gather;
   schedule_sm90(pb, dl, pl);
   return pl;

@@ -77,7 +77,7 @@ struct Plan {
   Grid grid;               // the tiles; sm90 launches `ctas` persistent CTAs that walk them
   TileSchedule sched;      // sm90: the order they walk them in (common/tile_schedule.h)
   int64_t ctas = 0;        // sm90: CTAs launched (grid.x, with grid.y = grid.z = 1)
-  bool sm90_solo = false;  // sm90 (FA4_SM90_SOLO): every tile has <= 64 rows, consumer 0 runs alone
+  bool sm90_solo = false;  // sm90 (sm90::solo_capable tiles): every tile has <= 64 rows, consumer 0 runs alone
   // sm90 (FA4_SM90_PAGED_GATHER): the tile's gather instance (sm90/fwd_gather.h) -- a paged cache
   // the TMA loads do not take, its K / V rows copied by the producer warpgroup
   bool sm90_gather = false;

@@ -126,6 +126,7 @@
 //                          2 GEMMs of 64 x 128 x 128 per 64 KB key tile). H200 2026-12-05: B 1 / 4
 //                          +2-5 %; B 32 -2 % when it also took sm80's unsplit decode shapes (no
 //                          longer: cuda/plan.cpp sm80_takes_decode keeps them on sm80).
+//                          The fp8_kv tile runs alone regardless (solo_capable below).
 #ifndef FA4_SM90_SOLO
 #define FA4_SM90_SOLO 0
 #endif
@@ -355,6 +356,11 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 // folds into the score scale, v_descale into O, as Tile::fp8 folds them. Static walk only, no
 // in-kernel split merge (split launches take the combine kernel).
 enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_kv };
+// Tiles whose launches of <= 64-row tiles run consumer 0 alone (Sm90Params::solo): all with
+// FA4_SM90_SOLO, else the fp8_kv tile -- the widened 16-bit ring's GEMMs on empty rows held it
+// back: H100 2026-12-05, B 32 decode 32/8 kv 4k-64k, tokens/s over the bf16 cache 0.93-0.97 ->
+// 1.05-1.15 (+17 %; docs/perf/h100-2026-12-05c-session.md).
+constexpr bool solo_capable(Tile t) { return FA4_SM90_SOLO || t == Tile::fp8_kv; }
 // Bytes of one Q / K / V element of a tile's instance (Tile::fp8_kv: of its 16-bit rings; the
 // cache's e4m3 bytes: kv_cache_bytes).
 constexpr int elem_bytes(Tile t) { return t == Tile::fp8 ? 1 : 2; }

@@ -75,7 +75,7 @@ struct Consumer {
   const FwdArgs& p;
   const TileWork& w;
   int c;         // consumer index 0 .. kConsumers - 1
-  bool solo;     // (FA4_SM90_SOLO) consumer 0 runs alone: no turns, one consumer's barrier counts
+  bool solo;     // (solo_capable) consumer 0 runs alone: no turns, one consumer's barrier counts
   int tid;       // thread in the warpgroup
   int g, t4;     // fragment row group, column pair
   float sc;      // multiplier from kept score units to log2 units (see softmax)
@@ -115,7 +115,7 @@ struct Consumer {
   // qk_descale: (T::kDescale) q_descale x k_descale of the tile's (batch, kv head); unused otherwise.
   __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_, bool solo_,
                                       float qk_descale = 1.f)
-      : sh(sh_), p(p_), w(w_), c(c_), solo(FA4_SM90_SOLO && solo_) {
+      : sh(sh_), p(p_), w(w_), c(c_), solo(solo_capable(T::kTile) && solo_) {
     tid = threadIdx.x % 128;
     q_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[c][0])));
     k_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.k[0][0])));
@@ -165,14 +165,14 @@ struct Consumer {
 
   // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the next consumer ----
   __device__ __forceinline__ void turn_wait() {
-    if (FA4_SM90_PINGPONG && !(FA4_SM90_SOLO && solo)) ptx::named_barrier_sync(bar_id(Bar::turn0) + c, 256);
+    if (FA4_SM90_PINGPONG && !(solo_capable(T::kTile) && solo)) ptx::named_barrier_sync(bar_id(Bar::turn0) + c, 256);
   }
   __device__ __forceinline__ void turn_pass() {
-    if (FA4_SM90_PINGPONG && !(FA4_SM90_SOLO && solo)) ptx::named_barrier_arrive(bar_id(Bar::turn0) + (c + 1) % kConsumers, 256);
+    if (FA4_SM90_PINGPONG && !(solo_capable(T::kTile) && solo)) ptx::named_barrier_arrive(bar_id(Bar::turn0) + (c + 1) % kConsumers, 256);
   }
   // Threads of the consumers that run (Bar::consumers). (The switch spelled out in each test keeps
   // them compile-time constants in default builds: a member read left the V-tail loop rolled.)
-  __device__ __forceinline__ int consumer_threads() const { return FA4_SM90_SOLO && solo ? 128 : 128 * kConsumers; }
+  __device__ __forceinline__ int consumer_threads() const { return solo_capable(T::kTile) && solo ? 128 : 128 * kConsumers; }
 
   // ---- GEMMs ----
   // A descriptor from its low half (start address, LBO) and the constant high half of `desc0`.

@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t mis = ptx::smem_u32(smem_raw) & 1023u;
   auto& sh = *reinterpret_cast<typename T::Smem*>(smem_raw + ((1024u - mis) & 1023u));
 
-  const bool solo = FA4_SM90_SOLO && P.solo != 0;  // consumer 0 alone (fwd_params.h)
+  const bool solo = solo_capable(T::kTile) && P.solo != 0;  // consumer 0 alone (fwd_params.h)
   const uint32_t consumers = solo ? 1u : static_cast<uint32_t>(T::kConsumers);
   if (threadIdx.x == 0) {
     // one release per consumer warpgroup (fwd_gather.cuh; fp8_kv: fwd_fp8_kv.cuh)

@@ -24,7 +24,7 @@ struct Sm90Params {
   CUtensorMap tm_v;
   CUtensorMap tm_o;    // out, as tm_q (boxes of 64 columns x 64 rows); valid when tma_store
   int32_t tma_store;   // full 64-row tiles of O leave through TMA (else 16-byte stores)
-  // FA4_SM90_SOLO builds: every tile has <= 64 rows (decode), so consumer 0 runs alone -- the
+  // (sm90::solo_capable tiles) every tile has <= 64 rows (decode), so consumer 0 runs alone -- the
   // others exit at once, the rings and barriers count one consumer, no ping-pong turns.
   int32_t solo = 0;
   FwdArgs a;
