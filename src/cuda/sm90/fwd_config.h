@@ -276,11 +276,17 @@
 //                          factors stay on the sm80 kernel. 0: every fp8-KV call stays there
 //                          (sm80's byte tiles widened by every thread read the e4m3 cache at
 //                          1.0-1.1 TB/s on an H100, 0.65-0.71x the tokens/s of a bf16 cache).
-//                          Written without a GPU (branch gpu-fp8kv-sm90): compiled, CPU-tested.
+//                          H100 2026-12-05 (docs/perf/h100-2026-12-05c-session.md): device tests
+//                          and the three sanitizers clean; B 32 decode 32/8 kv 4k-64k 1.4-1.7 TB/s
+//                          of e4m3 bytes, 1.05-1.15x the bf16 cache's tokens/s (with the solo
+//                          consumer, solo_capable): 1.
 #ifndef FA4_SM90_FP8_KV
 #define FA4_SM90_FP8_KV 1
 #endif
 // The fp8_kv tile's key block, 16-bit ring stages and e4m3 byte ring stages (tile_cfg below).
+// H100 2026-12-05, B 32 decode, tokens/s over the bf16 cache: (128, 2, 2) 0.91-0.98; more bytes
+// in flight lost -- (64, 2, 8) 0.76-0.85, (64, 3, 6) 0.76-0.85, (128, 1, 4) 0.78-0.83: the tile is
+// not waiting on HBM latency but on its converters and consumers.
 #ifndef FA4_SM90_FP8_KV_BLOCK_N
 #define FA4_SM90_FP8_KV_BLOCK_N 128
 #endif
