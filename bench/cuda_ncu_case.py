@@ -2,7 +2,10 @@
 """Runs one prefill shape through fa4 (and the FA2 peer) a few times, for ncu to profile.
 
   ncu --clock-control none -k regex:fwd_kernel --launch-skip 2 --launch-count 1 \
-      python3 bench/cuda_ncu_case.py --d 128 --s 512 [--causal]
+      python3 bench/cuda_ncu_case.py --d 128 --s 512 [--causal] [--dtype e4m3]
+
+--dtype e4m3: e4m3 q / k / v with [B, H] descales (peers.quantize_e4m3), fa4 against FA3's fp8
+path only (the FA2 peer has no fp8).
 """
 import argparse
 import os
@@ -20,17 +23,22 @@ ap.add_argument("--d", type=int, default=128)
 ap.add_argument("--s", type=int, default=512)
 ap.add_argument("--causal", action="store_true")
 ap.add_argument("--reps", type=int, default=4)
+ap.add_argument("--dtype", choices=("bf16", "e4m3"), default="bf16")
 a = ap.parse_args()
 fa4 = peers.Fa4(os.path.abspath(a.lib))
 b, h = 16384 // a.s, 2048 // a.d
 q, k, v = (torch.randn(b, a.s, h, a.d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 out = torch.empty_like(q)
-p = fa4.params(q, k, v, out, causal=a.causal)
+ds = {}
+if a.dtype == "e4m3":
+    (q, ds["q_descale"]), (k, ds["k_descale"]), (v, ds["v_descale"]) = (peers.quantize_e4m3(x) for x in (q, k, v))
+p = fa4.params(q, k, v, out, causal=a.causal, **ds)
 for _ in range(a.reps):
     fa4.call(p)
-for _ in range(a.reps):
-    peers.sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), a.causal, SDPBackend.FLASH_ATTENTION)
+if not ds:
+    for _ in range(a.reps):
+        peers.sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), a.causal, SDPBackend.FLASH_ATTENTION)
 if peers.FA3 is not None:  # FlashAttention-3 where its wheel is installed (../shared/PEERS.md)
     for _ in range(a.reps):
-        peers.FA3.flash_attn_func(q, k, v, causal=a.causal)
+        peers.FA3.flash_attn_func(q, k, v, causal=a.causal, **ds)
 torch.cuda.synchronize()

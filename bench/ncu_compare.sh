@@ -3,6 +3,8 @@
 # same shapes with ncu and prints one compact line of key metrics per kernel: where the time
 # goes when fa4 trails FA2. Needs the staged binaries (bench/device_run.sh --stage).
 #   OUT=/dir bash bench/ncu_compare.sh "128 512 0" "256 1024 1" ...     (D S causal)
+# A fourth field e4m3 profiles the fp8 path against FA3's fp8 kernel (its wheel installed:
+# .peers/peers-a/peer-install.sh): "128 4096 0 e4m3".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DEFAULT=/tmp/fa4-ncu source bench/device_env.sh
@@ -11,10 +13,12 @@ METRICS="gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_l
 for s in $STALLS; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
 for c in "$@"; do
   set -- $c
-  tag="d$1_s$2_c$3"
+  dt=${4:-bf16}
+  tag="d$1_s$2_c$3_$dt"
   cz=$([[ $3 == 1 ]] && echo --causal)
-  ncu --clock-control none -k regex:"fwd_kernel" --launch-skip 1 --launch-count 3 --csv --metrics "$METRICS" \
-    python3 bench/cuda_ncu_case.py --lib "$DIR/lib/libfa4.so" --d $1 --s $2 $cz --reps 2 > "$OUT/ncu_$tag.csv" 2> "$OUT/ncu_$tag.err"
+  # (fa4's sm80 / sm90 fwd_kernel, FA2's flash_fwd_kernel, FA3's FlashAttnFwdSm90 device kernel)
+  ncu --clock-control none -k regex:"fwd_kernel|FlashAttnFwd" --launch-skip 1 --launch-count 3 --csv --metrics "$METRICS" \
+    python3 bench/cuda_ncu_case.py --lib "$DIR/lib/libfa4.so" --d $1 --s $2 $cz --dtype $dt --reps 2 > "$OUT/ncu_$tag.csv" 2> "$OUT/ncu_$tag.err"
   python3 - "$OUT/ncu_$tag.csv" "$tag" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
@@ -31,7 +35,7 @@ short = {"gpu__time_duration.sum": "time", "launch__registers_per_thread": "regs
          "lts__t_sector_hit_rate.pct": "l2hit%",
          "lts__throughput.avg.pct_of_peak_sustained_elapsed": "l2%", "l1tex__m_xbar2l1tex_read_bytes.sum": "l2_to_sm"}
 for (i, k), m in per.items():
-    name = "fa4" if k.startswith("void fa4") or "fa4::" in k else "fa2"
+    name = "fa4" if k.startswith("void fa4") or "fa4::" in k else "fa3" if "FlashAttnFwd" in k else "fa2"
     out = [sys.argv[2], name]
     for key, lab in short.items():
         v = m.get(key, "?").replace(",", "")
