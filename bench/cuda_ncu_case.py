@@ -6,6 +6,9 @@
 
 --dtype e4m3: e4m3 q / k / v with [B, H] descales (peers.quantize_e4m3), fa4 against FA3's fp8
 path only (the FA2 peer has no fp8).
+--dtype fp8kv: decode against an e4m3 KV cache, fa4 only: B 32, Hq 32, Hkv 8, one bf16 query
+token, --s cached keys with [B, Hkv] k / v descales (decode_peers.py --fp8-kv's shape; the sm90
+fp8_kv tile on Hopper).
 """
 import argparse
 import os
@@ -23,9 +26,19 @@ ap.add_argument("--d", type=int, default=128)
 ap.add_argument("--s", type=int, default=512)
 ap.add_argument("--causal", action="store_true")
 ap.add_argument("--reps", type=int, default=4)
-ap.add_argument("--dtype", choices=("bf16", "e4m3"), default="bf16")
+ap.add_argument("--dtype", choices=("bf16", "e4m3", "fp8kv"), default="bf16")
 a = ap.parse_args()
 fa4 = peers.Fa4(os.path.abspath(a.lib))
+if a.dtype == "fp8kv":
+    q = torch.randn(32, 1, 32, a.d, device="cuda", dtype=torch.bfloat16)
+    (k, kd), (v, vd) = (peers.quantize_e4m3(torch.randn(32, a.s, 8, a.d, device="cuda", dtype=torch.bfloat16))
+                        for _ in range(2))
+    out = torch.empty_like(q)
+    p = fa4.params(q, k, v, out, causal=a.causal, k_descale=kd, v_descale=vd)
+    for _ in range(a.reps):
+        fa4.call(p)
+    torch.cuda.synchronize()
+    sys.exit(0)
 b, h = 16384 // a.s, 2048 // a.d
 q, k, v = (torch.randn(b, a.s, h, a.d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 out = torch.empty_like(q)

@@ -5,13 +5,16 @@
 # of where each kernel's cycles go (prologue / main loop / epilogue); PEER=fa3 the
 # FlashAttention-3 kernel (its wheel installed: ../shared/PEERS.md).
 #   OUT=/dir [PEER=1|fa3] [LIB=build-device/lib/libfa4_NAME.so] bash bench/ncu_source.sh "256 1024 1" ...
-#     (D S causal; LIB: a variant build of bench/stage_sm90_variant.sh, profiled as fa4)
+#     (D S causal [dtype]; LIB: a variant build of bench/stage_sm90_variant.sh, profiled as fa4;
+#     dtype: bf16 (default), e4m3 (all-fp8), fp8kv (B 32 decode against an e4m3 cache of S keys:
+#     bench/cuda_ncu_case.py), e.g. "128 16384 0 fp8kv")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DEFAULT=/tmp/fa4-ncu source bench/device_env.sh
 for c in "$@"; do
   set -- $c
-  tag="d$1_s$2_c$3"
+  dt=${4:-bf16}
+  tag="d$1_s$2_c$3$([[ $dt != bf16 ]] && echo "_$dt")"
   cz=$([[ $3 == 1 ]] && echo --causal)
   kernels=("fa4:fa4::.*fwd_kernel")
   [[ "${PEER:-0}" == 1 ]] && kernels+=("fa2:flash_fwd_kernel")
@@ -23,7 +26,7 @@ for c in "$@"; do
     ncu --clock-control none --kernel-name-base demangled -k regex:"$rx" --launch-skip 1 --launch-count 1 \
       --section SourceCounters --section WarpStateStats --section SpeedOfLight \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables -f -o "$base" \
-      python3 bench/cuda_ncu_case.py --lib "${LIB:-$DIR/lib/libfa4.so}" --d $1 --s $2 $cz --reps 2 > "$base.log" 2>&1
+      python3 bench/cuda_ncu_case.py --lib "${LIB:-$DIR/lib/libfa4.so}" --d $1 --s $2 $cz --dtype $dt --reps 2 > "$base.log" 2>&1
     ncu --import "$base.ncu-rep" --page source --print-source sass --csv > "$base.csv" 2>> "$base.log"
     ncu --import "$base.ncu-rep" --page details --csv > "$base.details.csv" 2>> "$base.log"
     gzip -f "$base.csv"
