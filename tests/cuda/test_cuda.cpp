@@ -519,15 +519,17 @@ TEST(CudaBackend, PagedSubTilePages) {
       }
 }
 
-// The kernel describe_plan names for a case of `cfg` (its device tensors, as check_case runs it).
-std::string planned_kernel(const CaseConfig& cfg, uint64_t seed) {
+// describe_plan's account of a case of `cfg` (its device tensors, as check_case runs it); a
+// failed describe_plan fails the test and leaves the kernel name empty.
+fa4::PlanInfo planned(const CaseConfig& cfg, uint64_t seed) {
   Case c = make_gpu_case(cfg, seed);
   DeviceCase dc(c);
   fa4::PlanInfo info;
   const Status st = fa4::describe_plan(dc.params(), &info);
   EXPECT_TRUE(st.ok()) << st.message;
-  return info.kernel;
+  return info;
 }
+std::string planned_kernel(const CaseConfig& cfg, uint64_t seed) { return planned(cfg, seed).kernel; }
 
 // Paged caches whose pages the sm90 kernel's TMA loads do not take (1, 3, 16, 32 rows): its
 // gather instances (sm90/fwd_gather.h: K / V rows by cp.async from the producer warpgroup) take
@@ -1095,11 +1097,7 @@ void set_fp8_kind(CaseConfig& c, int kind, int k) {
 // sm80, or for an unsplit, unpaged all-fp8 case the sm90 fp8 tile, or for a D 128 fp8 cache with
 // factors per head (or none) the sm90 fp8_kv tile (cuda/plan.cpp sm90_supports).
 void expect_fp8_kernel(const CaseConfig& c, uint64_t seed) {
-  Case t = make_gpu_case(c, seed);
-  DeviceCase d(t);
-  fa4::PlanInfo info;
-  const Status st = fa4::describe_plan(d.params(), &info);
-  ASSERT_TRUE(st.ok()) << st.message;
+  const fa4::PlanInfo info = planned(c, seed);
   const bool sm90_ok = (c.dtype == DType::float8_e4m3 && !c.fp8_kv && c.kv != KvMode::paged && c.num_splits <= 1) ||
                        (c.fp8_kv && c.kv_scale != KvScaleMode::per_token && c.dqk == 128 && c.dv == 128);
   EXPECT_TRUE(info.kernel == "sm80" || (sm90_ok && info.kernel == "sm90")) << info.kernel << " " << c.describe();
@@ -1316,11 +1314,7 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
     c.dtype = DType::float8_e4m3;
     const uint64_t seed = derive_seed(44000 + k++);
     {
-      Case t = make_gpu_case(c, seed);
-      DeviceCase d(t);
-      fa4::PlanInfo info;
-      const Status st = fa4::describe_plan(d.params(), &info);
-      ASSERT_TRUE(st.ok()) << st.message;
+      const fa4::PlanInfo info = planned(c, seed);
       ++total;
       on_sm90 += info.kernel == "sm90";
       if (forced) {
@@ -1424,11 +1418,7 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     c.lse = true;
     const uint64_t seed = derive_seed(47000 + k++);
     {
-      Case t = make_gpu_case(c, seed);
-      DeviceCase d(t);
-      fa4::PlanInfo info;
-      const Status st = fa4::describe_plan(d.params(), &info);
-      ASSERT_TRUE(st.ok()) << st.message;
+      const fa4::PlanInfo info = planned(c, seed);
       ++total;
       on_sm90 += info.kernel == "sm90";
       const bool pages_fit = c.kv != KvMode::paged || c.page_size % 128 == 0 || (128 % c.page_size == 0 && c.page_size % 8 == 0);
