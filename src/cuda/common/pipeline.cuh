@@ -27,10 +27,12 @@ struct MbarRing {
   uint64_t full[kStages];
   uint64_t empty[kStages];
 
-  // One thread, before the CTA barrier that publishes the init.
-  __device__ __forceinline__ void init(uint32_t empty_arrivals) {
+  // One thread, before the CTA barrier that publishes the init. full_arrivals: 1 where one
+  // thread announces a TMA's bytes (acquire), or the count of threads that fill a slot themselves
+  // and each arrive (the sm90 gather and fp8-KV converter warps).
+  __device__ __forceinline__ void init(uint32_t empty_arrivals, uint32_t full_arrivals = 1) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&full[s], full_arrivals);
       ptx::mbarrier_init(&empty[s], empty_arrivals);
     }
   }

@@ -125,21 +125,19 @@ struct Consumer {
     softcap = p.softcap_log2 != 0.f;
     // Softcap keeps tanh values (softcap * log2(e) > 0 goes into the exponentials' FFMA, as the
     // scale does without softcap); a non-positive scale keeps log2 units (the max would flip).
+    float scale_log2 = p.scale_log2, softcap_in = p.softcap_in;
     if constexpr (T::kDescale) {
       // The e4m3 products are (q / q_descale) . (k / k_descale): the factors scale every score
       // of the tile as the softmax scale does (as the sm80 fp8 instances fold them). (fp8_kv:
       // q . (k / k_descale), the widened cache values exact in the 16-bit ring.)
-      f8_scale_log2 = p.scale_log2 * qk_descale;
-      f8_softcap_in = p.softcap_in * qk_descale;
-      fold = softcap || f8_scale_log2 > 0.f;
-      sc = softcap ? p.softcap_log2 : fold ? f8_scale_log2 : 1.f;
-      softcap_in2 = f8_softcap_in * 2.f * kLog2e;
+      scale_log2 *= qk_descale, softcap_in *= qk_descale;
+      f8_scale_log2 = scale_log2, f8_softcap_in = softcap_in;
     } else {
       (void)qk_descale;
-      fold = softcap || p.scale_log2 > 0.f;
-      sc = softcap ? p.softcap_log2 : fold ? p.scale_log2 : 1.f;
-      softcap_in2 = p.softcap_in * 2.f * kLog2e;
     }
+    fold = softcap || scale_log2 > 0.f;
+    sc = softcap ? p.softcap_log2 : fold ? scale_log2 : 1.f;
+    softcap_in2 = softcap_in * 2.f * kLog2e;
     RowMask32 rm;
     rm.init(p.mask, w.si.sq, w.sk);
     // Tile rows -> query rows (PackGQA: m / group, fwd_work.cuh); the mask is the query row's.

@@ -20,12 +20,8 @@ namespace fa4::cuda::sm90 {
 // its own stores and proxy fence), its empty barrier one release per consumer warpgroup as before.
 template <class T>
 __device__ __forceinline__ void init_fp8_kv_rings(typename T::Smem& sh, uint32_t consumers) {
-  for (int s = 0; s < T::kStages; ++s) {
-    ptx::mbarrier_init(&sh.k_ring.full[s], kConvertThreads);
-    ptx::mbarrier_init(&sh.k_ring.empty[s], consumers);
-    ptx::mbarrier_init(&sh.v_ring.full[s], kConvertThreads);
-    ptx::mbarrier_init(&sh.v_ring.empty[s], consumers);
-  }
+  sh.k_ring.init(consumers, kConvertThreads);
+  sh.v_ring.init(consumers, kConvertThreads);
   sh.kvb_bars.k.init(kConvertThreads);
   sh.kvb_bars.v.init(kConvertThreads);
 }
@@ -44,12 +40,12 @@ struct KvConverter {
   // the TMA brought whatever follows the sequence there (another sequence's rows, unused slots),
   // and 0 x NaN garbage in V would reach O; zeroed here, the consumers need not zero them again
   // (fwd_consumer.cuh kZeroFilled). (K rows there are masked by the consumers.)
-  static __device__ __forceinline__ void slot(MbarRing<kByteStages>& bring, const uint8_t* bytes,
-                                              MbarRing<T::kStages>& ring, uint8_t* out, int sb_index,
-                                              uint32_t sb_phase, int s16_index, uint32_t s16_phase, int ct,
+  static __device__ __forceinline__ void slot(MbarRing<kByteStages>& bring, const PipelineState<kByteStages>& sb,
+                                              const uint8_t* bytes, MbarRing<T::kStages>& ring,
+                                              const PipelineState<T::kStages>& s16, uint8_t* out, int ct,
                                               int rows = T::kBlockN) {
-    ptx::mbarrier_wait_parity(&bring.full[sb_index], sb_phase);
-    ptx::mbarrier_wait_parity(&ring.empty[s16_index], s16_phase ^ 1u);
+    bring.wait(sb);
+    ptx::mbarrier_wait_parity(&ring.empty[s16.index], s16.phase ^ 1u);
     // kBatch units at a time, their loads first: the compiler cannot move a load of the byte slot
     // above a store into the 16-bit slot (both shared memory), so without the batch each unit's
     // load waited for the previous unit's stores.
@@ -79,8 +75,8 @@ struct KvConverter {
     // The stores are read by wgmma (async proxy) once the consumers see the phase; the fence also
     // orders this thread's reads of the byte slot before the TMA's next write into it.
     ptx::fence_proxy_async_shared_cta();
-    ptx::mbarrier_arrive(&ring.full[s16_index]);
-    ptx::mbarrier_arrive(&bring.empty[sb_index]);
+    ptx::mbarrier_arrive(&ring.full[s16.index]);
+    ptx::mbarrier_arrive(&bring.empty[sb.index]);
   }
 
   // The converter warps' walk: the producer warp's static walk (fwd_producer.cuh; T::kDynamicWalk
@@ -96,10 +92,9 @@ struct KvConverter {
         const int n = w.n_tiles();
 #pragma unroll 1
         for (int it = 0; it < n; ++it) {
-          slot(sh.kvb_bars.k, sh.kb(sb.index), sh.k_ring, reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), sb.index,
-               sb.phase, s16.index, s16.phase, ct);
-          slot(sh.kvb_bars.v, sh.vb(sb.index), sh.v_ring, reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), sb.index,
-               sb.phase, s16.index, s16.phase, ct, w.sk - w.tile_at(it) * T::kBlockN);
+          slot(sh.kvb_bars.k, sb, sh.kb(sb.index), sh.k_ring, s16, reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), ct);
+          slot(sh.kvb_bars.v, sb, sh.vb(sb.index), sh.v_ring, s16, reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), ct,
+               w.sk - w.tile_at(it) * T::kBlockN);
           sb.advance();
           s16.advance();
         }

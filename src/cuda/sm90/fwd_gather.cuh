@@ -39,17 +39,9 @@ constexpr bool gathers_kv() {
 // full barrier takes one arrival (+ the TMA's bytes), or kGatherThreads cp.async arrivals.
 template <class T>
 __device__ __forceinline__ void init_kv_rings(typename T::Smem& sh, uint32_t consumers) {
-  if constexpr (gathers_kv<T>()) {
-    for (int s = 0; s < T::kStages; ++s) {
-      ptx::mbarrier_init(&sh.k_ring.full[s], kGatherThreads);
-      ptx::mbarrier_init(&sh.k_ring.empty[s], consumers);
-      ptx::mbarrier_init(&sh.v_ring.full[s], kGatherThreads);
-      ptx::mbarrier_init(&sh.v_ring.empty[s], consumers);
-    }
-  } else {
-    sh.k_ring.init(consumers);  // one release per consumer warpgroup
-    sh.v_ring.init(consumers);
-  }
+  constexpr uint32_t kFullArrivals = gathers_kv<T>() ? kGatherThreads : 1;
+  sh.k_ring.init(consumers, kFullArrivals);  // one release per consumer warpgroup
+  sh.v_ring.init(consumers, kFullArrivals);
 }
 
 // cp.async.mbarrier.arrive.noinc: one arrival on `bar`, made when every cp.async this thread

@@ -84,8 +84,7 @@ struct alignas(1024) SharedStorage {
 
   __device__ __forceinline__ uint8_t* kb(int s) { return os.k[s]; }  // (kBytes) byte slot s of K / V
   __device__ __forceinline__ uint8_t* vb(int s) { return os.v[s]; }
-  // The rings the TMA fills and their slots' chunk ch (kTmaCols columns each): the byte rings of
-  // Tile::fp8_kv, else the K / V rings themselves.
+  // The rings the TMA fills: the byte rings of Tile::fp8_kv, else the K / V rings themselves.
   static constexpr int kTmaStages = kBytes ? kByteStages : kStages;
   __device__ __forceinline__ MbarRing<kTmaStages>& k_tma_ring() {
     if constexpr (kBytes) return kvb_bars.k;
