@@ -1,9 +1,10 @@
 // The widening map of the sm90 kernel's fp8-KV tile (src/cuda/sm90/fwd_fp8_kv.h ConvertMap, the
-// index arithmetic of fwd_fp8_kv.cuh KvConverter::slot) on the CPU: the 96 converter threads'
-// units cover every 16-byte piece of an e4m3 byte slot exactly once, read it where the 128-byte-
-// swizzled TMA box put it, and write its 16 values where a 16-bit TMA box of the same rows would
-// have put them -- checked by emulating the converters on slot images -- with no shared-memory
-// bank conflict in any quarter-warp phase of the loads or the stores.
+// index arithmetic of fwd_fp8_kv.cuh KvConverter::slot) on the CPU, for both converter counts
+// (96: producer warps 1-3; 224: with consumer warpgroup 1, FA4_SM90_FP8_KV_WIDE_CONVERT): the
+// converter threads' units cover every 16-byte piece of an e4m3 byte slot exactly once, read it
+// where the 128-byte-swizzled TMA box put it, and write its 16 values where a 16-bit TMA box of
+// the same rows would have put them -- checked by emulating the converters on slot images -- with
+// no shared-memory bank conflict in any quarter-warp phase of the loads or the stores.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -20,14 +21,16 @@ namespace {
 
 using fa4::cuda::sm90::ConvertMap;
 using fa4::cuda::sm90::kConvertThreads;
+using fa4::cuda::sm90::kWideConvertThreads;
 
 // TMA's 128-byte swizzle of a [rows][128-byte] chunk on a 1024-byte boundary: piece p of row r at
 // 128 r + 16 (p ^ (r % 8)).
 uint32_t swizzled(int row, int piece) { return static_cast<uint32_t>(row * 128 + ((piece ^ (row % 8)) << 4)); }
 
-template <int kBlockN, int kD>
+template <int kBlockN, int kD, int kThreads>
 void check_map() {
-  using M = ConvertMap<kBlockN, kD>;
+  SCOPED_TRACE(::testing::Message() << kBlockN << " x " << kD << ", " << kThreads << " converter threads");
+  using M = ConvertMap<kBlockN, kD, kThreads>;
   constexpr uint32_t kByteChunk = kBlockN * 128, kChunk16 = kBlockN * 128;
   // A byte slot as the TMA writes it (row r, column c of the tile: chunk c / 128) and the 16-bit
   // slot the converters fill (bf16 bits of the values; chunk c / 64).
@@ -40,7 +43,7 @@ void check_map() {
       bytes[(c / 128) * kByteChunk + swizzled(r, (c % 128) / 16) + c % 16] = tile[static_cast<size_t>(r) * kD + c];
   std::vector<uint16_t> out(static_cast<size_t>(kBlockN) * kD, 0xdead);
   std::set<std::pair<int, int>> seen;
-  for (int ct = 0; ct < kConvertThreads; ++ct) {
+  for (int ct = 0; ct < kThreads; ++ct) {
     const uint32_t rl = static_cast<uint32_t>(ct) % 8u, g0 = static_cast<uint32_t>(ct) / 8u;
     for (int i = 0; i < M::kSteps; ++i) {
       const uint32_t g = g0 + static_cast<uint32_t>(i) * M::kGroupStep;
@@ -79,7 +82,8 @@ void check_map() {
   EXPECT_EQ(bad, 0);
   // Bank conflicts: the 8 lanes of each quarter warp (one phase of a 16-byte access) hit 8
   // different 16-byte bank groups, on the load and on each store (lanes past the slot idle).
-  for (int w = 0; w < kConvertThreads / 32; ++w)
+  // (Converter warps are 32 consecutive ct from a multiple of 32: consumer warpgroup 1's from 96.)
+  for (int w = 0; w < kThreads / 32; ++w)
     for (int q = 0; q < 4; ++q)
       for (int i = 0; i < M::kSteps; ++i) {
         std::set<uint32_t> ld, st0, st1;
@@ -97,10 +101,24 @@ void check_map() {
       }
 }
 
-TEST(Sm90Fp8Kv, ConvertMapD128) { check_map<128, 128>(); }
+TEST(Sm90Fp8Kv, ConvertMapD128) {
+  check_map<128, 128, kConvertThreads>();
+  check_map<128, 128, kWideConvertThreads>();
+}
 TEST(Sm90Fp8Kv, ConvertMapOtherShapes) {  // (shapes an instance may take later)
-  check_map<64, 128>();
-  check_map<128, 256>();
+  check_map<64, 128, kConvertThreads>();
+  check_map<128, 256, kConvertThreads>();
+  check_map<64, 128, kWideConvertThreads>();
+  check_map<128, 256, kWideConvertThreads>();
+}
+
+// The converter count a launch's barriers expect (fwd_fp8_kv.cuh init_fp8_kv_rings) and its map's
+// thread count: the wide one only in solo launches with the switch on.
+TEST(Sm90Fp8Kv, ConverterCount) {
+  using fa4::cuda::sm90::fp8_kv_convert_threads;
+  static_assert(kConvertThreads == 96 && kWideConvertThreads == 96 + 128);
+  EXPECT_EQ(fp8_kv_convert_threads(false), kConvertThreads);
+  EXPECT_EQ(fp8_kv_convert_threads(true), FA4_SM90_FP8_KV_WIDE_CONVERT ? kWideConvertThreads : kConvertThreads);
 }
 
 TEST(Sm90Fp8Kv, PagesThatFitTheBoxes) {

@@ -11,6 +11,8 @@
 // (fence.proxy.async: generic stores read by wgmma through the async proxy; one arrival per
 // converter thread on the slot's full barrier) and release the byte slot. The consumers and the
 // epilogue are the 16-bit tile's, with k_descale folded into the score scale and v_descale into O.
+// (FA4_SM90_FP8_KV_WIDE_CONVERT) In a solo launch consumer warpgroup 1 -- which would otherwise
+// exit: its rows are empty -- converts too, converter threads 96-223 beside warps 1-3's 0-95.
 //
 // Rate: at ~3 TB/s over 132 SMs (~1.75 GHz) an SM takes ~13 cache bytes per clock. SASS (nvcc
 // 13.0) per 16-byte unit: bf16 ~52 instructions (36 widening, 1 LDS.128, 2 STS.128, addresses),
@@ -31,6 +33,13 @@ namespace fa4::cuda::sm90 {
 #endif
 constexpr int kConvertWarps = 3;  // producer warps 1-3 (warp 0 issues the TMA loads)
 constexpr int kConvertThreads = 32 * kConvertWarps;
+// (FA4_SM90_FP8_KV_WIDE_CONVERT, solo launches) + consumer warpgroup 1's 128 threads.
+constexpr int kWideConvertThreads = kConvertThreads + 128;
+// Converter threads of a launch: the thread count of its ConvertMap and the arrival count of its
+// 16-bit rings' full barriers and byte rings' empty barriers (every converter thread arrives).
+constexpr int fp8_kv_convert_threads(bool solo) {
+  return FA4_SM90_FP8_KV_WIDE_CONVERT && solo ? kWideConvertThreads : kConvertThreads;
+}
 // Columns of one e4m3 byte-slot chunk: one 128-byte swizzle row (the tile's D 128 rows whole).
 constexpr int kFp8KvByteCols = 128;
 // Register split of the fp8_kv instances (fwd_schedule.h): 56 per producer-warpgroup thread, 224
@@ -38,29 +47,33 @@ constexpr int kFp8KvByteCols = 128;
 // registers within the CTA's pool). ptxas -v (nvcc 13.0, D 128): 0 spill at 56 / 224 with batches
 // of 3 units (fp16; bf16 one 4-byte spill in warp 0's walk, once per launch); 40 / 232 spilled
 // 150-180 bytes in the converters and warp 0's walk (its TileWork stays live across the first K /
-// V loads: O is staged in Q, so Q loads after them); batches of 4 spilled at 56.
+// V loads: O is staged in Q, so Q loads after them); batches of 4 spilled at 56. With
+// FA4_SM90_FP8_KV_WIDE_CONVERT (consumer warpgroup 1 converting at its 224 registers): 0 spill,
+// fp16 and bf16.
 constexpr int kFp8KvProducerRegs = 56, kFp8KvConsumerRegs = 224;
 
-// Who widens what in one K or V slot of kBlockN keys x kD columns. A unit is 16 e4m3 bytes of one
-// row (a 16-byte piece of the byte slot) -> 16 16-bit values (two 16-byte pieces of the 16-bit
-// slot); converter thread ct takes units ct, ct + kConvertThreads, ... (kSteps of them, the last
-// one partial). Unit u is piece (u / 8) % kPieces of row 8 (u / (8 kPieces)) + u % 8: the 8 lanes
-// of a quarter warp (one shared-memory phase of a 16-byte access) take one piece of 8 consecutive
-// rows, which the 128-byte swizzle of both slots (the 16-byte piece q of row r at 128 r + 16
-// (q ^ (r % 8)) of its chunk) spreads over all eight 16-byte bank groups: no bank conflict on
-// the load nor on either store.
-template <int kBlockN, int kD>
+// Who widens what in one K or V slot of kBlockN keys x kD columns, among kThreads converter
+// threads (kConvertThreads, or kWideConvertThreads: fp8_kv_convert_threads). A unit is 16 e4m3
+// bytes of one row (a 16-byte piece of the byte slot) -> 16 16-bit values (two 16-byte pieces of
+// the 16-bit slot); converter thread ct takes units ct, ct + kThreads, ... (kSteps of them, the
+// last one partial). Unit u is piece (u / 8) % kPieces of row 8 (u / (8 kPieces)) + u % 8: the 8
+// lanes of a quarter warp (one shared-memory phase of a 16-byte access) take one piece of 8
+// consecutive rows, which the 128-byte swizzle of both slots (the 16-byte piece q of row r at
+// 128 r + 16 (q ^ (r % 8)) of its chunk) spreads over all eight 16-byte bank groups: no bank
+// conflict on the load nor on either store. (A warp's threads are 32 consecutive ct from a
+// multiple of 32 -- consumer warpgroup 1's from 96 -- so its quarter warps are 8-aligned ct.)
+template <int kBlockN, int kD, int kThreads>
 struct ConvertMap {
   static_assert(kD % kFp8KvByteCols == 0 && kBlockN % 8 == 0, "whole 128-byte rows, 8-row swizzle atoms");
-  static_assert(kConvertThreads % 8 == 0, "a thread's units keep its row % 8 (the swizzle XOR)");
+  static_assert(kThreads % 8 == 0, "a thread's units keep its row % 8 (the swizzle XOR)");
   static constexpr int kPieces = kD / 16;  // 16-byte pieces of an e4m3 row
   static constexpr int kUnits = kBlockN * kPieces;
-  static constexpr int kSteps = (kUnits + kConvertThreads - 1) / kConvertThreads;
+  static constexpr int kSteps = (kUnits + kThreads - 1) / kThreads;
   static constexpr uint32_t kByteChunkBytes = kBlockN * kFp8KvByteCols;  // [kBlockN][128] e4m3
   static constexpr uint32_t kChunkBytes = kBlockN * 128;                // [kBlockN][64] 16-bit
-  // Unit u as (g, rl) = (u / 8, u % 8): step i of thread ct is g = ct / 8 + i kConvertThreads / 8,
+  // Unit u as (g, rl) = (u / 8, u % 8): step i of thread ct is g = ct / 8 + i kThreads / 8,
   // rl = ct % 8 -- every unit of a thread has the same row % 8, so the swizzle XOR is fixed.
-  static constexpr uint32_t kGroupStep = kConvertThreads / 8;
+  static constexpr uint32_t kGroupStep = kThreads / 8;
   static constexpr uint32_t kGroups = kUnits / 8;
   static constexpr int row(int u) { return 8 * (u / (8 * kPieces)) + u % 8; }
   static constexpr uint32_t row_of(uint32_t g, uint32_t rl) { return 8 * (g / kPieces) + rl; }  // unit (g, rl)'s row
