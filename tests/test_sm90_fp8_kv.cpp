@@ -101,6 +101,45 @@ void check_map() {
       }
 }
 
+// The lean converter's offsets (ConvertMap::lean_*, KvConverter::slot_lean, FA4_SM90_FP8_KV_LEAN):
+// a per-thread base plus a step term equal the map's own src / dst / row_of at every step, the
+// hi flag is one value per warp (its template parameter), every step before the last is inside
+// the slot, and the row groups repeat in even / odd pairs (the batch loop's pointer advance).
+template <int kBlockN, int kThreads>
+void check_lean() {
+  SCOPED_TRACE(::testing::Message() << kBlockN << " x 128, " << kThreads << " converter threads");
+  using M = ConvertMap<kBlockN, 128, kThreads>;
+  static_assert(M::kLeanMap);
+  constexpr int kPairRg = static_cast<int>(M::kGroupStep) / 4;
+  for (uint32_t ct = 0; ct < kThreads; ++ct) {
+    const uint32_t rl = ct % 8, g0 = ct / 8;
+    const bool hi = M::lean_hi(ct);
+    EXPECT_EQ(hi, M::lean_hi(ct / 32 * 32)) << "hi differs inside warp " << ct / 32;
+    for (int i = 0; i < M::kSteps; ++i) {
+      const uint32_t g = g0 + static_cast<uint32_t>(i) * M::kGroupStep;
+      if (i < M::kSteps - 1) {
+        EXPECT_LT(g, M::kGroups) << "ct " << ct << " step " << i;
+      }
+      if (g >= M::kGroups) continue;
+      const int rg = M::lean_rg(hi, i);
+      EXPECT_EQ(rg, (i / 2) * kPairRg + (i % 2 ? M::lean_rg(hi, 1) : 0)) << "ct " << ct << " step " << i;
+      EXPECT_EQ(M::src(g, rl), M::lean_src(ct, i % 2) + 1024u * rg) << "ct " << ct << " step " << i;
+      for (uint32_t h = 0; h < 2; ++h)
+        EXPECT_EQ(static_cast<int64_t>(M::dst(g, rl, h)),
+                  static_cast<int64_t>(M::lean_dst(ct, h)) + (i % 2 ? M::lean_odd_chunk(hi) : 0) + 1024 * rg)
+            << "ct " << ct << " step " << i << " half " << h;
+      EXPECT_EQ(M::row_of(g, rl), M::lean_row(ct) + 8u * rg) << "ct " << ct << " step " << i;
+    }
+  }
+}
+
+TEST(Sm90Fp8Kv, LeanOffsetsAreTheMap) {
+  check_lean<128, kConvertThreads>();
+  check_lean<128, kWideConvertThreads>();
+  check_lean<64, kConvertThreads>();
+  check_lean<64, kWideConvertThreads>();
+}
+
 TEST(Sm90Fp8Kv, ConvertMapD128) {
   check_map<128, 128, kConvertThreads>();
   check_map<128, 128, kWideConvertThreads>();

@@ -14,6 +14,24 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 16-byte shared-memory load / store at a 32-bit shared address plus a compile-time offset (the
+// immediate of LDS / STS: a caller walking fixed offsets from one base keeps no 64-bit pointers).
+template <int kOff = 0>
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4+%5];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr), "n"(kOff)
+               : "memory");
+  return v;
+}
+template <int kOff = 0>
+__device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0+%1], {%2, %3, %4, %5};\n" ::"r"(addr), "n"(kOff), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
 // 16-byte async copy global -> shared; bytes past `src_bytes` (0..16) are zero-filled, so
 // out-of-range rows / padded head-dim columns become exact zeros without a branch on the data.
 // .cg bypasses L1: K/V tiles are read once per CTA.

@@ -87,6 +87,118 @@ struct KvConverter {
     ptx::mbarrier_arrive(&bring.empty[sb.index]);
   }
 
+  // slot() with the unit offsets derived once per thread (FA4_SM90_FP8_KV_LEAN): the same units,
+  // loads, stores and arrivals, but no per-unit address or row arithmetic. Why it holds (the D 128
+  // map: 8 pieces per row, kGroupStep = kThreads / 8 = 4 mod 8): thread ct = 8 (8 a + p0) + rl takes
+  // at step i the group g = 8 a + p0 + i S, S = kGroupStep, so
+  //   piece  p_i = p0 ^ 4 (i odd)            (adding S flips bit 2 of g % 8, nothing else),
+  //   row    r_i = r_0 + 8 RG(i),  RG(i) = (4 hi + i S) / 8, hi = p0 >= 4,
+  // and p0 % 4 never changes. So the byte offset is one of two per-thread values (even / odd
+  // steps: the swizzled piece ^ 4 is the offset ^ 64) plus 1024 RG(i); the 16-bit offset's
+  // 64-column chunk (p_i / 4 = hi ^ odd) is the other chunk on odd steps, its piece fixed. hi is
+  // warp-uniform (a warp's g0 = ct / 8 are 4 aligned consecutive values), so it is a template
+  // parameter: RG(i) and the chunk step are immediates. Only the last step can fall past the
+  // slot's units; rows at or past `rows` are zeroed on the one partial key tile of a sequence,
+  // a separate (uniform-branch) copy of the loop.
+  template <int kThreads>
+  static __device__ __forceinline__ void slot_lean(MbarRing<kByteStages>& bring,
+                                                   const PipelineState<kByteStages>& sb, const uint8_t* bytes,
+                                                   MbarRing<T::kStages>& ring, const PipelineState<T::kStages>& s16,
+                                                   uint8_t* out, int ct, int rows = T::kBlockN) {
+    using M = Map<kThreads>;
+    static_assert(M::kLeanMap, "the D 128 map, a group step of 4 mod 8");
+    bring.wait(sb);
+    ptx::mbarrier_wait_parity(&ring.empty[s16.index], s16.phase ^ 1u);
+    const uint32_t uct = static_cast<uint32_t>(ct);
+    const uint32_t src_e = M::lean_src(uct, 0), src_o = M::lean_src(uct, 1);
+    const uint32_t dst0 = M::lean_dst(uct, 0), dst1 = M::lean_dst(uct, 1);
+    // the last step's unit exists for the threads whose group is still inside the slot
+    const bool last_ok = uct / 8u + (M::kSteps - 1) * M::kGroupStep < M::kGroups;
+    const int d = rows - static_cast<int>(M::lean_row(uct));  // a unit is zeroed where 8 RG(i) >= d
+    const bool hi = M::lean_hi(uct);
+    const uint32_t bs = ptx::smem_u32(bytes), os = ptx::smem_u32(out);
+    if (rows >= T::kBlockN) {
+      if (hi) units_lean<M, true, false>(bs + src_e, bs + src_o, os + dst0, os + dst1, last_ok, d);
+      else units_lean<M, false, false>(bs + src_e, bs + src_o, os + dst0, os + dst1, last_ok, d);
+    } else {
+      if (hi) units_lean<M, true, true>(bs + src_e, bs + src_o, os + dst0, os + dst1, last_ok, d);
+      else units_lean<M, false, true>(bs + src_e, bs + src_o, os + dst0, os + dst1, last_ok, d);
+    }
+    ptx::fence_proxy_async_shared_cta();
+    ptx::mbarrier_arrive(&ring.full[s16.index]);
+    ptx::mbarrier_arrive(&bring.empty[sb.index]);
+  }
+
+  // One unit of slot_lean: 16 e4m3 bytes widened into two 16-byte pieces of the 16-bit slot, at
+  // shared addresses d0 + kOff and d1 + kOff.
+  template <int kOff>
+  static __device__ __forceinline__ void widen_store(uint4 x, uint32_t d0, uint32_t d1) {
+    uint4 lo, hi;
+    widen_e4m3x4<Elem>(x.x, lo.x, lo.y);
+    widen_e4m3x4<Elem>(x.y, lo.z, lo.w);
+    widen_e4m3x4<Elem>(x.z, hi.x, hi.y);
+    widen_e4m3x4<Elem>(x.w, hi.z, hi.w);
+    ptx::sts128<kOff>(d0, lo);
+    ptx::sts128<kOff>(d1, hi);
+  }
+
+  // slot_lean's units: batches of four steps (two even / odd pairs; loads first, as in slot()),
+  // the shared addresses advanced by a batch's rows each time, then the 1-4 steps left with the
+  // last step's check. se / so: the byte slot at the even / odd steps' offsets of RG = 0; d0 / d1:
+  // the 16-bit slot's two pieces at the even steps' offsets. kPartial: zero the units of rows >=
+  // rows (8 RG(i) >= d).
+  template <class M, bool kHi, bool kPartial>
+  static __device__ __forceinline__ void units_lean(uint32_t se, uint32_t so, uint32_t d0, uint32_t d1, bool last_ok,
+                                                    int d) {
+    constexpr int S = M::kGroupStep;
+    constexpr int kOddRg = M::lean_rg(kHi, 1);  // row groups from an even step to the next (odd) one
+    constexpr int kPairRg = S / 4;              // from an even step to the next even one (2 S / 8)
+    static_assert(M::lean_rg(kHi, 2) == kPairRg && M::lean_rg(kHi, 3) == kPairRg + kOddRg, "pairs repeat");
+    constexpr int kOddChunk = M::lean_odd_chunk(kHi);
+    constexpr int kBatches = (M::kSteps - 1) / 4;  // whole batches, all before the last step
+    constexpr int kTail = M::kSteps - 4 * kBatches;
+    int row_off = 0;  // RG of the batch's first step
+#pragma unroll 1
+    for (int b = 0; b < kBatches; ++b) {
+      uint4 x[4];
+      load4<kOddRg, kPairRg, 4>(x, se, so, true);
+      store4<kOddRg, kPairRg, kOddChunk, kPartial, 4>(x, d0, d1, true, row_off, d);
+      se += 1024 * 2 * kPairRg;
+      so += 1024 * 2 * kPairRg;
+      d0 += 1024 * 2 * kPairRg;
+      d1 += 1024 * 2 * kPairRg;
+      row_off += 2 * kPairRg;
+    }
+    uint4 x[4];
+    load4<kOddRg, kPairRg, kTail>(x, se, so, last_ok);
+    store4<kOddRg, kPairRg, kOddChunk, kPartial, kTail>(x, d0, d1, last_ok, row_off, d);
+  }
+  // Step j (0 .. 3) of a batch: its row groups past the batch's first step, and odd or even.
+  template <int kOddRg, int kPairRg>
+  static constexpr int lean_rg(int j) { return (j / 2) * kPairRg + (j % 2 ? kOddRg : 0); }
+  // Steps 0 .. kN - 1 of a batch (step kN - 1 only where `last` holds); unrolled through J so
+  // each step's offset is an immediate.
+  template <int kOddRg, int kPairRg, int kN, int J = 0>
+  static __device__ __forceinline__ void load4(uint4 (&x)[4], uint32_t se, uint32_t so, bool last) {
+    if constexpr (J < kN) {
+      if (J < kN - 1 || last) x[J] = ptx::lds128<1024 * lean_rg<kOddRg, kPairRg>(J)>(J % 2 ? so : se);
+      load4<kOddRg, kPairRg, kN, J + 1>(x, se, so, last);
+    }
+  }
+  template <int kOddRg, int kPairRg, int kOddChunk, bool kPartial, int kN, int J = 0>
+  static __device__ __forceinline__ void store4(uint4 (&x)[4], uint32_t d0, uint32_t d1, bool last, int row_off,
+                                                int d) {
+    if constexpr (J < kN) {
+      constexpr int kRg = lean_rg<kOddRg, kPairRg>(J);
+      if (J < kN - 1 || last) {
+        uint4 v = x[J];
+        if (kPartial && 8 * (row_off + kRg) >= d) v = make_uint4(0u, 0u, 0u, 0u);  // (e4m3 0 -> +0)
+        widen_store<1024 * kRg + (J % 2 ? kOddChunk : 0)>(v, d0, d1);
+      }
+      store4<kOddRg, kPairRg, kOddChunk, kPartial, kN, J + 1>(x, d0, d1, last, row_off, d);
+    }
+  }
+
   // The converters' walk: the producer warp's static walk (fwd_producer.cuh; T::kDynamicWalk is
   // false), K then V of every key tile of every tile, both ring pairs advancing together -- the
   // same in every converter thread, whichever warpgroup it is in. ct: the converter thread,
@@ -102,10 +214,18 @@ struct KvConverter {
         const int n = w.n_tiles();
 #pragma unroll 1
         for (int it = 0; it < n; ++it) {
-          slot<kThreads>(sh.kvb_bars.k, sb, sh.kb(sb.index), sh.k_ring, s16,
-                         reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), ct);
-          slot<kThreads>(sh.kvb_bars.v, sb, sh.vb(sb.index), sh.v_ring, s16,
-                         reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), ct, w.sk - w.tile_at(it) * T::kBlockN);
+          if constexpr (FA4_SM90_FP8_KV_LEAN) {
+            slot_lean<kThreads>(sh.kvb_bars.k, sb, sh.kb(sb.index), sh.k_ring, s16,
+                                reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), ct);
+            slot_lean<kThreads>(sh.kvb_bars.v, sb, sh.vb(sb.index), sh.v_ring, s16,
+                                reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), ct,
+                                w.sk - w.tile_at(it) * T::kBlockN);
+          } else {
+            slot<kThreads>(sh.kvb_bars.k, sb, sh.kb(sb.index), sh.k_ring, s16,
+                           reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), ct);
+            slot<kThreads>(sh.kvb_bars.v, sb, sh.vb(sb.index), sh.v_ring, s16,
+                           reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), ct, w.sk - w.tile_at(it) * T::kBlockN);
+          }
           sb.advance();
           s16.advance();
         }

@@ -31,6 +31,11 @@ namespace fa4::cuda::sm90 {
 #ifndef FA4_SM90_FP8_KV_BATCH
 #define FA4_SM90_FP8_KV_BATCH 3
 #endif
+// 1: the converters' unit offsets derived once per thread, not per unit (KvConverter::slot_lean;
+// the same units, stores and arrivals). Default 0 until measured.
+#ifndef FA4_SM90_FP8_KV_LEAN
+#define FA4_SM90_FP8_KV_LEAN 0
+#endif
 constexpr int kConvertWarps = 3;  // producer warps 1-3 (warp 0 issues the TMA loads)
 constexpr int kConvertThreads = 32 * kConvertWarps;
 // (FA4_SM90_FP8_KV_WIDE_CONVERT, solo launches) + consumer warpgroup 1's 128 threads.
@@ -88,6 +93,29 @@ struct ConvertMap {
   static constexpr uint32_t dst(uint32_t g, uint32_t rl, uint32_t h) {
     const uint32_t p = g % kPieces, r = 8 * (g / kPieces) + rl;
     return (p / 4) * kChunkBytes + r * 128 + (((2 * (p % 4) + h) ^ rl) << 4);
+  }
+
+  // The same offsets as a per-thread base plus a step term (KvConverter::slot_lean,
+  // FA4_SM90_FP8_KV_LEAN), where the D 128 map's group step is 4 mod 8: step i of thread ct
+  // (g = g0 + i kGroupStep, g0 = ct / 8 = 8 a + p0) has piece p0 ^ 4 on odd steps and row group
+  // a + lean_rg(hi, i), hi = p0 >= 4 (the same for a warp's 32 threads: 4 aligned consecutive g0).
+  //   src(g, rl)    = lean_src(ct, i % 2) + 1024 lean_rg(hi, i)
+  //   dst(g, rl, h) = lean_dst(ct, h) + (i odd ? lean_odd_chunk(hi) : 0) + 1024 lean_rg(hi, i)
+  //   row_of(g, rl) = lean_row(ct) + 8 lean_rg(hi, i)
+  // and every step before the last is inside the slot (tests/test_sm90_fp8_kv.cpp checks all).
+  static constexpr bool kLeanMap = kPieces == 8 && kGroupStep % 8 == 4;
+  static constexpr bool lean_hi(uint32_t ct) { return (ct / 8) % 8 >= 4; }
+  static constexpr int lean_rg(bool hi, int i) { return (4 * hi + i * static_cast<int>(kGroupStep)) / 8; }
+  static constexpr uint32_t lean_row(uint32_t ct) { return 8 * (ct / 64) + ct % 8; }
+  static constexpr uint32_t lean_src(uint32_t ct, int odd) {
+    return (lean_row(ct) * 128 + ((((ct / 8) % 8) ^ (ct % 8)) << 4)) ^ (odd ? 64u : 0u);
+  }
+  static constexpr uint32_t lean_dst(uint32_t ct, uint32_t h) {
+    const uint32_t p0 = (ct / 8) % 8;
+    return (p0 / 4) * kChunkBytes + lean_row(ct) * 128 + (((2 * (p0 % 4) + h) ^ (ct % 8)) << 4);
+  }
+  static constexpr int lean_odd_chunk(bool hi) {
+    return hi ? -static_cast<int>(kChunkBytes) : static_cast<int>(kChunkBytes);
   }
 };
 
