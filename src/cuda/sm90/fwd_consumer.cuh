@@ -111,6 +111,7 @@ struct Consumer {
   float s[kSRegs];
   uint32_t pf[kPBufs][kPSteps][4];  // P of the previous tile(s) as wgmma A fragments
   float m_run[2], l_run[2];
+  float q_inv[2];  // (T::kQToF16) 2^-s of this thread's row halves (convert_q)
 
   // qk_descale: (T::kDescale) q_descale x k_descale of the tile's (batch, kv head); unused otherwise.
   __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_, bool solo_,
@@ -160,6 +161,65 @@ struct Consumer {
   }
   // Row (within the consumer's 64) of this thread's row half h.
   __device__ __forceinline__ int row_of(int h) const { return 16 * (tid / 32) + g + 8 * h; }
+
+  // ---- (T::kQToF16, F16ComputeTraits) the tile's bf16 Q -> fp16 in place ----
+  // After q_full (the TMA's bf16 bits landed), before the first S = Q K^T. Row r is scaled by
+  // 2^s_r, s_r = fp8_kv_q_shift(its largest magnitude): exact for every value >= 2^-28 of the row
+  // max (fwd_fp8_kv.h has the numerics); the softmax multiplies the row's scores by q_inv = 2^-s_r
+  // first. Who converts what: the quad of lanes 4g .. 4g + 3 that holds rows row_of(0 / 1) in the
+  // accumulator fragments converts those two rows -- lane t4 their 16-byte pieces t4, t4 + 4, ...
+  // (piece j of row r: chunk j / 8, 16 ((j % 8) ^ (r % 8)) into the row's 128-byte line,
+  // fwd_smem.cuh; a row stays within its lines, so no other layout knowledge is needed). The row
+  // max is then a quad reduction and every thread ends with the factors of exactly its own rows:
+  // no shared array, no second barrier. Then the generic-proxy stores are fenced for the wgmma's
+  // async-proxy reads and the warpgroup meets on its own named barrier (every warp's wgmma reads
+  // all 64 rows). Once per tile: 16 KB per consumer, ~100 instructions per thread.
+  // (Under --use_fast_math bf16 subnormals, < 2^-126, flush to 0 in the fp32 multiply: scores
+  // below 2^-126 x |k| x Dqk, nothing next to the exponentials' 1.)
+  __device__ __forceinline__ void convert_q() {
+    static_assert(T::kQToF16 && sizeof(Elem) == 2 && T::kChunk == 64 && kDqk % 32 == 0, "16-bit Q in 64-column chunks");
+    constexpr int kPieces = kDqk / 8 / 4;  // 16-byte pieces of a row per lane of its quad
+    constexpr uint32_t kChunkBytes = T::Smem::kQChunk * 2;
+    const uint32_t base = ptx::smem_u32(sh.q[c][0]);
+    uint32_t addr[2][kPieces];
+    uint4 x[2][kPieces];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t r = static_cast<uint32_t>(row_of(h));
+#pragma unroll
+      for (int k = 0; k < kPieces; ++k) {
+        const uint32_t j = 4u * k + static_cast<uint32_t>(t4);
+        addr[h][k] = base + (j / 8) * kChunkBytes + r * 128u + (((j % 8) ^ (r % 8)) << 4);
+        x[h][k] = ptx::lds128(addr[h][k]);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // The largest |q| of the row as bf16 bits (magnitudes compare as integers): per 16-bit
+      // lane of each word, then the word's halves, then the quad.
+      uint32_t m = 0;
+#pragma unroll
+      for (int k = 0; k < kPieces; ++k) {
+        m = __vmaxu2(m, x[h][k].x & 0x7fff7fffu), m = __vmaxu2(m, x[h][k].y & 0x7fff7fffu);
+        m = __vmaxu2(m, x[h][k].z & 0x7fff7fffu), m = __vmaxu2(m, x[h][k].w & 0x7fff7fffu);
+      }
+      m = max(m & 0xffffu, m >> 16);
+      m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const int sft = fp8_kv_q_shift(m);
+      const float up = __uint_as_float(fp8_kv_pow2_bits(sft));
+      q_inv[h] = __uint_as_float(fp8_kv_pow2_bits(-sft));
+      // bf16 -> fp32 is the bits shifted up (word = lo | hi << 16); x 2^s exact; -> fp16 rn.
+      auto cvt = [up](uint32_t wd) {
+        return ptx::pack2<__half>(__uint_as_float(wd << 16) * up, __uint_as_float(wd & 0xffff0000u) * up);
+      };
+#pragma unroll
+      for (int k = 0; k < kPieces; ++k)
+        ptx::sts128(addr[h][k], make_uint4(cvt(x[h][k].x), cvt(x[h][k].y), cvt(x[h][k].z), cvt(x[h][k].w)));
+    }
+    ptx::fence_proxy_async_shared_cta();  // generic stores -> the wgmma (async proxy) reads
+    ptx::named_barrier_sync(bar_id(Bar::q_convert0) + c, 128);
+  }
 
   // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the next consumer ----
   __device__ __forceinline__ void turn_wait() {
@@ -233,6 +293,12 @@ struct Consumer {
 
   // ---- softmax of the S tile of keys [n0, n0 + kBlockN); r = O rescale of each row ----
   __device__ __forceinline__ void softmax(int n0, Rescale& r) {
+    // (T::kQToF16) S was computed from 2^s_r q: back to q . k first (exact: a power of two), so
+    // the softcap, the masks' -inf, the running max and the epilogue's lse see the true scores.
+    if constexpr (T::kQToF16) {
+#pragma unroll
+      for (int i = 0; i < kSRegs; ++i) s[i] *= q_inv[(i >> 1) & 1];
+    }
     if (softcap) {
 #pragma unroll
       for (int i = 0; i < kSRegs; ++i) s[i] = softcap_tanh(s[i], T::kDescale ? f8_softcap_in : p.softcap_in, softcap_in2);

@@ -4,7 +4,11 @@
 // (warp 0); the consumers and the epilogue are the 16-bit tile's.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/e4m3_widen.cuh"
 #include "cuda/common/pipeline.cuh"
@@ -29,6 +33,26 @@ __device__ __forceinline__ void init_fp8_kv_rings(typename T::Smem& sh, uint32_t
   sh.kvb_bars.k.init(converters);
   sh.kvb_bars.v.init(converters);
 }
+
+// (FA4_SM90_FP8_KV_F16_COMPUTE) The fp8_kv instance serving bf16 q in fp16: Base is the fp16
+// instance, FwdTraits<__half, D, D, Tile::fp8_kv> -- fp16 K / V rings (the converters widen to
+// fp16, 3 instructions per 4 bytes instead of bf16's 9), fp16 wgmma and fp16 P -- with
+//   QElem = bf16    the q tensor's element: Q lands by TMA as bf16 bits (the copy does not look at
+//                   the type), and each consumer converts its Q tile in place to fp16 with a
+//                   power-of-two scale per row before its first GEMM (Consumer::convert_q), the
+//                   scores multiplied back at the softmax's start (fp8_kv_q_shift: the numerics)
+//   OutElem = bf16  the output's element (the epilogue packs O, and stages it in Q, as bf16)
+// A derived traits struct, as GatherTraits is, rather than a new Tile: the planner, the shared
+// memory, the tensor maps and every fp8_kv test of the tile stay as they are; only the instance
+// the launch picks for bf16 q changes (fwd_launch.cpp).
+template <class Base>
+struct F16ComputeTraits : Base {
+  static_assert(Base::kFp8Kv && std::is_same_v<typename Base::Elem, __half>, "the fp16 fp8_kv instance underneath");
+  using QElem = __nv_bfloat16;
+  using OutElem = __nv_bfloat16;
+  static constexpr bool kQToF16 = true;
+  static_assert(!Base::kSeparateO && !Base::kOInV, "O staged in Q: Smem's OutElem (fp16) sizes nothing");
+};
 
 template <class T>
 struct KvConverter {

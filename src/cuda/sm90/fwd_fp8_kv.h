@@ -36,6 +36,14 @@ namespace fa4::cuda::sm90 {
 #ifndef FA4_SM90_FP8_KV_LEAN
 #define FA4_SM90_FP8_KV_LEAN 0
 #endif
+// 1: bf16-q launches of the fp8_kv tile run the fp16 computation (F16ComputeTraits,
+// fwd_fp8_kv.cuh; instance fwd_d128_fp8_kv_f16.cu): K / V widened to fp16 (exact, and 3
+// instructions per 4 bytes where bf16 takes 9: the converters bound the tile's speed), q
+// converted in shared memory to fp16 with a power-of-two scale per row (fp8_kv_q_shift), the
+// scores multiplied back, output bf16. Default 0 until measured.
+#ifndef FA4_SM90_FP8_KV_F16_COMPUTE
+#define FA4_SM90_FP8_KV_F16_COMPUTE 0
+#endif
 constexpr int kConvertWarps = 3;  // producer warps 1-3 (warp 0 issues the TMA loads)
 constexpr int kConvertThreads = 32 * kConvertWarps;
 // (FA4_SM90_FP8_KV_WIDE_CONVERT, solo launches) + consumer warpgroup 1's 128 threads.
@@ -118,6 +126,36 @@ struct ConvertMap {
     return hi ? -static_cast<int>(kChunkBytes) : static_cast<int>(kChunkBytes);
   }
 };
+
+// (FA4_SM90_FP8_KV_F16_COMPUTE) The power-of-two shift s of one query row's bf16 values before
+// they are rounded to fp16: q'_j = q_j 2^s (in fp32, exact), the row's scores S' = q' . k then
+// multiplied by 2^-s (exact in fp32: a power of two) before the softmax. `amax`: the largest
+// (bits & 0x7fff) of the row's bf16 values -- magnitudes compare as integers, so its exponent
+// field E is the row's largest exponent.
+// Numerics: s = 14 - (E - 127) puts the row's largest magnitude in [2^14, 2^15), below fp16's
+// 65504 (no overflow, the sum of 128 products stays far inside fp32). fp16 has 11 significant
+// bits down to 2^-14 (its smallest normal), bf16 has 8: every value of the row whose scaled
+// magnitude is >= 2^-14 -- i.e. >= 2^-28 of the row's max -- converts exactly; smaller ones keep
+// fewer bits or flush to 0, an error below 2^-28 x |the row's largest term| per product, far
+// under fp32 accumulation noise (2^-24 relative per add) and the bf16 path's own rounding. K / V
+// widen exactly (every e4m3 value is an fp16 normal), and P in fp16 has 11 significant bits
+// where bf16 P has 8 (absolute error <= 2^-25 below fp16's normals, against the row sum >= 1):
+// the result is within the bf16 path's error.
+// Edge cases: an all-zero row (amax 0) keeps s = 0; a row holding Inf / NaN (E = 255) keeps
+// s = 0, so they reach the scores as in the bf16 path (its finite values above 65504 become Inf
+// in fp16: that row's output is NaN / Inf either way). Rows of tiny values (E < 15) clamp to
+// s = 126 so that 2^s and 2^-s both stay normal fp32 numbers (under --use_fast_math a subnormal
+// factor would flush to 0): their largest scaled value is then >= 2^-7 (bf16 subnormals: E = 0,
+// >= 2^-133), still exact with its <= 8 bits. Range: s in [-113 (E = 254), 126].
+constexpr int kFp8KvQShiftMax = 126;
+constexpr int fp8_kv_q_shift(uint32_t amax) {
+  const int e = static_cast<int>((amax >> 7) & 0xffu);
+  if (amax == 0 || e == 255) return 0;
+  const int s = 14 - (e - 127);
+  return s < kFp8KvQShiftMax ? s : kFp8KvQShiftMax;
+}
+// 2^s as fp32 bits, for |s| <= 126 (both factors of fp8_kv_q_shift's range are normal numbers).
+constexpr uint32_t fp8_kv_pow2_bits(int s) { return static_cast<uint32_t>(127 + s) << 23; }
 
 // Page sizes the fp8_kv tile's TMA loads take (cuda/plan.cpp): multiples of the key block, or pages
 // that divide it in whole 8-row swizzle atoms (one box per page: fwd_producer.cuh load_pages; an

@@ -52,6 +52,9 @@ struct FwdTraits {
   // k_descale (x q_descale: Tile::fp8) folds into the score scale, v_descale into O.
   static constexpr bool kDescale = kFp8 || kFp8Kv;
   using OutElem = std::conditional_t<kFp8, __nv_bfloat16, Elem>;
+  // Q arrives as Elem, is computed as Elem; F16ComputeTraits (fwd_fp8_kv.cuh) overrides both.
+  using QElem = Elem;
+  static constexpr bool kQToF16 = false;
   static constexpr int kChunk = qk_chunk_cols(kDqk, kTile);  // columns of a Q / K swizzle chunk
   static constexpr TileCfg kCfg = tile_cfg(kDqk, kDv, kTile);
   static constexpr int kBlockN = kCfg.block_n, kStages = kCfg.stages;
@@ -158,6 +161,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     Consumer<T> cs(sh, P.a, w, c, solo, qk_descale);
     trace::stamp(tr, 1 + c, tiles_done, trace::cs_ready);
     ptx::mbarrier_wait_parity(&sh.q_full, tiles_done & 1u);
+    // (F16ComputeTraits) bf16 Q -> fp16 in place, a power-of-two scale per row (fwd_consumer.cuh).
+    if constexpr (T::kQToF16) cs.convert_q();
     trace::stamp(tr, 1 + c, tiles_done, trace::q_ready);
     trace::key_tiles(tr, 1 + c, tiles_done, w.n_tiles());
     cs.mainloop(st);

@@ -147,7 +147,14 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
                                         : launch_fwd_d64(P, bf16, grid, stream);
     case 128:
       if (tile == Tile::fp8) return launch_fwd_d128_fp8(P, grid, stream);
-      if (tile == Tile::fp8_kv) return launch_fwd_d128_fp8_kv(P, bf16, grid, stream);
+      if (tile == Tile::fp8_kv) {
+        // (FA4_SM90_FP8_KV_F16_COMPUTE) bf16 q computed in fp16: the same tile, plan and tensor
+        // maps (q's is bf16 -- TMA copies the bits; the kernel converts them), another instance.
+#if FA4_SM90_FP8_KV_F16_COMPUTE
+        if (bf16) return launch_fwd_d128_fp8_kv_f16(P, grid, stream);
+#endif
+        return launch_fwd_d128_fp8_kv(P, bf16, grid, stream);
+      }
       return tile == Tile::split_kv ? launch_fwd_d128_split_kv(P, bf16, grid, stream) : launch_fwd_d128(P, bf16, grid, stream);
     case 192: return launch_fwd_d192_128(P, bf16, grid, stream);
     case 256:

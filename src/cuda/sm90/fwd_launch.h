@@ -57,6 +57,8 @@ cudaError_t launch_fwd_d64_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stre
 cudaError_t launch_fwd_d128_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_fp8_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+// (FA4_SM90_FP8_KV_F16_COMPUTE) bf16 q against the e4m3 cache, computed in fp16 (fwd_fp8_kv.h).
+cudaError_t launch_fwd_d128_fp8_kv_f16(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 
 // The fp8 call's V^T pre-pass (fwd_fp8_vt.cu): writes V^T of every sequence of `a` (e4m3 v) into
 // `vt`, laid out as `vl` says (fp8_layout.h), on `stream`, before the attention kernel reads it.

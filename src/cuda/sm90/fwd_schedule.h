@@ -42,7 +42,9 @@ enum class Bar : uint32_t {
   turn0 = 2,       // consumer c may issue its GEMMs: turn0 + c (ping-pong in a ring over the
                    // consumers; 256 threads: 128 wait + 128 arrive)
   epilogue0 = turn0 + kMaxConsumers,  // consumer c's 128 threads: O staged in shared memory
-  end = epilogue0 + kMaxConsumers,
+  q_convert0 = epilogue0 + kMaxConsumers,  // (F16ComputeTraits) consumer c's 128 threads: its Q
+                                           // tile converted to fp16 in place (fwd_consumer.cuh)
+  end = q_convert0 + kMaxConsumers,
 };
 static_assert(static_cast<uint32_t>(Bar::end) <= 16, "16 named barriers per CTA");
 __device__ __forceinline__ uint32_t bar_id(Bar b) { return static_cast<uint32_t>(b); }
