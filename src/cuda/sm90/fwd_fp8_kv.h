@@ -146,7 +146,9 @@ struct ConvertMap {
 // in fp16: that row's output is NaN / Inf either way). Rows of tiny values (E < 15) clamp to
 // s = 126 so that 2^s and 2^-s both stay normal fp32 numbers (under --use_fast_math a subnormal
 // factor would flush to 0): their largest scaled value is then >= 2^-7 (bf16 subnormals: E = 0,
-// >= 2^-133), still exact with its <= 8 bits. Range: s in [-113 (E = 254), 126].
+// >= 2^-133), still exact with its <= 8 bits -- though on the device, under --use_fast_math, the
+// fp32 multiply flushes subnormal inputs (|q| < 2^-126) to 0: scores below 2^-126 |k| D, nothing
+// next to the softmax's exponentials of 1. Range: s in [-113 (E = 254), 126].
 constexpr int kFp8KvQShiftMax = 126;
 constexpr int fp8_kv_q_shift(uint32_t amax) {
   const int e = static_cast<int>((amax >> 7) & 0xffu);
