@@ -104,7 +104,7 @@ void check_map() {
       }
 }
 
-// The lean converter's offsets (ConvertMap::lean_*, KvConverter::slot_lean, FA4_SM90_FP8_KV_LEAN):
+// The lean converter's offsets (ConvertMap::lean_*, KvConverter::units_lean, FA4_SM90_FP8_KV_LEAN):
 // a per-thread base plus a step term equal the map's own src / dst / row_of at every step, the
 // hi flag is one value per warp (its template parameter), every step before the last is inside
 // the slot, and the row groups repeat in even / odd pairs (the batch loop's pointer advance).

@@ -69,7 +69,8 @@ struct KvConverter {
   // the TMA brought whatever follows the sequence there (another sequence's rows, unused slots),
   // and 0 x NaN garbage in V would reach O; zeroed here, the consumers need not zero them again
   // (fwd_consumer.cuh kZeroFilled). (K rows there are masked by the consumers.) Thread ct of
-  // kThreads converters takes its units of Map<kThreads>.
+  // kThreads converters takes its units of Map<kThreads>: through the map's per-unit offsets, or
+  // (FA4_SM90_FP8_KV_LEAN) through offsets derived once per thread (units_lean).
   template <int kThreads>
   static __device__ __forceinline__ void slot(MbarRing<kByteStages>& bring, const PipelineState<kByteStages>& sb,
                                               const uint8_t* bytes, MbarRing<T::kStages>& ring,
@@ -77,10 +78,30 @@ struct KvConverter {
                                               int rows = T::kBlockN) {
     bring.wait(sb);
     ptx::mbarrier_wait_parity(&ring.empty[s16.index], s16.phase ^ 1u);
-    // kBatch units at a time, their loads first: the compiler cannot move a load of the byte slot
-    // above a store into the 16-bit slot (both shared memory), so without the batch each unit's
-    // load waited for the previous unit's stores.
-    using M = Map<kThreads>;
+    if constexpr (FA4_SM90_FP8_KV_LEAN) units_lean<Map<kThreads>>(bytes, out, ct, rows);
+    else units_map<Map<kThreads>>(bytes, out, ct, rows);
+    // The stores are read by wgmma (async proxy) once the consumers see the phase; the fence also
+    // orders this thread's reads of the byte slot before the TMA's next write into it.
+    ptx::fence_proxy_async_shared_cta();
+    ptx::mbarrier_arrive(&ring.full[s16.index]);
+    ptx::mbarrier_arrive(&bring.empty[sb.index]);
+  }
+
+  // One unit: 16 e4m3 bytes widened into the two 16-byte pieces (lo: bytes 0-7, hi: 8-15) of the
+  // 16-bit slot.
+  static __device__ __forceinline__ void widen16(uint4 x, uint4& lo, uint4& hi) {
+    widen_e4m3x4<Elem>(x.x, lo.x, lo.y);
+    widen_e4m3x4<Elem>(x.y, lo.z, lo.w);
+    widen_e4m3x4<Elem>(x.z, hi.x, hi.y);
+    widen_e4m3x4<Elem>(x.w, hi.z, hi.w);
+  }
+
+  // The units through the map's offsets, recomputed per unit. kBatch units at a time, their loads
+  // first: the compiler cannot move a load of the byte slot above a store into the 16-bit slot
+  // (both shared memory), so without the batch each unit's load waited for the previous unit's
+  // stores.
+  template <class M>
+  static __device__ __forceinline__ void units_map(const uint8_t* bytes, uint8_t* out, int ct, int rows) {
     const uint32_t rl = static_cast<uint32_t>(ct) % 8u, g0 = static_cast<uint32_t>(ct) / 8u;
 #pragma unroll 1
     for (int i0 = 0; i0 < M::kSteps; i0 += kBatch) {
@@ -96,130 +117,97 @@ struct KvConverter {
         if (g >= M::kGroups) break;
         uint4 a, b;
         if (static_cast<int>(M::row_of(g, rl)) >= rows) x[j] = make_uint4(0u, 0u, 0u, 0u);  // (e4m3 0 -> +0)
-        widen_e4m3x4<Elem>(x[j].x, a.x, a.y);
-        widen_e4m3x4<Elem>(x[j].y, a.z, a.w);
-        widen_e4m3x4<Elem>(x[j].z, b.x, b.y);
-        widen_e4m3x4<Elem>(x[j].w, b.z, b.w);
+        widen16(x[j], a, b);
         *reinterpret_cast<uint4*>(out + M::dst(g, rl, 0)) = a;
         *reinterpret_cast<uint4*>(out + M::dst(g, rl, 1)) = b;
       }
     }
-    // The stores are read by wgmma (async proxy) once the consumers see the phase; the fence also
-    // orders this thread's reads of the byte slot before the TMA's next write into it.
-    ptx::fence_proxy_async_shared_cta();
-    ptx::mbarrier_arrive(&ring.full[s16.index]);
-    ptx::mbarrier_arrive(&bring.empty[sb.index]);
   }
 
-  // slot() with the unit offsets derived once per thread (FA4_SM90_FP8_KV_LEAN): the same units,
-  // loads, stores and arrivals, but no per-unit address or row arithmetic. Why it holds (the D 128
-  // map: 8 pieces per row, kGroupStep = kThreads / 8 = 4 mod 8): thread ct = 8 (8 a + p0) + rl takes
-  // at step i the group g = 8 a + p0 + i S, S = kGroupStep, so
+  // The same units with the offsets derived once per thread (FA4_SM90_FP8_KV_LEAN): no per-unit
+  // address or row arithmetic. Why it holds (the D 128 map: 8 pieces per row, kGroupStep =
+  // kThreads / 8 = 4 mod 8): thread ct = 8 (8 a + p0) + rl takes at step i the group
+  // g = 8 a + p0 + i S, S = kGroupStep, so
   //   piece  p_i = p0 ^ 4 (i odd)            (adding S flips bit 2 of g % 8, nothing else),
   //   row    r_i = r_0 + 8 RG(i),  RG(i) = (4 hi + i S) / 8, hi = p0 >= 4,
   // and p0 % 4 never changes. So the byte offset is one of two per-thread values (even / odd
   // steps: the swizzled piece ^ 4 is the offset ^ 64) plus 1024 RG(i); the 16-bit offset's
-  // 64-column chunk (p_i / 4 = hi ^ odd) is the other chunk on odd steps, its piece fixed. hi is
-  // warp-uniform (a warp's g0 = ct / 8 are 4 aligned consecutive values), so it is a template
-  // parameter: RG(i) and the chunk step are immediates. Only the last step can fall past the
-  // slot's units; rows at or past `rows` are zeroed on the one partial key tile of a sequence,
-  // a separate (uniform-branch) copy of the loop.
-  template <int kThreads>
-  static __device__ __forceinline__ void slot_lean(MbarRing<kByteStages>& bring,
-                                                   const PipelineState<kByteStages>& sb, const uint8_t* bytes,
-                                                   MbarRing<T::kStages>& ring, const PipelineState<T::kStages>& s16,
-                                                   uint8_t* out, int ct, int rows = T::kBlockN) {
-    using M = Map<kThreads>;
+  // 64-column chunk (p_i / 4 = hi ^ odd) is the other chunk on odd steps, its piece fixed
+  // (ConvertMap::lean_*). hi is warp-uniform (a warp's g0 = ct / 8 are 4 aligned consecutive
+  // values), so it is a template parameter: RG(i) and the chunk step are immediates. Only the last
+  // step can fall past the slot's units; rows at or past `rows` are zeroed on the one partial key
+  // tile of a sequence, a separate (uniform-branch) copy of the loop.
+  template <class M>
+  static __device__ __forceinline__ void units_lean(const uint8_t* bytes, uint8_t* out, int ct, int rows) {
     static_assert(M::kLeanMap, "the D 128 map, a group step of 4 mod 8");
-    bring.wait(sb);
-    ptx::mbarrier_wait_parity(&ring.empty[s16.index], s16.phase ^ 1u);
     const uint32_t uct = static_cast<uint32_t>(ct);
-    const uint32_t src_e = M::lean_src(uct, 0), src_o = M::lean_src(uct, 1);
-    const uint32_t dst0 = M::lean_dst(uct, 0), dst1 = M::lean_dst(uct, 1);
+    const uint32_t bs = ptx::smem_u32(bytes), os = ptx::smem_u32(out);
+    const uint32_t se = bs + M::lean_src(uct, 0), so = bs + M::lean_src(uct, 1);
+    const uint32_t d0 = os + M::lean_dst(uct, 0), d1 = os + M::lean_dst(uct, 1);
     // the last step's unit exists for the threads whose group is still inside the slot
     const bool last_ok = uct / 8u + (M::kSteps - 1) * M::kGroupStep < M::kGroups;
     const int d = rows - static_cast<int>(M::lean_row(uct));  // a unit is zeroed where 8 RG(i) >= d
     const bool hi = M::lean_hi(uct);
-    const uint32_t bs = ptx::smem_u32(bytes), os = ptx::smem_u32(out);
     if (rows >= T::kBlockN) {
-      if (hi) units_lean<M, true, false>(bs + src_e, bs + src_o, os + dst0, os + dst1, last_ok, d);
-      else units_lean<M, false, false>(bs + src_e, bs + src_o, os + dst0, os + dst1, last_ok, d);
+      if (hi) lean_batches<M, true, false>(se, so, d0, d1, last_ok, d);
+      else lean_batches<M, false, false>(se, so, d0, d1, last_ok, d);
     } else {
-      if (hi) units_lean<M, true, true>(bs + src_e, bs + src_o, os + dst0, os + dst1, last_ok, d);
-      else units_lean<M, false, true>(bs + src_e, bs + src_o, os + dst0, os + dst1, last_ok, d);
+      if (hi) lean_batches<M, true, true>(se, so, d0, d1, last_ok, d);
+      else lean_batches<M, false, true>(se, so, d0, d1, last_ok, d);
     }
-    ptx::fence_proxy_async_shared_cta();
-    ptx::mbarrier_arrive(&ring.full[s16.index]);
-    ptx::mbarrier_arrive(&bring.empty[sb.index]);
   }
 
-  // One unit of slot_lean: 16 e4m3 bytes widened into two 16-byte pieces of the 16-bit slot, at
-  // shared addresses d0 + kOff and d1 + kOff.
-  template <int kOff>
-  static __device__ __forceinline__ void widen_store(uint4 x, uint32_t d0, uint32_t d1) {
-    uint4 lo, hi;
-    widen_e4m3x4<Elem>(x.x, lo.x, lo.y);
-    widen_e4m3x4<Elem>(x.y, lo.z, lo.w);
-    widen_e4m3x4<Elem>(x.z, hi.x, hi.y);
-    widen_e4m3x4<Elem>(x.w, hi.z, hi.w);
-    ptx::sts128<kOff>(d0, lo);
-    ptx::sts128<kOff>(d1, hi);
-  }
-
-  // slot_lean's units: batches of four steps (two even / odd pairs; loads first, as in slot()),
-  // the shared addresses advanced by a batch's rows each time, then the 1-4 steps left with the
-  // last step's check. se / so: the byte slot at the even / odd steps' offsets of RG = 0; d0 / d1:
-  // the 16-bit slot's two pieces at the even steps' offsets. kPartial: zero the units of rows >=
-  // rows (8 RG(i) >= d).
+  // units_lean's steps: batches of four (two even / odd pairs; loads first, as in units_map), the
+  // shared addresses advanced by a batch's 2 S / 2 row groups each time, then the 1-4 steps left
+  // with the last step's check. se / so: the byte slot at the even / odd steps' offsets of RG = 0;
+  // d0 / d1: the 16-bit slot's two pieces at the even steps' offsets. kPartial: zero the units of
+  // rows >= rows (8 RG(i) >= d).
   template <class M, bool kHi, bool kPartial>
-  static __device__ __forceinline__ void units_lean(uint32_t se, uint32_t so, uint32_t d0, uint32_t d1, bool last_ok,
-                                                    int d) {
-    constexpr int S = M::kGroupStep;
-    constexpr int kOddRg = M::lean_rg(kHi, 1);  // row groups from an even step to the next (odd) one
-    constexpr int kPairRg = S / 4;              // from an even step to the next even one (2 S / 8)
-    static_assert(M::lean_rg(kHi, 2) == kPairRg && M::lean_rg(kHi, 3) == kPairRg + kOddRg, "pairs repeat");
-    constexpr int kOddChunk = M::lean_odd_chunk(kHi);
+  static __device__ __forceinline__ void lean_batches(uint32_t se, uint32_t so, uint32_t d0, uint32_t d1,
+                                                      bool last_ok, int d) {
+    constexpr int kBatchRg = M::lean_rg(kHi, 4);  // row groups of a batch of four steps
+    static_assert(M::lean_rg(kHi, 5) == kBatchRg + M::lean_rg(kHi, 1), "batches repeat");
     constexpr int kBatches = (M::kSteps - 1) / 4;  // whole batches, all before the last step
     constexpr int kTail = M::kSteps - 4 * kBatches;
     int row_off = 0;  // RG of the batch's first step
 #pragma unroll 1
     for (int b = 0; b < kBatches; ++b) {
       uint4 x[4];
-      load4<kOddRg, kPairRg, 4>(x, se, so, true);
-      store4<kOddRg, kPairRg, kOddChunk, kPartial, 4>(x, d0, d1, true, row_off, d);
-      se += 1024 * 2 * kPairRg;
-      so += 1024 * 2 * kPairRg;
-      d0 += 1024 * 2 * kPairRg;
-      d1 += 1024 * 2 * kPairRg;
-      row_off += 2 * kPairRg;
+      lean_load<M, kHi, 4>(x, se, so, true);
+      lean_store<M, kHi, kPartial, 4>(x, d0, d1, true, row_off, d);
+      se += 1024 * kBatchRg;
+      so += 1024 * kBatchRg;
+      d0 += 1024 * kBatchRg;
+      d1 += 1024 * kBatchRg;
+      row_off += kBatchRg;
     }
     uint4 x[4];
-    load4<kOddRg, kPairRg, kTail>(x, se, so, last_ok);
-    store4<kOddRg, kPairRg, kOddChunk, kPartial, kTail>(x, d0, d1, last_ok, row_off, d);
+    lean_load<M, kHi, kTail>(x, se, so, last_ok);
+    lean_store<M, kHi, kPartial, kTail>(x, d0, d1, last_ok, row_off, d);
   }
-  // Step j (0 .. 3) of a batch: its row groups past the batch's first step, and odd or even.
-  template <int kOddRg, int kPairRg>
-  static constexpr int lean_rg(int j) { return (j / 2) * kPairRg + (j % 2 ? kOddRg : 0); }
-  // Steps 0 .. kN - 1 of a batch (step kN - 1 only where `last` holds); unrolled through J so
-  // each step's offset is an immediate.
-  template <int kOddRg, int kPairRg, int kN, int J = 0>
-  static __device__ __forceinline__ void load4(uint4 (&x)[4], uint32_t se, uint32_t so, bool last) {
+  // Steps 0 .. kN - 1 of a batch (step kN - 1 only where `last` holds); unrolled through J so each
+  // step's offset (M::lean_rg(kHi, J) row groups past the batch's first step) is an immediate.
+  template <class M, bool kHi, int kN, int J = 0>
+  static __device__ __forceinline__ void lean_load(uint4 (&x)[4], uint32_t se, uint32_t so, bool last) {
     if constexpr (J < kN) {
-      if (J < kN - 1 || last) x[J] = ptx::lds128<1024 * lean_rg<kOddRg, kPairRg>(J)>(J % 2 ? so : se);
-      load4<kOddRg, kPairRg, kN, J + 1>(x, se, so, last);
+      if (J < kN - 1 || last) x[J] = ptx::lds128<1024 * M::lean_rg(kHi, J)>(J % 2 ? so : se);
+      lean_load<M, kHi, kN, J + 1>(x, se, so, last);
     }
   }
-  template <int kOddRg, int kPairRg, int kOddChunk, bool kPartial, int kN, int J = 0>
-  static __device__ __forceinline__ void store4(uint4 (&x)[4], uint32_t d0, uint32_t d1, bool last, int row_off,
-                                                int d) {
+  template <class M, bool kHi, bool kPartial, int kN, int J = 0>
+  static __device__ __forceinline__ void lean_store(uint4 (&x)[4], uint32_t d0, uint32_t d1, bool last, int row_off,
+                                                    int d) {
     if constexpr (J < kN) {
-      constexpr int kRg = lean_rg<kOddRg, kPairRg>(J);
+      constexpr int kRg = M::lean_rg(kHi, J);
+      constexpr int kOff = 1024 * kRg + (J % 2 ? M::lean_odd_chunk(kHi) : 0);
       if (J < kN - 1 || last) {
-        uint4 v = x[J];
+        uint4 v = x[J], lo, hi;
         if (kPartial && 8 * (row_off + kRg) >= d) v = make_uint4(0u, 0u, 0u, 0u);  // (e4m3 0 -> +0)
-        widen_store<1024 * kRg + (J % 2 ? kOddChunk : 0)>(v, d0, d1);
+        widen16(v, lo, hi);
+        ptx::sts128<kOff>(d0, lo);
+        ptx::sts128<kOff>(d1, hi);
       }
-      store4<kOddRg, kPairRg, kOddChunk, kPartial, kN, J + 1>(x, d0, d1, last, row_off, d);
+      lean_store<M, kHi, kPartial, kN, J + 1>(x, d0, d1, last, row_off, d);
     }
   }
 
@@ -238,18 +226,10 @@ struct KvConverter {
         const int n = w.n_tiles();
 #pragma unroll 1
         for (int it = 0; it < n; ++it) {
-          if constexpr (FA4_SM90_FP8_KV_LEAN) {
-            slot_lean<kThreads>(sh.kvb_bars.k, sb, sh.kb(sb.index), sh.k_ring, s16,
-                                reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), ct);
-            slot_lean<kThreads>(sh.kvb_bars.v, sb, sh.vb(sb.index), sh.v_ring, s16,
-                                reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), ct,
-                                w.sk - w.tile_at(it) * T::kBlockN);
-          } else {
-            slot<kThreads>(sh.kvb_bars.k, sb, sh.kb(sb.index), sh.k_ring, s16,
-                           reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), ct);
-            slot<kThreads>(sh.kvb_bars.v, sb, sh.vb(sb.index), sh.v_ring, s16,
-                           reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), ct, w.sk - w.tile_at(it) * T::kBlockN);
-          }
+          slot<kThreads>(sh.kvb_bars.k, sb, sh.kb(sb.index), sh.k_ring, s16,
+                         reinterpret_cast<uint8_t*>(sh.k[s16.index][0]), ct);
+          slot<kThreads>(sh.kvb_bars.v, sb, sh.vb(sb.index), sh.v_ring, s16,
+                         reinterpret_cast<uint8_t*>(sh.v[s16.index][0]), ct, w.sk - w.tile_at(it) * T::kBlockN);
           sb.advance();
           s16.advance();
         }

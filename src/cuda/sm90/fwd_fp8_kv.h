@@ -31,7 +31,7 @@ namespace fa4::cuda::sm90 {
 #ifndef FA4_SM90_FP8_KV_BATCH
 #define FA4_SM90_FP8_KV_BATCH 3
 #endif
-// 1: the converters' unit offsets derived once per thread, not per unit (KvConverter::slot_lean;
+// 1: the converters' unit offsets derived once per thread, not per unit (KvConverter::units_lean;
 // the same units, stores and arrivals). Default 0 until measured.
 #ifndef FA4_SM90_FP8_KV_LEAN
 #define FA4_SM90_FP8_KV_LEAN 0
@@ -103,7 +103,7 @@ struct ConvertMap {
     return (p / 4) * kChunkBytes + r * 128 + (((2 * (p % 4) + h) ^ rl) << 4);
   }
 
-  // The same offsets as a per-thread base plus a step term (KvConverter::slot_lean,
+  // The same offsets as a per-thread base plus a step term (KvConverter::units_lean,
   // FA4_SM90_FP8_KV_LEAN), where the D 128 map's group step is 4 mod 8: step i of thread ct
   // (g = g0 + i kGroupStep, g0 = ct / 8 = 8 a + p0) has piece p0 ^ 4 on odd steps and row group
   // a + lean_rg(hi, i), hi = p0 >= 4 (the same for a warp's 32 threads: 4 aligned consecutive g0).
