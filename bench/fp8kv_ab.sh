@@ -1,25 +1,20 @@
 #!/usr/bin/env bash
-# The fp8-KV converter A/B (issue 15 item 4; docs/perf/sm90-notes.md, "seventeenth session"): main
-# against the converter switches of src/cuda/sm90/fwd_fp8_kv.h / fwd_config.h, in one device call.
-#   kvwide  FA4_SM90_FP8_KV_WIDE_CONVERT=1   consumer warpgroup 1 converts at decode (224 threads)
-#   kvlean  FA4_SM90_FP8_KV_LEAN=1           per-thread unit offsets, no per-unit address work
-#   kvwl    both
-#   kvf16   both + FA4_SM90_FP8_KV_F16_COMPUTE=1 (bf16 q computed in fp16, per-row power-of-two scale)
+# The fp8-KV decode A/B (issue 15 item 4; docs/perf/h100-2026-12-06-session.md): main
+# (FA4_SM90_FP8_KV_F16_COMPUTE=1 since 2026-12-06) against switch builds of
+# src/cuda/sm90/fwd_fp8_kv.h / fwd_config.h, in one device call.
+#   kvlean  F16_COMPUTE=0                    bf16 q widened to bf16 (fp16 q unchanged)
 # Here (no GPU; the main CUDA build in build-cuda/ first, ~15 min on 2 cores; each variant ~2 min):
 #   bash bench/fp8kv_ab.sh --stage     # build-device-pack/ (~50 MB: carry it alone)
 # On the device (carry build-device-pack; ~4 min):
 #   OUT=/dir bash bench/fp8kv_ab.sh [--no-tests] [--no-ncu]
-# The variant tests (kvwl, kvf16: Sm90Fp8KvDecode + racecheck / synccheck) run after the timings, so
+# The variant tests (TESTED: Sm90Fp8KvDecode + racecheck / synccheck) run after the timings, so
 # a call cut short keeps the numbers; the short table of tokens/s fp8 / 16-bit per build is last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VARIANTS=(
-  "kvwide -DFA4_SM90_FP8_KV_WIDE_CONVERT=1"
-  "kvlean -DFA4_SM90_FP8_KV_LEAN=1"
-  "kvwl -DFA4_SM90_FP8_KV_LEAN=1 -DFA4_SM90_FP8_KV_WIDE_CONVERT=1"
-  "kvf16 -DFA4_SM90_FP8_KV_LEAN=1 -DFA4_SM90_FP8_KV_WIDE_CONVERT=1 -DFA4_SM90_FP8_KV_F16_COMPUTE=1"
+  "kvlean -DFA4_SM90_FP8_KV_F16_COMPUTE=0"
 )
-TESTED="kvwl kvf16"  # variants whose device test suite is staged (test_cuda_NAME, ~14 MB packed each)
+TESTED=""  # variants whose device test suite is staged (test_cuda_NAME, ~14 MB packed each)
 
 if [[ "${1:-}" == "--stage" ]]; then
   set -e
@@ -54,8 +49,8 @@ done
 # One process per build and q dtype (decode_peers takes no --ab with --fp8-kv); main first and last,
 # so a drift of the machine shows as main's two rows disagreeing.
 run() {  # lib dtype tag
-  timeout 90 python3 bench/decode_peers.py --fp8-kv --fp8-q-dtype "$2" --lib "$DIR/lib/$1.so" --kv 16k,64k \
-    --pages 0,64 --out "$OUT/$3" > "$OUT/$3.log" 2>&1
+  timeout 90 python3 bench/decode_peers.py --fp8-kv --fp8-q-dtype "$2" --lib "$DIR/lib/$1.so" --kv 4k,16k,64k \
+    --pages 0,16,64 --out "$OUT/$3" > "$OUT/$3.log" 2>&1
 }
 for dt in bf16 fp16; do
   for lib in "${LIBS[@]}"; do run "$lib" $dt "${lib}_$dt"; done
@@ -77,8 +72,8 @@ if [[ $TESTS == 1 ]]; then
   done
   echo "tests done $(( $(date +%s) - S )) s"
 fi
-if [[ $NCU == 1 && -f $DIR/lib/libfa4_kvwl.so ]]; then
-  OUT=$OUT/ncu LIB=$DIR/lib/libfa4_kvwl.so bash bench/ncu_source.sh "128 16384 0 fp8kv" > "$OUT/ncu.log" 2>&1
+if [[ $NCU == 1 && -f $DIR/lib/libfa4.so ]]; then
+  OUT=$OUT/ncu LIB=$DIR/lib/libfa4.so bash bench/ncu_source.sh "128 16384 0 fp8kv" > "$OUT/ncu.log" 2>&1
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" --exclude=logs.tgz . 2>/dev/null
 echo "===== tests ====="

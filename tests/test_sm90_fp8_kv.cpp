@@ -1,6 +1,6 @@
 // The widening map of the sm90 kernel's fp8-KV tile (src/cuda/sm90/fwd_fp8_kv.h ConvertMap, the
-// index arithmetic of fwd_fp8_kv.cuh KvConverter::slot) on the CPU, for both converter counts
-// (96: producer warps 1-3; 224: with consumer warpgroup 1, FA4_SM90_FP8_KV_WIDE_CONVERT): the
+// index arithmetic of fwd_fp8_kv.cuh KvConverter::slot) on the CPU, for the kernel's converter
+// count (96: producer warps 1-3) and another one whose group step is also 4 mod 8 (224): the
 // converter threads' units cover every 16-byte piece of an e4m3 byte slot exactly once, read it
 // where the 128-byte-swizzled TMA box put it, and write its 16 values where a 16-bit TMA box of
 // the same rows would have put them -- checked by emulating the converters on slot images -- with
@@ -24,7 +24,9 @@ namespace {
 
 using fa4::cuda::sm90::ConvertMap;
 using fa4::cuda::sm90::kConvertThreads;
-using fa4::cuda::sm90::kWideConvertThreads;
+// A second converter count the map and its lean offsets must hold for (kGroupStep 28 = 4 mod 8).
+constexpr int kOtherThreads = 224;
+static_assert(kConvertThreads == 96, "producer warps 1-3");
 
 // TMA's 128-byte swizzle of a [rows][128-byte] chunk on a 1024-byte boundary: piece p of row r at
 // 128 r + 16 (p ^ (r % 8)).
@@ -104,7 +106,7 @@ void check_map() {
       }
 }
 
-// The lean converter's offsets (ConvertMap::lean_*, KvConverter::units_lean, FA4_SM90_FP8_KV_LEAN):
+// The lean converter's offsets (ConvertMap::lean_*, KvConverter::units_lean):
 // a per-thread base plus a step term equal the map's own src / dst / row_of at every step, the
 // hi flag is one value per warp (its template parameter), every step before the last is inside
 // the slot, and the row groups repeat in even / odd pairs (the batch loop's pointer advance).
@@ -138,29 +140,20 @@ void check_lean() {
 
 TEST(Sm90Fp8Kv, LeanOffsetsAreTheMap) {
   check_lean<128, kConvertThreads>();
-  check_lean<128, kWideConvertThreads>();
+  check_lean<128, kOtherThreads>();
   check_lean<64, kConvertThreads>();
-  check_lean<64, kWideConvertThreads>();
+  check_lean<64, kOtherThreads>();
 }
 
 TEST(Sm90Fp8Kv, ConvertMapD128) {
   check_map<128, 128, kConvertThreads>();
-  check_map<128, 128, kWideConvertThreads>();
+  check_map<128, 128, kOtherThreads>();
 }
 TEST(Sm90Fp8Kv, ConvertMapOtherShapes) {  // (shapes an instance may take later)
   check_map<64, 128, kConvertThreads>();
   check_map<128, 256, kConvertThreads>();
-  check_map<64, 128, kWideConvertThreads>();
-  check_map<128, 256, kWideConvertThreads>();
-}
-
-// The converter count a launch's barriers expect (fwd_fp8_kv.cuh init_fp8_kv_rings) and its map's
-// thread count: the wide one only in solo launches with the switch on.
-TEST(Sm90Fp8Kv, ConverterCount) {
-  using fa4::cuda::sm90::fp8_kv_convert_threads;
-  static_assert(kConvertThreads == 96 && kWideConvertThreads == 96 + 128);
-  EXPECT_EQ(fp8_kv_convert_threads(false), kConvertThreads);
-  EXPECT_EQ(fp8_kv_convert_threads(true), FA4_SM90_FP8_KV_WIDE_CONVERT ? kWideConvertThreads : kConvertThreads);
+  check_map<64, 128, kOtherThreads>();
+  check_map<128, 256, kOtherThreads>();
 }
 
 TEST(Sm90Fp8Kv, PagesThatFitTheBoxes) {

@@ -296,17 +296,6 @@
 #ifndef FA4_SM90_FP8_KV_BYTE_STAGES
 #define FA4_SM90_FP8_KV_BYTE_STAGES 2
 #endif
-//   FA4_SM90_FP8_KV_WIDE_CONVERT  1: in solo launches of the fp8_kv tile (decode: consumer 0
-//                          alone, Sm90Params::solo) consumer warpgroup 1, idle there, widens
-//                          e4m3 K / V beside the producer warpgroup's warps 1-3: 96 + 128 = 224
-//                          converter threads split each slot (fwd_fp8_kv.h ConvertMap, the rings'
-//                          arrival counts follow). The tile read e4m3 at 1.5-1.8 TB/s on an H200,
-//                          bound by its 96 converters' own work, not by HBM. 0: warps 1-3 alone,
-//                          consumer warpgroup 1 exits. Compiled only, not yet run on a GPU:
-//                          default 0 until measured.
-#ifndef FA4_SM90_FP8_KV_WIDE_CONVERT
-#define FA4_SM90_FP8_KV_WIDE_CONVERT 0
-#endif
 // K / V^T ring stages of the fp8 tiles (their tiles are half the bytes of the 16-bit ones).
 #ifndef FA4_SM90_FP8_STAGES_D64
 #define FA4_SM90_FP8_STAGES_D64 3

@@ -11,13 +11,14 @@
 // (fence.proxy.async: generic stores read by wgmma through the async proxy; one arrival per
 // converter thread on the slot's full barrier) and release the byte slot. The consumers and the
 // epilogue are the 16-bit tile's, with k_descale folded into the score scale and v_descale into O.
-// (FA4_SM90_FP8_KV_WIDE_CONVERT) In a solo launch consumer warpgroup 1 -- which would otherwise
-// exit: its rows are empty -- converts too, converter threads 96-223 beside warps 1-3's 0-95.
 //
-// Rate: at ~3 TB/s over 132 SMs (~1.75 GHz) an SM takes ~13 cache bytes per clock. SASS (nvcc
-// 13.0) per 16-byte unit: bf16 ~52 instructions (36 widening, 1 LDS.128, 2 STS.128, addresses),
-// fp16 ~32: ~1.3 (bf16) warp instructions per clock of the SM's 4 issue slots, ~0.45 per converter
-// warp (one per SM sub-partition 1-3). Not yet measured on a GPU.
+// Rate: at ~3 TB/s over 132 SMs (~1.75 GHz) an SM takes ~13 cache bytes per clock. The first
+// converters (offsets recomputed per unit, bf16 q widened to bf16: ~62 instructions per 16-byte
+// unit) held the tile at 1.7 TB/s on an H100; with the offsets derived once per thread
+// (KvConverter::units_lean) and bf16 q computed in fp16 (FA4_SM90_FP8_KV_F16_COMPUTE: ~16
+// instructions per unit) it reads e4m3 at the bf16 cache's rate (docs/perf/h100-2026-12-06-session.md).
+// Measured and not kept (H100 2026-12-06): consumer warpgroup 1, idle at decode, converting too
+// (224 converters) -- +40 % before the lean offsets, -2 % to -30 % with them.
 #pragma once
 
 #include <cstdint>
@@ -31,28 +32,18 @@ namespace fa4::cuda::sm90 {
 #ifndef FA4_SM90_FP8_KV_BATCH
 #define FA4_SM90_FP8_KV_BATCH 3
 #endif
-// 1: the converters' unit offsets derived once per thread, not per unit (KvConverter::units_lean;
-// the same units, stores and arrivals). Default 0 until measured.
-#ifndef FA4_SM90_FP8_KV_LEAN
-#define FA4_SM90_FP8_KV_LEAN 0
-#endif
 // 1: bf16-q launches of the fp8_kv tile run the fp16 computation (F16ComputeTraits,
 // fwd_fp8_kv.cuh; instance fwd_d128_fp8_kv_f16.cu): K / V widened to fp16 (exact, and 3
 // instructions per 4 bytes where bf16 takes 9: the converters bound the tile's speed), q
 // converted in shared memory to fp16 with a power-of-two scale per row (fp8_kv_q_shift), the
-// scores multiplied back, output bf16. Default 0 until measured.
+// scores multiplied back, output bf16. H100 2026-12-06, B 32 decode 32/8 D 128: bf16 q 1.47-1.53x
+// the bf16 cache's tokens/s with 0, 1.78-1.96x with 1 -- as fast as fp16 q: 1. 0 widens K / V to
+// bf16 (an ablation).
 #ifndef FA4_SM90_FP8_KV_F16_COMPUTE
-#define FA4_SM90_FP8_KV_F16_COMPUTE 0
+#define FA4_SM90_FP8_KV_F16_COMPUTE 1
 #endif
 constexpr int kConvertWarps = 3;  // producer warps 1-3 (warp 0 issues the TMA loads)
 constexpr int kConvertThreads = 32 * kConvertWarps;
-// (FA4_SM90_FP8_KV_WIDE_CONVERT, solo launches) + consumer warpgroup 1's 128 threads.
-constexpr int kWideConvertThreads = kConvertThreads + 128;
-// Converter threads of a launch: the thread count of its ConvertMap and the arrival count of its
-// 16-bit rings' full barriers and byte rings' empty barriers (every converter thread arrives).
-constexpr int fp8_kv_convert_threads(bool solo) {
-  return FA4_SM90_FP8_KV_WIDE_CONVERT && solo ? kWideConvertThreads : kConvertThreads;
-}
 // Columns of one e4m3 byte-slot chunk: one 128-byte swizzle row (the tile's D 128 rows whole).
 constexpr int kFp8KvByteCols = 128;
 // Register split of the fp8_kv instances (fwd_schedule.h): 56 per producer-warpgroup thread, 224
@@ -60,13 +51,11 @@ constexpr int kFp8KvByteCols = 128;
 // registers within the CTA's pool). ptxas -v (nvcc 13.0, D 128): 0 spill at 56 / 224 with batches
 // of 3 units (fp16; bf16 one 4-byte spill in warp 0's walk, once per launch); 40 / 232 spilled
 // 150-180 bytes in the converters and warp 0's walk (its TileWork stays live across the first K /
-// V loads: O is staged in Q, so Q loads after them); batches of 4 spilled at 56. With
-// FA4_SM90_FP8_KV_WIDE_CONVERT (consumer warpgroup 1 converting at its 224 registers): 0 spill,
-// fp16 and bf16.
+// V loads: O is staged in Q, so Q loads after them); batches of 4 spilled at 56.
 constexpr int kFp8KvProducerRegs = 56, kFp8KvConsumerRegs = 224;
 
 // Who widens what in one K or V slot of kBlockN keys x kD columns, among kThreads converter
-// threads (kConvertThreads, or kWideConvertThreads: fp8_kv_convert_threads). A unit is 16 e4m3
+// threads (kConvertThreads in the kernel; the tests check other counts too). A unit is 16 e4m3
 // bytes of one row (a 16-byte piece of the byte slot) -> 16 16-bit values (two 16-byte pieces of
 // the 16-bit slot); converter thread ct takes units ct, ct + kThreads, ... (kSteps of them, the
 // last one partial). Unit u is piece (u / 8) % kPieces of row 8 (u / (8 kPieces)) + u % 8: the 8
@@ -74,7 +63,7 @@ constexpr int kFp8KvProducerRegs = 56, kFp8KvConsumerRegs = 224;
 // consecutive rows, which the 128-byte swizzle of both slots (the 16-byte piece q of row r at
 // 128 r + 16 (q ^ (r % 8)) of its chunk) spreads over all eight 16-byte bank groups: no bank
 // conflict on the load nor on either store. (A warp's threads are 32 consecutive ct from a
-// multiple of 32 -- consumer warpgroup 1's from 96 -- so its quarter warps are 8-aligned ct.)
+// multiple of 32, so its quarter warps are 8-aligned ct.)
 template <int kBlockN, int kD, int kThreads>
 struct ConvertMap {
   static_assert(kD % kFp8KvByteCols == 0 && kBlockN % 8 == 0, "whole 128-byte rows, 8-row swizzle atoms");
@@ -103,8 +92,7 @@ struct ConvertMap {
     return (p / 4) * kChunkBytes + r * 128 + (((2 * (p % 4) + h) ^ rl) << 4);
   }
 
-  // The same offsets as a per-thread base plus a step term (KvConverter::units_lean,
-  // FA4_SM90_FP8_KV_LEAN), where the D 128 map's group step is 4 mod 8: step i of thread ct
+  // The same offsets as a per-thread base plus a step term (KvConverter::units_lean), where the D 128 map's group step is 4 mod 8: step i of thread ct
   // (g = g0 + i kGroupStep, g0 = ct / 8 = 8 a + p0) has piece p0 ^ 4 on odd steps and row group
   // a + lean_rg(hi, i), hi = p0 >= 4 (the same for a warp's 32 threads: 4 aligned consecutive g0).
   //   src(g, rl)    = lean_src(ct, i % 2) + 1024 lean_rg(hi, i)

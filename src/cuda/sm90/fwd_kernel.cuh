@@ -5,8 +5,7 @@
 //              (fwd_fp8_kv.cuh)
 //   consumers  warpgroups 1 .. consumers: 64 query rows each; GEMMs, online softmax, ping-pong
 //              (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh); in solo launches
-//              consumer 0 alone (Tile::fp8_kv with FA4_SM90_FP8_KV_WIDE_CONVERT: consumer 1
-//              widens K / V beside the producer's warps 1-3)
+//              consumer 0 alone
 // Persistent: the CTAs (at most one per SM) walk the tiles of the virtual grid (block_m-row query
 // tile, query head, batch) in the order of common/tile_schedule.h -- heavy tiles first under a
 // causal mask, K / V of few heads at a time in L2. The producer walks that order and publishes
@@ -94,7 +93,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t consumers = solo ? 1u : static_cast<uint32_t>(T::kConsumers);
   if (threadIdx.x == 0) {
     // one release per consumer warpgroup (fwd_gather.cuh; fp8_kv: fwd_fp8_kv.cuh)
-    if constexpr (T::kFp8Kv) init_fp8_kv_rings<T>(sh, consumers, fp8_kv_convert_threads(solo));
+    if constexpr (T::kFp8Kv) init_fp8_kv_rings<T>(sh, consumers);
     else init_kv_rings<T>(sh, consumers);
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 128 * consumers);  // one arrival per consumer thread
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     // Warp 0; warps 1-3 exit -- except in a gather instance, whose four warps load K / V, and in
     // the fp8_kv tile, whose warps 1-3 widen the K / V bytes warp 0's TMA loads bring.
     if (gathers_kv<T>() || threadIdx.x / 32 == 0) produce<T>(P, sh);
-    else if constexpr (T::kFp8Kv) KvConverter<T>::run(P, sh, static_cast<int>(threadIdx.x) - 32, solo);
+    else if constexpr (T::kFp8Kv) KvConverter<T>::run(P, sh, static_cast<int>(threadIdx.x) - 32);
     if constexpr (gathers_kv<T>()) cp_async_wait_all();
     if (threadIdx.x == 0) trace::role_exit(P.trace, 0);
     return;
@@ -127,18 +126,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   // (T::kUniformC) Broadcast from lane 0: ptxas then treats c as warp-uniform (as CUTLASS's
   // canonical_warp_group_idx does), so consumer c's Q descriptors stay in uniform registers.
   const int c = T::kUniformC ? __shfl_sync(0xffffffffu, consumer_of(threadIdx.x), 0) : consumer_of(threadIdx.x);
-  if (solo && c > 0) {  // rows 64 and up of every tile are empty
-    // (FA4_SM90_FP8_KV_WIDE_CONVERT) Consumer warpgroup 1 widens K / V beside producer warps 1-3
-    // instead, converter threads 96-223 (fwd_fp8_kv.h); after its setmaxnreg_inc above, which
-    // every warp of a warpgroup executes. It touches nothing of a consumer's: in a solo launch
-    // the turn barriers are unused and q_empty / o_empty / the K / V rings' empty barriers count
-    // consumer 0 alone; the converter count of the rings' other barriers includes it.
-    if constexpr (T::kFp8Kv && FA4_SM90_FP8_KV_WIDE_CONVERT) {
-      static_assert(T::kConsumers == 2, "kWideConvertThreads counts one extra warpgroup");
-      KvConverter<T>::run(P, sh, kConvertThreads + static_cast<int>(threadIdx.x % 128), true);
-    }
-    return;
-  }
+  if (solo && c > 0) return;  // rows 64 and up of every tile are empty
   // The GEMM turn goes round the consumers, tile after tile; consumer 0 has the first.
   if (FA4_SM90_PINGPONG && !solo && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
   typename Consumer<T>::Ring st;  // the K / V rings run on across tiles

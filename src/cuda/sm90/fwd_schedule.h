@@ -13,8 +13,7 @@ enum class Role : int {
   producer = 0,   // warp 0 issues every TMA load (Q once, K/V per key tile); warps 1-3 exit, or
                   // load K / V (gather instances), or widen the e4m3 K / V (Tile::fp8_kv)
   consumer0 = 1,  // query rows 0..63 of the tile: S = Q K^T, softmax, O += P V, epilogue
-  consumer1 = 2,  // query rows 64..127 (Tile::fp8_kv solo launches, FA4_SM90_FP8_KV_WIDE_CONVERT:
-                  // widens K / V with producer warps 1-3 instead)
+  consumer1 = 2,  // query rows 64..127
   consumer2 = 3,  // query rows 128..191 (three-consumer configurations, fwd_config.h)
 };
 __device__ __forceinline__ Role role_of(int thread) { return static_cast<Role>(thread / 128); }
