@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "core/problem.h"
-#include "cuda/sm90/fwd_fp8_kv.h"  // FA4_SM90_FP8_KV_GATHER_BELOW
 #include "cuda/sm90/fwd_gather.h"
 #include "test_util.h"
 
@@ -950,8 +949,8 @@ TEST(CudaPlan, Sm90GatherPagedCaches) {
   EXPECT_EQ(Planned({.hq = 32, .hkv = 8, .dqk = 192, .dv = 128, .sq = 1, .sk = 8192, .paged = true, .page_size = 16})
                 .on(h200_auto()).kernel,
             Kernel::sm80);
-  // An fp8 KV cache: the sm90 fp8_kv tile (16-row e4m3 pages gathered into its byte rings by the
-  // producer warp, Sm90Fp8KvTile), never a 16-bit gather instance.
+  // An fp8 KV cache: the sm90 fp8_kv tile's TMA loads (16-row e4m3 pages are 2 KB boxes, Sm90Fp8KvTile),
+  // never a gather instance.
   Shape fp8 = {.hq = 32, .hkv = 8, .sq = 1, .sk = 8192, .paged = true, .page_size = 16};
   fp8.kv_fp8 = true;
   EXPECT_EQ(Planned(fp8).on(h200_auto()).kernel, FA4_SM90_FP8_KV ? Kernel::sm90 : Kernel::sm80);
@@ -1096,9 +1095,8 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
 // An fp8 KV cache (16-bit q, e4m3 k / v) on the sm90 kernel's fp8_kv tile (sm90/fwd_config.h
 // Tile::fp8_kv, FA4_SM90_FP8_KV): D 128, factors per (batch, kv head); decode-shaped calls too (the
 // 16-bit tiles leave B 32 decode to sm80: sm80_takes_decode), split launches through the combine
-// kernel (no split_kv tile), contiguous and paged caches of every page size (TMA boxes or the
-// producer warp's gather). Per-token factors, other head dims and FA4_CUDA_KERNEL=sm80 keep sm80's
-// fp8 instances.
+// kernel (no split_kv tile), contiguous and paged caches whose pages fit its boxes. Per-token
+// factors, other head dims, odd pages and FA4_CUDA_KERNEL=sm80 keep sm80's fp8 instances.
 TEST(CudaPlan, Sm90Fp8KvTile) {
   using fa4::cuda::sm80::Fp8;
   const fa4::cuda::sm90::Tile kv_tile = fa4::cuda::sm90::Tile::fp8_kv;
@@ -1188,13 +1186,8 @@ TEST(CudaPlan, Sm90Fp8KvTile) {
     s.dqk = s.dv = d;
     EXPECT_EQ(Planned(s).on(h200_auto()).kernel, Kernel::sm80) << d;
   }
-  // Every page size: the boxes' (multiples of the tile, sub-tile pages of >= 64 rows) and the
-  // producer warp's cp.async gather (smaller and odd pages: fa4::cuda::sm90::fp8_kv_gathers).
-  for (int64_t page : {1, 3, 8, 24, 32 + 8, 96, 192}) {
-    const Plan pl = Planned(shape(32, 4096, page)).on(h200_auto());
-    EXPECT_EQ(pl.kernel, FA4_SM90_FP8_KV_GATHER_BELOW > 0 || page == 8 ? Kernel::sm90 : Kernel::sm80) << page;
-    if (pl.kernel == Kernel::sm90) EXPECT_EQ(pl.sm90_tile, kv_tile) << page;
-  }
+  for (int64_t page : {1, 3, 24, 32 + 8}) EXPECT_EQ(Planned(shape(32, 4096, page)).on(h200_auto()).kernel, Kernel::sm80) << page;
+  EXPECT_EQ(Planned(shape(32, 4096, 8)).on(h200_auto()).kernel, Kernel::sm90);  // 8 rows: one swizzle atom
   Shape f16 = shape(32, 4096, 0);
   f16.dtype = DType::float16;
   EXPECT_EQ(Planned(f16).on(h200_auto()).sm90_tile, kv_tile);

@@ -157,25 +157,10 @@ TEST(Sm90Fp8Kv, ConvertMapOtherShapes) {  // (shapes an instance may take later)
 }
 
 TEST(Sm90Fp8Kv, PagesThatFitTheBoxes) {
-  using fa4::cuda::sm90::fp8_kv_gathers;
   using fa4::cuda::sm90::fp8_kv_pages_fit;
-  using fa4::cuda::sm90::fp8_kv_tma_pages;
-  constexpr bool kGather = FA4_SM90_FP8_KV_GATHER_BELOW > 0;
-  // TMA boxes: whole tiles, or sub-tile pages of >= FA4_SM90_FP8_KV_GATHER_BELOW rows.
-  for (int64_t p : {128, 256, 1024}) EXPECT_TRUE(fp8_kv_tma_pages(p, 128) && !fp8_kv_gathers(p, 128)) << p;
-  EXPECT_EQ(fp8_kv_tma_pages(64, 128), FA4_SM90_PAGED_SUB && 64 >= FA4_SM90_FP8_KV_GATHER_BELOW);
-  // The small pages (2 KB boxes at 16 rows) and every size no box sequence takes: gathered.
-  for (int64_t p : {1, 3, 4, 8, 16, 24, 32, 48, 96, 192, 320}) {
-    EXPECT_FALSE(fp8_kv_tma_pages(p, 128) && FA4_SM90_FP8_KV_GATHER_BELOW >= 64) << p;
-    EXPECT_EQ(fp8_kv_gathers(p, 128), kGather && !fp8_kv_tma_pages(p, 128)) << p;
-  }
-  // With the gather every page size is taken; one path per size.
-  for (int64_t p = 1; p <= 1024; ++p) {
-    EXPECT_EQ(fp8_kv_pages_fit(p, 128), fp8_kv_tma_pages(p, 128) || fp8_kv_gathers(p, 128)) << p;
-    EXPECT_FALSE(fp8_kv_tma_pages(p, 128) && fp8_kv_gathers(p, 128)) << p;
-    if (kGather) EXPECT_TRUE(fp8_kv_pages_fit(p, 128)) << p;
-  }
-  EXPECT_FALSE(fp8_kv_gathers(0, 128));
+  for (int64_t p : {128, 256, 1024}) EXPECT_TRUE(fp8_kv_pages_fit(p, 128)) << p;
+  for (int64_t p : {8, 16, 32, 64}) EXPECT_EQ(fp8_kv_pages_fit(p, 128), FA4_SM90_PAGED_SUB != 0) << p;
+  for (int64_t p : {1, 3, 4, 24, 48, 96, 192}) EXPECT_FALSE(fp8_kv_pages_fit(p, 128)) << p;
 }
 
 // ---- FA4_SM90_FP8_KV_F16_COMPUTE: the per-row power-of-two shift of bf16 q before fp16 ----

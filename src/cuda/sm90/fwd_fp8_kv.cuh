@@ -13,7 +13,6 @@
 #include "cuda/common/pipeline.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/fwd_fp8_kv.h"
-#include "cuda/sm90/fwd_gather.cuh"
 #include "cuda/sm90/fwd_params.h"
 #include "cuda/sm90/fwd_work.cuh"
 
@@ -24,67 +23,13 @@ namespace fa4::cuda::sm90 {
 // per converter thread; a 16-bit slot's full barrier one arrival per converter thread (each after
 // its own stores and proxy fence), its empty barrier one release per consumer warpgroup as before.
 // Every converter thread (kConvertThreads) arrives once on both barriers of every slot of the
-// walk, whatever its share of the slot's units (KvConverter::slot). A byte slot's full barrier
-// takes the producer's one arrival + the TMA's bytes, or (gather: Sm90Params::fp8_kv_gather) one
-// cp.async arrival per lane of the producer warp (gather_bytes).
+// walk, whatever its share of the slot's units (KvConverter::slot).
 template <class T>
-__device__ __forceinline__ void init_fp8_kv_rings(typename T::Smem& sh, uint32_t consumers, bool gather) {
+__device__ __forceinline__ void init_fp8_kv_rings(typename T::Smem& sh, uint32_t consumers) {
   sh.k_ring.init(consumers, kConvertThreads);
   sh.v_ring.init(consumers, kConvertThreads);
-  sh.kvb_bars.k.init(kConvertThreads, gather ? 32u : 1u);
-  sh.kvb_bars.v.init(kConvertThreads, gather ? 32u : 1u);
-}
-
-// (Sm90Params::fp8_kv_gather) K (k) or V of the key tile at key j0 of tile w into byte slot st,
-// by the producer warp's 32 lanes: the slot then holds what the TMA boxes would have written
-// ([kBlockN rows][128 bytes], 128-byte swizzle: piece p of row r at 128 r + 16 (p ^ (r % 8))).
-// Lane l reads the page-table entries of rows l + 32 q (q < kBlockN / 32) before it waits for the
-// slot, so their latency hides under the wait; then step i copies piece l % 8 of row l / 8 + 4 i,
-// the byte offset shuffled from the lane that read that row: 8 lanes take one 128-byte row (one
-// coalesced segment in global memory; 8 distinct 16-byte bank groups in the slot). Rows at or
-// past the sequence's end read no entry (the table may end there) and are zero-filled, nothing
-// read. Each lane's arrival completes when its copies have landed (cp.async.mbarrier.arrive.noinc;
-// the slot's full barrier counts 32).
-template <class T>
-__device__ __forceinline__ void gather_bytes(const Sm90Params& P, typename T::Smem& sh,
-                                             const PipelineState<T::Smem::kTmaStages>& st, const TileWork& w, int j0,
-                                             bool k) {
-  static_assert(T::kDqk == kFp8KvByteCols && T::kDv == kFp8KvByteCols, "one 128-byte row per key");
-  constexpr int kRowsPerLane = T::kBlockN / 32;
-  const FwdArgs& a = P.a;
-  const int lane = threadIdx.x % 32;
-  const int ps = static_cast<int>(a.page_size);
-  const int64_t s0 = k ? a.k_s0 : a.v_s0, s1 = k ? a.k_s1 : a.v_s1;
-  int64_t off[kRowsPerLane];
-#pragma unroll
-  for (int q = 0; q < kRowsPerLane; ++q) {
-    const int j = j0 + lane + 32 * q;
-    off[q] = 0;
-    if (j < w.sk) {
-      const int pi = j / ps;
-      const int32_t page = __ldg(a.page_table + static_cast<int64_t>(w.batch) * a.pt_s0 + static_cast<int64_t>(pi) * a.pt_s1);
-      off[q] = gather_row_elems(page, j - pi * ps, s0, s1, a.kv_rows0);  // (e4m3: elements are bytes)
-    }
-  }
-  MbarRing<T::Smem::kTmaStages>& ring = k ? sh.kvb_bars.k : sh.kvb_bars.v;
-  ptx::mbarrier_wait_parity(&ring.empty[st.index], st.phase ^ 1u);
-  const uint8_t* const base =
-      static_cast<const uint8_t*>(k ? a.k : a.v) + static_cast<int64_t>(w.hk) * (k ? a.k_sh : a.v_sh) + (lane % 8) * 16;
-  const uint32_t slot = ptx::smem_u32(k ? sh.kb(st.index) : sh.vb(st.index));
-  const int left = w.sk - j0;  // rows of the tile below the sequence's end
-  // (The steps of one q in a rolled loop: unrolled whole, the shuffles were hoisted and the
-  // producer's 56 registers spilled ~500 bytes.)
-#pragma unroll
-  for (int q = 0; q < kRowsPerLane; ++q) {
-#pragma unroll 2
-    for (int i = 0; i < 8; ++i) {  // step 8 q + i: row 32 q + lane / 8 + 4 i, held by lane lane / 8 + 4 i
-      const int r = 32 * q + lane / 8 + 4 * i;
-      const int64_t o = __shfl_sync(0xffffffffu, off[q], lane / 8 + 4 * i);
-      const uint32_t dst = slot + static_cast<uint32_t>(r * 128 + (((lane % 8) ^ (r % 8)) << 4));
-      ptx::cp_async_16(dst, base + o, r < left ? 16u : 0u);
-    }
-  }
-  cp_async_mbarrier_arrive_noinc(&ring.full[st.index]);
+  sh.kvb_bars.k.init(kConvertThreads);
+  sh.kvb_bars.v.init(kConvertThreads);
 }
 
 // (FA4_SM90_FP8_KV_F16_COMPUTE) The fp8_kv instance serving bf16 q in fp16: Base is the fp16

@@ -147,27 +147,14 @@ constexpr int fp8_kv_q_shift(uint32_t amax) {
 // 2^s as fp32 bits, for |s| <= 126 (both factors of fp8_kv_q_shift's range are normal numbers).
 constexpr uint32_t fp8_kv_pow2_bits(int s) { return static_cast<uint32_t>(127 + s) << 23; }
 
-// Paged e4m3 caches: the producer warp's TMA boxes for pages that are multiples of the key block,
-// or that divide it in whole 8-row swizzle atoms of at least FA4_SM90_FP8_KV_GATHER_BELOW rows (one
-// box per page: fwd_producer.cuh load_pages); every other page size -- 16-row pages, whose 2 KB
-// boxes read at 1.5-1.6 TB/s on an H100 where whole tiles read at 3.0 (B 32 decode, 2026-12-06),
-// and the sizes no box sequence fits (1, 3, 24, 96, ...) -- is gathered by the producer warp's 32
-// lanes with cp.async, 16 bytes a copy (fwd_fp8_kv.cuh gather_bytes). 0: no gather (those pages
-// then take the sm80 path; sub-tile TMA pages as before).
-#ifndef FA4_SM90_FP8_KV_GATHER_BELOW
-#define FA4_SM90_FP8_KV_GATHER_BELOW 64
-#endif
-constexpr bool fp8_kv_tma_pages(int64_t page_size, int block_n) {
-  if (page_size % block_n == 0) return true;
-  return FA4_SM90_PAGED_SUB && page_size < block_n && block_n % page_size == 0 && page_size % 8 == 0 &&
-         page_size >= FA4_SM90_FP8_KV_GATHER_BELOW;
-}
-constexpr bool fp8_kv_gathers(int64_t page_size, int block_n) {
-  return FA4_SM90_FP8_KV_GATHER_BELOW > 0 && page_size > 0 && !fp8_kv_tma_pages(page_size, block_n);
-}
-// The page sizes the fp8_kv tile takes (cuda/plan.cpp): every one, unless the gather is off.
+// Page sizes the fp8_kv tile's TMA loads take (cuda/plan.cpp): multiples of the key block, or pages
+// that divide it in whole 8-row swizzle atoms (one box per page: fwd_producer.cuh load_pages; an
+// e4m3 page of 16 rows is a 2 KB box). The 16-bit tiles' FA4_SM90_SUB_PAGE_MIN (64: 16-row 4 KB
+// boxes lost to sm80 at B 1, kv 128k) is not applied here: the sm80 fallback of an fp8 cache is the
+// slower one (1.0-1.1 TB/s at B 32). Not measured yet.
 constexpr bool fp8_kv_pages_fit(int64_t page_size, int block_n) {
-  return fp8_kv_tma_pages(page_size, block_n) || fp8_kv_gathers(page_size, block_n);
+  if (page_size % block_n == 0) return true;
+  return FA4_SM90_PAGED_SUB && page_size < block_n && block_n % page_size == 0 && page_size % 8 == 0;
 }
 
 }  // namespace fa4::cuda::sm90

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t consumers = solo ? 1u : static_cast<uint32_t>(T::kConsumers);
   if (threadIdx.x == 0) {
     // one release per consumer warpgroup (fwd_gather.cuh; fp8_kv: fwd_fp8_kv.cuh)
-    if constexpr (T::kFp8Kv) init_fp8_kv_rings<T>(sh, consumers, P.fp8_kv_gather != 0);
+    if constexpr (T::kFp8Kv) init_fp8_kv_rings<T>(sh, consumers);
     else init_kv_rings<T>(sh, consumers);
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 128 * consumers);  // one arrival per consumer thread
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     // the fp8_kv tile, whose warps 1-3 widen the K / V bytes warp 0's TMA loads bring.
     if (gathers_kv<T>() || threadIdx.x / 32 == 0) produce<T>(P, sh);
     else if constexpr (T::kFp8Kv) KvConverter<T>::run(P, sh, static_cast<int>(threadIdx.x) - 32);
-    if constexpr (gathers_kv<T>() || T::kFp8Kv) cp_async_wait_all();  // (fp8_kv: gather_bytes)
+    if constexpr (gathers_kv<T>()) cp_async_wait_all();
     if (threadIdx.x == 0) trace::role_exit(P.trace, 0);
     return;
   }

@@ -116,7 +116,6 @@ bool make_params_fp8_kv(const FwdArgsFp8& a, DimPair dims, bool bf16, Sm90Params
   if (!make_maps(a, dims, Tile::fp8_kv, elem16(bf16), elem8(kFp8KvByteCols), bf16, P, why)) return false;
   P->k_descale = a.k_descale, P->kd_s0 = a.kd_s0, P->kd_sh = a.kd_sh;
   P->v_descale = a.v_descale, P->vd_s0 = a.vd_s0, P->vd_sh = a.vd_sh;
-  P->fp8_kv_gather = a.kv_mode == kKvPaged && fp8_kv_gathers(a.page_size, tile_cfg(dims.dqk, dims.dv, Tile::fp8_kv).block_n);
   return true;
 }
 

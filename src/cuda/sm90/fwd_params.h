@@ -50,9 +50,6 @@ struct Sm90Params {
   const float* k_descale = nullptr;
   const float* v_descale = nullptr;
   int64_t qd_s0 = 0, qd_sh = 0, kd_s0 = 0, kd_sh = 0, vd_s0 = 0, vd_sh = 0;
-  // (Tile::fp8_kv, paged: sm90::fp8_kv_gathers) the byte rings are filled by the producer warp's
-  // cp.async copies, not by TMA boxes (fwd_fp8_kv.cuh gather_bytes).
-  int32_t fp8_kv_gather = 0;
 };
 
 }  // namespace fa4::cuda::sm90

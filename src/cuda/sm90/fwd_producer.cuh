@@ -14,7 +14,7 @@
 #include "cuda/common/pipeline.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/fp8_layout.h"
-#include "cuda/sm90/fwd_fp8_kv.cuh"
+#include "cuda/sm90/fwd_fp8_kv.h"
 #include "cuda/sm90/fwd_params.h"
 #include "cuda/sm90/fwd_trace.cuh"
 #include "cuda/sm90/fwd_work.cuh"
@@ -131,9 +131,6 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       if (!k) st.advance();
     };
     const bool sub_pages = !T::kFp8 && FA4_SM90_PAGED_SUB && P.a.kv_mode == kKvPaged && P.a.page_size < kBlockN;
-    // (fp8_kv, Sm90Params::fp8_kv_gather) the byte rings filled by this warp's cp.async copies
-    // (fwd_fp8_kv.cuh gather_bytes), all 32 lanes.
-    [[maybe_unused]] const bool byte_gather = T::kFp8Kv && P.fp8_kv_gather != 0;
     auto load_q = [&]() {  // every tile loads it, empty ones too: the q barriers' phases count tiles
       trace::stamp(tr, 0, tiles_done, trace::q_wait_start);
       if (tiles_done > 0) ptx::mbarrier_wait_parity(&sh.q_empty, (tiles_done - 1) & 1u);
@@ -170,13 +167,6 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     // (Tile 0's coordinates are computed again for its V rather than kept across the Q load:
     // live there, they spilled in the producer's 24 registers.)
     auto load_kv0 = [&](bool k) {
-      if constexpr (T::kFp8Kv) {
-        if (byte_gather) {
-          gather_bytes<T>(P, sh, st, w, w.tile_at(0) * kBlockN, k);
-          if (!k) st.advance();  // (as load_v)
-          return;
-        }
-      }
       if constexpr (kGather) {
         T::Gather::load(P, sh, st, w, w.tile_at(0) * kBlockN, k);
         if (!k) st.advance();  // (as load_v)
@@ -205,14 +195,6 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
         T::Gather::load(P, sh, st, w, w.tile_at(it) * kBlockN, false);
         st.advance();
         continue;
-      }
-      if constexpr (T::kFp8Kv) {
-        if (byte_gather) {
-          gather_bytes<T>(P, sh, st, w, w.tile_at(it) * kBlockN, true);
-          gather_bytes<T>(P, sh, st, w, w.tile_at(it) * kBlockN, false);
-          st.advance();
-          continue;
-        }
       }
       if (sub_pages) {
         load_pages(w.tile_at(it) * kBlockN, true), load_pages(w.tile_at(it) * kBlockN, false);
