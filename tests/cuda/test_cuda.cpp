@@ -1401,7 +1401,8 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
 // warpgroup's converter warps into the 16-bit rings. bf16 and fp16 q, D 128, Sq 1 / 4 / 64 and a
 // chunked prefill (Sq 512), GQA groups 1 / 4 / 8, key lengths of 1 and not multiples of the
 // 128-key tile, a contiguous cache with cache_batch_idx (and an append), dense k with seqused_k,
-// varlen k, paged caches of 16 / 64 / 256 rows, the split heuristic and forced splits (through the
+// varlen k, paged caches of 16 / 64 / 256 rows (and of 1 / 3 / 24 / 192 rows: sm80), the split
+// heuristic and forced splits (through the
 // combine kernel), causal, a window, softcap, sinks, lse, factors per head (broadcast too) or none,
 // outlier rows; per-token factors stay on sm80 (checked too). Poisoned outputs (compare_runs).
 // Prints how many cases ran on the sm90 kernel. FA4_CUDA_KERNEL=sm80 runs them all on sm80.
@@ -1469,6 +1470,17 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     run(c, true);
     c.num_splits = 5, c.kv = KvMode::paged, c.page_size = 64, c.sq = 4, c.causal = true;
     run(c);
+    // Pages no TMA box sequence takes (sm80's fp8 instances; the planner's choice checked in run):
+    // 1 row (every row its own page), 3, 24 (does not divide the key tile), 192 (larger than the
+    // tile, not a multiple); Sq 1 and 7, lengths ending inside a page and inside a tile.
+    for (int ps : {1, 3, 24, 192}) {
+      c = CaseConfig{};
+      c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+      c.batch = 3, c.hq = 8, c.hkv = 2, c.sq = ps == 3 ? 7 : 1, c.sk = 611, c.causal = ps == 3;
+      c.lens_k = {611, 1, 300};
+      c.kv = KvMode::paged, c.page_size = ps;
+      run(c);
+    }
     // Dense k / v with seqused_k, Sq 64, GQA 4, a sliding window, outlier rows (fp16: one bf16 ulp
     // of |O| ~ 10 exceeds the bf16 max-abs bound, as in PrefillShapes).
     c = CaseConfig{};
