@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # The fp8-KV decode A/B (issue 15 item 4; docs/perf/h100-2026-12-06-session.md): main
-# (FA4_SM90_FP8_KV_F16_COMPUTE=1 since 2026-12-06) against switch builds of
-# src/cuda/sm90/fwd_fp8_kv.h / fwd_config.h, in one device call.
-#   kvlean  F16_COMPUTE=0                    bf16 q widened to bf16 (fp16 q unchanged)
+# (the lean converters, bf16 q computed in fp16) against switch builds of
+# src/cuda/sm90/fwd_fp8_kv.h / fwd_config.h, in one device call. The tile shapes (key block, 16-bit
+# stages, byte stages) were swept on 2026-12-05 while the converters bound the tile ((128, 2, 2)
+# won); with the lean converters the H200 still reads e4m3 at ~3.1 TB/s where its bf16 cache reads
+# 4.3, so the sweep again (each fits the 227 KB: Q 32 KB + 16-bit ring + byte ring):
+#   kvb64   BLOCK_N 64, STAGES 2, BYTE_STAGES 8   (more, smaller byte slots in flight)
+#   kvs1    BLOCK_N 128, STAGES 1, BYTE_STAGES 4  (bytes in flight over widened slots)
+#   kvb64s3 BLOCK_N 64, STAGES 3, BYTE_STAGES 6
+#   kvlean  F16_COMPUTE=0                         bf16 q widened to bf16 (fp16 q unchanged)
 # Here (no GPU; the main CUDA build in build-cuda/ first, ~15 min on 2 cores; each variant ~2 min):
 #   bash bench/fp8kv_ab.sh --stage     # build-device-pack/ (~50 MB: carry it alone)
 # On the device (carry build-device-pack; ~4 min):
@@ -12,6 +18,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VARIANTS=(
+  "kvb64 -DFA4_SM90_FP8_KV_BLOCK_N=64 -DFA4_SM90_FP8_KV_STAGES=2 -DFA4_SM90_FP8_KV_BYTE_STAGES=8"
+  "kvs1 -DFA4_SM90_FP8_KV_STAGES=1 -DFA4_SM90_FP8_KV_BYTE_STAGES=4"
+  "kvb64s3 -DFA4_SM90_FP8_KV_BLOCK_N=64 -DFA4_SM90_FP8_KV_STAGES=3 -DFA4_SM90_FP8_KV_BYTE_STAGES=6"
   "kvlean -DFA4_SM90_FP8_KV_F16_COMPUTE=0"
 )
 TESTED=""  # variants whose device test suite is staged (test_cuda_NAME, ~14 MB packed each)
