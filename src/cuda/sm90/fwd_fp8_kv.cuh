@@ -1,6 +1,6 @@
 // Device side of the sm90 kernel's fp8-KV tile (Tile::fp8_kv, fwd_fp8_kv.h): the ring barriers'
-// counts and the converter role of producer warps 1-3. The TMA loads of the byte rings are fwd_producer.cuh's
-// (warp 0); the consumers and the epilogue are the 16-bit tile's.
+// counts and the converter role of producer warps 1-3. The TMA loads of the byte rings are
+// fwd_producer.cuh's (warp 0); the consumers and the epilogue are the 16-bit tile's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -58,7 +58,6 @@ struct KvConverter {
   using Map = ConvertMap<T::kBlockN, T::kDqk, kConvertThreads>;
   static_assert(T::kDqk == T::kDv, "one map for K and V slots");
   static constexpr int kByteStages = T::Smem::kTmaStages;
-  static constexpr int kBatch = FA4_SM90_FP8_KV_BATCH;
 
   // Byte slot `sb` widened into 16-bit slot `s16` of one ring pair (K or V): wait for the bytes
   // and for the 16-bit slot to be free, widen this thread's units, publish, release the bytes.
@@ -92,8 +91,9 @@ struct KvConverter {
 
   // The map's units (ConvertMap::src / dst / row_of) with the offsets derived once per thread: no
   // per-unit address or row arithmetic (it had been ~26 of the ~62 instructions of a bf16 unit,
-  // and held the tile at 1.7 TB/s on an H100). Why it holds (the D 128 map: 8 pieces per row, kGroupStep =
-  // kConvertThreads / 8 = 12, 4 mod 8): thread ct = 8 (8 a + p0) + rl takes at step i the group
+  // and held the tile at 1.7 TB/s on an H100). Why it holds (the D 128 map: 8 pieces per row,
+  // kGroupStep = kConvertThreads / 8 = 12, 4 mod 8): thread ct = 8 (8 a + p0) + rl takes at step
+  // i the group
   // g = 8 a + p0 + i S, S = kGroupStep, so
   //   piece  p_i = p0 ^ 4 (i odd)            (adding S flips bit 2 of g % 8, nothing else),
   //   row    r_i = r_0 + 8 RG(i),  RG(i) = (4 hi + i S) / 8, hi = p0 >= 4,
@@ -126,8 +126,8 @@ struct KvConverter {
 
   // units_lean's steps: batches of four (two even / odd pairs; loads first: the compiler cannot
   // move a load of the byte slot above a store into the 16-bit slot, both shared memory, so each
-  // unit's load would wait for the previous unit's stores), the
-  // shared addresses advanced by a batch's 2 S / 2 row groups each time, then the 1-4 steps left
+  // unit's load would wait for the previous unit's stores), the shared addresses advanced by a
+  // batch's 2 S / 2 row groups each time, then the 1-4 steps left
   // with the last step's check. se / so: the byte slot at the even / odd steps' offsets of RG = 0;
   // d0 / d1: the 16-bit slot's two pieces at the even steps' offsets. kPartial: zero the units of
   // rows >= rows (8 RG(i) >= d).

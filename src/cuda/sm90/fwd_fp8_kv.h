@@ -18,7 +18,8 @@
 // (KvConverter::units_lean) and bf16 q computed in fp16 (FA4_SM90_FP8_KV_F16_COMPUTE: ~16
 // instructions per unit) it reads e4m3 at the bf16 cache's rate (docs/perf/h100-2026-12-06-session.md).
 // Measured and not kept (H100 2026-12-06): consumer warpgroup 1, idle at decode, converting too
-// (224 converters) -- +40 % before the lean offsets, -2 % to -30 % with them.
+// (224 converters) -- +40-47 % before the lean offsets; with them -1 to -6 % (fp16 widening) and
+// -30 to -40 % (bf16 widening).
 #pragma once
 
 #include <cstdint>
@@ -27,18 +28,13 @@
 
 namespace fa4::cuda::sm90 {
 
-// Units (16 bytes each) a converter thread loads before it widens and stores them (kBatch loads
-// in flight per thread: the shared-memory latency hides behind the previous batch's widening).
-#ifndef FA4_SM90_FP8_KV_BATCH
-#define FA4_SM90_FP8_KV_BATCH 3
-#endif
 // 1: bf16-q launches of the fp8_kv tile run the fp16 computation (F16ComputeTraits,
 // fwd_fp8_kv.cuh; instance fwd_d128_fp8_kv_f16.cu): K / V widened to fp16 (exact, and 3
 // instructions per 4 bytes where bf16 takes 9: the converters bound the tile's speed), q
 // converted in shared memory to fp16 with a power-of-two scale per row (fp8_kv_q_shift), the
-// scores multiplied back, output bf16. H100 2026-12-06, B 32 decode 32/8 D 128: bf16 q 1.47-1.53x
-// the bf16 cache's tokens/s with 0, 1.78-1.96x with 1 -- as fast as fp16 q: 1. 0 widens K / V to
-// bf16 (an ablation).
+// scores multiplied back, output bf16. H100 2026-12-06, B 32 decode 32/8 D 128, kv 4k-64k,
+// contiguous and 64-row pages: bf16 q 1.35-1.52x the bf16 cache's tokens/s with 0, 1.76-1.99x with
+// 1 -- as fast as fp16 q: 1. 0 widens K / V to bf16 (an ablation).
 #ifndef FA4_SM90_FP8_KV_F16_COMPUTE
 #define FA4_SM90_FP8_KV_F16_COMPUTE 1
 #endif
@@ -48,10 +44,11 @@ constexpr int kConvertThreads = 32 * kConvertWarps;
 constexpr int kFp8KvByteCols = 128;
 // Register split of the fp8_kv instances (fwd_schedule.h): 56 per producer-warpgroup thread, 224
 // per consumer thread; 128 x 56 + 256 x 224 = 64512 = the launch's 384 x 168 (setmaxnreg moves
-// registers within the CTA's pool). ptxas -v (nvcc 13.0, D 128): 0 spill at 56 / 224 with batches
-// of 3 units (fp16; bf16 one 4-byte spill in warp 0's walk, once per launch); 40 / 232 spilled
+// registers within the CTA's pool). ptxas -v (nvcc 13.0, D 128): with the lean converters
+// (KvConverter::units_lean) 36 bytes spilled at 56 / 224, in the converters' walk state, not in the
+// unit loop; the per-unit map loop before them spilled 0 (fp16) / 4 bytes (bf16). 40 / 232 spilled
 // 150-180 bytes in the converters and warp 0's walk (its TileWork stays live across the first K /
-// V loads: O is staged in Q, so Q loads after them); batches of 4 spilled at 56.
+// V loads: O is staged in Q, so Q loads after them).
 constexpr int kFp8KvProducerRegs = 56, kFp8KvConsumerRegs = 224;
 
 // Who widens what in one K or V slot of kBlockN keys x kD columns, among kThreads converter
@@ -92,8 +89,9 @@ struct ConvertMap {
     return (p / 4) * kChunkBytes + r * 128 + (((2 * (p % 4) + h) ^ rl) << 4);
   }
 
-  // The same offsets as a per-thread base plus a step term (KvConverter::units_lean), where the D 128 map's group step is 4 mod 8: step i of thread ct
-  // (g = g0 + i kGroupStep, g0 = ct / 8 = 8 a + p0) has piece p0 ^ 4 on odd steps and row group
+  // The same offsets as a per-thread base plus a step term (KvConverter::units_lean), where the
+  // D 128 map's group step is 4 mod 8: step i of thread ct (g = g0 + i kGroupStep,
+  // g0 = ct / 8 = 8 a + p0) has piece p0 ^ 4 on odd steps and row group
   // a + lean_rg(hi, i), hi = p0 >= 4 (the same for a warp's 32 threads: 4 aligned consecutive g0).
   //   src(g, rl)    = lean_src(ct, i % 2) + 1024 lean_rg(hi, i)
   //   dst(g, rl, h) = lean_dst(ct, h) + (i odd ? lean_odd_chunk(hi) : 0) + 1024 lean_rg(hi, i)
