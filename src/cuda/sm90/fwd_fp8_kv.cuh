@@ -93,8 +93,7 @@ struct KvConverter {
   // per-unit address or row arithmetic (it had been ~26 of the ~62 instructions of a bf16 unit,
   // and held the tile at 1.7 TB/s on an H100). Why it holds (the D 128 map: 8 pieces per row,
   // kGroupStep = kConvertThreads / 8 = 12, 4 mod 8): thread ct = 8 (8 a + p0) + rl takes at step
-  // i the group
-  // g = 8 a + p0 + i S, S = kGroupStep, so
+  // i the group g = 8 a + p0 + i S, S = kGroupStep, so
   //   piece  p_i = p0 ^ 4 (i odd)            (adding S flips bit 2 of g % 8, nothing else),
   //   row    r_i = r_0 + 8 RG(i),  RG(i) = (4 hi + i S) / 8, hi = p0 >= 4,
   // and p0 % 4 never changes. So the byte offset is one of two per-thread values (even / odd
