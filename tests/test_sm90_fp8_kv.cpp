@@ -87,7 +87,7 @@ void check_map() {
   EXPECT_EQ(bad, 0);
   // Bank conflicts: the 8 lanes of each quarter warp (one phase of a 16-byte access) hit 8
   // different 16-byte bank groups, on the load and on each store (lanes past the slot idle).
-  // (Converter warps are 32 consecutive ct from a multiple of 32: consumer warpgroup 1's from 96.)
+  // (Converter warps are 32 consecutive ct from a multiple of 32.)
   for (int w = 0; w < kThreads / 32; ++w)
     for (int q = 0; q < 4; ++q)
       for (int i = 0; i < M::kSteps; ++i) {

@@ -1402,9 +1402,9 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
 // chunked prefill (Sq 512), GQA groups 1 / 4 / 8, key lengths of 1 and not multiples of the
 // 128-key tile, a contiguous cache with cache_batch_idx (and an append), dense k with seqused_k,
 // varlen k, paged caches of 16 / 64 / 256 rows (and of 1 / 3 / 24 / 192 rows: sm80), the split
-// heuristic and forced splits (through the
-// combine kernel), causal, a window, softcap, sinks, lse, factors per head (broadcast too) or none,
-// outlier rows; per-token factors stay on sm80 (checked too). Poisoned outputs (compare_runs).
+// heuristic and forced splits (through the combine kernel), causal, a window, softcap, sinks,
+// lse, factors per head (broadcast too) or none, outlier rows; per-token factors stay on sm80
+// (checked too). Poisoned outputs (compare_runs).
 // Prints how many cases ran on the sm90 kernel. FA4_CUDA_KERNEL=sm80 runs them all on sm80.
 // FA4_TEST_FP8KV_QUICK=1 (sanitizer runs): bf16 q only, without the chunked prefill.
 TEST(CudaBackend, Sm90Fp8KvDecode) {
