@@ -1128,22 +1128,27 @@ TEST(CudaPlan, Sm90Fp8KvTile) {
       EXPECT_EQ(pl.splits, 1);   // B 32 x 8 kv heads fill the 132 SMs
       EXPECT_FALSE(pl.sm90_gather);
       EXPECT_EQ(pl.sched.dynamic, 0);
-      EXPECT_TRUE(pl.sm90_solo);  // 4 rows per tile: consumer 0 alone (sm90::solo_capable)
+      // 4 rows per tile: consumer 0 alone (sm90::solo_capable), or the 1Q tile where it is built
+      const bool one_q = sm90::one_q_capable(kv_tile, 128, 128);
+      EXPECT_EQ(pl.sm90_one_q, one_q);
+      EXPECT_EQ(pl.sm90_solo, !one_q);
     }
   }
-  // The 16-bit tiles run alone only in FA4_SM90_SOLO builds.
+  // The 16-bit tiles run alone only in FA4_SM90_SOLO builds, as 1Q tiles in FA4_SM90_ONE_Q >= 2 ones.
   Shape bf16 = shape(32, 16384, 0);
   bf16.kv_fp8 = false;
   DeviceLimits pref = h200_auto();
   pref.prefer = Kernel::sm90;
   const Plan b16 = Planned(bf16).on(pref);
   EXPECT_EQ(b16.kernel, Kernel::sm90);
-  EXPECT_EQ(b16.sm90_solo, static_cast<bool>(FA4_SM90_SOLO));
+  EXPECT_EQ(b16.sm90_one_q, sm90::one_q_capable(b16.sm90_tile, 128, 128));
+  EXPECT_EQ(b16.sm90_solo, FA4_SM90_SOLO && !b16.sm90_one_q);
   if (!FA4_SM90_FP8_KV) return;
   // Chunked prefill (64 rows or more per tile): both consumers.
   Shape chunk = shape(4, 65536, 0);
   chunk.sq = 512;
   EXPECT_FALSE(Planned(chunk).on(h200_auto()).sm90_solo);
+  EXPECT_FALSE(Planned(chunk).on(h200_auto()).sm90_one_q);
   // B 1: split, through the combine kernel (the tile stays fp8_kv, workspace for the partials).
   const Plan b1 = Planned(shape(1, 65536, 0)).on(h200_auto());
   EXPECT_EQ(b1.kernel, Kernel::sm90);

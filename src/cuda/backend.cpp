@@ -554,7 +554,7 @@ Status cuda_forward(const Problem& pb) {
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
       }
       P.sched = pl.sched;
-      P.solo = pl.sm90_solo ? 1 : 0;
+      P.solo = pl.sm90_one_q ? 2 : pl.sm90_solo ? 1 : 0;  // (fwd_params.h)
       Scratch counters, split_counters;  // (in a stream capture) held until the launch is enqueued
       if (P.sched.dynamic != 0) {
         P.tile_counter = tile_counter_for(p, &counters);

@@ -621,8 +621,11 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
     pl.fp8_vt_offset = (pl.workspace + 255) / 256 * 256;
     pl.workspace = pl.fp8_vt_offset + static_cast<size_t>(pl.fp8_vt.bytes);
   }
-  // Dense q of <= 64 tile rows per (sequence, grid head): only consumer 0 has rows.
-  pl.sm90_solo = sm90::solo_capable(pl.sm90_tile) && !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;
+  // Dense q of <= 64 tile rows per (sequence, grid head): only consumer 0 has rows -- it runs
+  // alone, or both consumers split the key tiles of its Q tile (the 1Q tile, FA4_SM90_ONE_Q).
+  const bool one_q_tile = !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;
+  pl.sm90_one_q = one_q_tile && sm90::one_q_capable(pl.sm90_tile, d.dqk, d.dv);
+  pl.sm90_solo = one_q_tile && sm90::solo_capable(pl.sm90_tile) && !pl.sm90_one_q;
   pl.sm90_gather = gather;
   schedule_sm90(pb, dl, pl);
   return pl;

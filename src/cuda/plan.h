@@ -78,6 +78,8 @@ struct Plan {
   TileSchedule sched;      // sm90: the order they walk them in (common/tile_schedule.h)
   int64_t ctas = 0;        // sm90: CTAs launched (grid.x, with grid.y = grid.z = 1)
   bool sm90_solo = false;  // sm90 (sm90::solo_capable tiles): every tile has <= 64 rows, consumer 0 runs alone
+  bool sm90_one_q = false;  // sm90 (sm90::one_q_capable tiles): every tile has <= 64 rows, the 1Q tile
+                            // (both consumers on one Q tile, key tiles even / odd; before solo)
   // sm90 (FA4_SM90_PAGED_GATHER): the tile's gather instance (sm90/fwd_gather.h) -- a paged cache
   // the TMA loads do not take, its K / V rows copied by the producer warpgroup
   bool sm90_gather = false;

@@ -20,6 +20,12 @@ struct PipelineState {
   __device__ __forceinline__ void advance() {
     if (++index == kStages) index = 0, phase ^= 1u;
   }
+  // k >= 0 advances at once.
+  __device__ __forceinline__ void advance_by(int k) {
+    const int i = index + k;
+    phase ^= static_cast<uint32_t>(i / kStages) & 1u;
+    index = i % kStages;
+  }
 };
 
 template <int kStages>

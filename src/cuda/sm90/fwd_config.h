@@ -130,6 +130,33 @@
 #ifndef FA4_SM90_SOLO
 #define FA4_SM90_SOLO 0
 #endif
+//   FA4_SM90_ONE_Q         The 1Q tile (issue 13 item 2): launches whose tiles all have <= 64
+//                          rows (decode: PackGQA rows of a few query tokens) run both consumer
+//                          warpgroups on the one 64-row Q tile, consumer c on the key tiles
+//                          c, c + 2, ... with its own (O, m, l), merged through shared memory
+//                          at the end of the tile (fwd_consumer.cuh merge_pair): half the GEMM
+//                          and softmax work per consumer and key tile, where solo launches leave
+//                          consumer 1 idle and pair launches spend it on empty rows. 1: the fp8_kv
+//                          tile (its converters feed one consumer at ~12 bytes of e4m3 per SM
+//                          clock on the H100 and the H200 alike, which is 93 % of the H100's HBM
+//                          but 65 % of the H200's); 2: also the D 128 16-bit tiles (standard,
+//                          split_kv). 0 until measured on a GPU.
+#ifndef FA4_SM90_ONE_Q
+#define FA4_SM90_ONE_Q 0
+#endif
+//   FA4_SM90_ONE_Q_SERIAL  1: a 1Q consumer's P V of key tile t completes before its S of t + 2
+//                          issues (no overlap inside the warpgroup; the other consumer's GEMMs
+//                          fill the tensor cores), so its V slot frees a tile earlier.
+//   FA4_SM90_SKIP_EMPTY_WARPS 1: consumer warps whose 16 rows are all past the tile's rows skip
+//                          the softmax (decode: 4 PackGQA rows leave warps 1-3 of consumer 0 and
+//                          all of consumer 1 empty; their issue slots go to the fp8_kv converter
+//                          warps sharing their SM sub-partitions). 0 until measured.
+#ifndef FA4_SM90_SKIP_EMPTY_WARPS
+#define FA4_SM90_SKIP_EMPTY_WARPS 0
+#endif
+#ifndef FA4_SM90_ONE_Q_SERIAL
+#define FA4_SM90_ONE_Q_SERIAL 1
+#endif
 //   FA4_SM90_FUSED_COMBINE 1: split-KV launches merge their partials in the kernel: the last
 //                          split to finish a consumer's 64 rows (an atomic counter per tile and
 //                          consumer) merges them (sm90/fwd_epilogue.cuh merge_split_rows), so no
@@ -367,6 +394,13 @@ enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_kv };
 // back: H100 2026-12-05, B 32 decode 32/8 kv 4k-64k, tokens/s over the bf16 cache 0.93-0.97 ->
 // 1.05-1.15 (+17 %; docs/perf/h100-2026-12-05c-session.md).
 constexpr bool solo_capable(Tile t) { return FA4_SM90_SOLO || t == Tile::fp8_kv; }
+// Tiles whose launches of <= 64-row tiles run as 1Q tiles (FA4_SM90_ONE_Q; Sm90Params::solo = 2):
+// two consumers whose O staging is not the V ring (the pair merge exchanges O through consumer
+// 1's staging space, fwd_smem.cuh o_stage) and no P double buffer. Takes precedence over solo.
+constexpr bool one_q_capable(Tile t, int dqk, int dv) {
+  return !FA4_SM90_P_DOUBLE && ((FA4_SM90_ONE_Q >= 1 && t == Tile::fp8_kv) ||
+                                 (FA4_SM90_ONE_Q >= 2 && (t == Tile::standard || t == Tile::split_kv) && dqk == 128 && dv == 128));
+}
 // Bytes of one Q / K / V element of a tile's instance (Tile::fp8_kv: of its 16-bit rings; the
 // cache's e4m3 bytes: kv_cache_bytes).
 constexpr int elem_bytes(Tile t) { return t == Tile::fp8 ? 1 : 2; }

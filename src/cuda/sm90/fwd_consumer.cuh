@@ -76,6 +76,8 @@ struct Consumer {
   const TileWork& w;
   int c;         // consumer index 0 .. kConsumers - 1
   bool solo;     // (solo_capable) consumer 0 runs alone: no turns, one consumer's barrier counts
+  bool one_q;    // (one_q_capable) the 1Q tile: both consumers on Q tile 0, consumer c on key tiles
+                 // c, c + 2, ...; no turns; merge_pair at the end
   int tid;       // thread in the warpgroup
   int g, t4;     // fragment row group, column pair
   float sc;      // multiplier from kept score units to log2 units (see softmax)
@@ -83,6 +85,10 @@ struct Consumer {
   float softcap_in2;
   float f8_scale_log2, f8_softcap_in;  // (T::kDescale) the scale and tanh argument with q x k descale folded in
   FullKeyRange full;
+  // (FA4_SM90_SKIP_EMPTY_WARPS) The warp's 16 rows are all past the tile's rows (decode: PackGQA
+  // fills a few rows of warp 0): it skips the softmax, its P of the zero-filled Q rows stays what
+  // the GEMM gave. Warp-uniform; the wgmmas stay warpgroup-wide.
+  bool idle_warp;
   int lo[2], hi[2];  // visible keys of this thread's rows [lo, hi)
 
   // Low 32 bits of the wgmma shared-memory descriptors (start address >> 4, LBO) of consumer c's
@@ -115,10 +121,11 @@ struct Consumer {
 
   // qk_descale: (T::kDescale) q_descale x k_descale of the tile's (batch, kv head); unused otherwise.
   __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_, bool solo_,
-                                      float qk_descale = 1.f)
-      : sh(sh_), p(p_), w(w_), c(c_), solo(solo_capable(T::kTile) && solo_) {
+                                      float qk_descale = 1.f, bool one_q_ = false)
+      : sh(sh_), p(p_), w(w_), c(c_), solo(solo_capable(T::kTile) && solo_),
+        one_q(one_q_capable(T::kTile, T::kDqk, T::kDv) && one_q_) {
     tid = threadIdx.x % 128;
-    q_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[c][0])));
+    q_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[q_slot()][0])));
     k_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.k[0][0])));
     v_lo = static_cast<uint32_t>(kVDesc0) + (ptx::smem_u32(sh.v[0][0]) >> 4);
     const int lane = tid % 32;
@@ -142,7 +149,7 @@ struct Consumer {
     RowMask32 rm;
     rm.init(p.mask, w.si.sq, w.sk);
     // Tile rows -> query rows (PackGQA: m / group, fwd_work.cuh); the mask is the query row's.
-    int i0 = w.m0 + c * kRowsPerConsumer;
+    int i0 = w.m0 + q_slot() * kRowsPerConsumer;
     int i_last = i0 + kRowsPerConsumer - 1 < w.rows_seq - 1 ? i0 + kRowsPerConsumer - 1 : w.rows_seq - 1;
     if (i_last < i0) i_last = i0;
     int i_row[2] = {i0 + row_of(0), i0 + row_of(1)};
@@ -151,6 +158,7 @@ struct Consumer {
       i_row[0] /= p.group, i_row[1] /= p.group;
     }
     full.init(rm, i0, i_last);
+    idle_warp = FA4_SM90_SKIP_EMPTY_WARPS && w.m0 + q_slot() * kRowsPerConsumer + 16 * (tid / 32) >= w.rows_seq;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       rm.bounds(i_row[h], lo[h], hi[h]);
@@ -161,6 +169,8 @@ struct Consumer {
   }
   // Row (within the consumer's 64) of this thread's row half h.
   __device__ __forceinline__ int row_of(int h) const { return 16 * (tid / 32) + g + 8 * h; }
+  // The Q tile (and 64 tile rows) this consumer computes: its own, or (1Q) consumer 0's.
+  __device__ __forceinline__ int q_slot() const { return one_q ? 0 : c; }
 
   // ---- (T::kQToF16, F16ComputeTraits) the tile's bf16 Q -> fp16 in place ----
   // After q_full (the TMA's bf16 bits landed), before the first S = Q K^T. Row r is scaled by
@@ -180,7 +190,12 @@ struct Consumer {
     static_assert(T::kQToF16 && sizeof(Elem) == 2 && T::kChunk == 64 && kDqk % 32 == 0, "16-bit Q in 64-column chunks");
     constexpr int kPieces = kDqk / 8 / 4;  // 16-byte pieces of a row per lane of its quad
     constexpr uint32_t kChunkBytes = T::Smem::kQChunk * 2;
-    const uint32_t base = ptx::smem_u32(sh.q[c][0]);
+    if (one_q && c == 1) {  // (1Q) consumer 0 converts the shared tile; its row factors, from pair_ml
+      ptx::named_barrier_sync(bar_id(Bar::pair), 256);
+      q_inv[0] = sh.pair_ml[row_of(0)][0], q_inv[1] = sh.pair_ml[row_of(1)][0];
+      return;
+    }
+    const uint32_t base = ptx::smem_u32(sh.q[q_slot()][0]);
     uint32_t addr[2][kPieces];
     uint4 x[2][kPieces];
 #pragma unroll
@@ -209,6 +224,7 @@ struct Consumer {
       const int sft = fp8_kv_q_shift(m);
       const float up = __uint_as_float(fp8_kv_pow2_bits(sft));
       q_inv[h] = __uint_as_float(fp8_kv_pow2_bits(-sft));
+      if (one_q && t4 == 0) sh.pair_ml[row_of(h)][0] = q_inv[h];
       // bf16 -> fp32 is the bits shifted up (word = lo | hi << 16); x 2^s exact; -> fp16 rn.
       auto cvt = [up](uint32_t wd) {
         return ptx::pack2<__half>(__uint_as_float(wd << 16) * up, __uint_as_float(wd & 0xffff0000u) * up);
@@ -218,19 +234,28 @@ struct Consumer {
         ptx::sts128(addr[h][k], make_uint4(cvt(x[h][k].x), cvt(x[h][k].y), cvt(x[h][k].z), cvt(x[h][k].w)));
     }
     ptx::fence_proxy_async_shared_cta();  // generic stores -> the wgmma (async proxy) reads
-    ptx::named_barrier_sync(bar_id(Bar::q_convert0) + c, 128);
+    __syncwarp();  // (the row shifts' data-dependent paths reconverge before the aligned bar.sync)
+    if (one_q) ptx::named_barrier_sync(bar_id(Bar::pair), 256);  // (1Q) consumer 1's wgmmas read it too
+    else ptx::named_barrier_sync(bar_id(Bar::q_convert0) + c, 128);
   }
 
   // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the next consumer ----
+  // (Solo and 1Q launches take no turns: in a 1Q tile each consumer's GEMMs are its own key tiles'.)
+  __device__ __forceinline__ bool takes_turns() const {
+    return FA4_SM90_PINGPONG && !(solo_capable(T::kTile) && solo) && !(one_q_capable(T::kTile, kDqk, kDv) && one_q);
+  }
   __device__ __forceinline__ void turn_wait() {
-    if (FA4_SM90_PINGPONG && !(solo_capable(T::kTile) && solo)) ptx::named_barrier_sync(bar_id(Bar::turn0) + c, 256);
+    if (takes_turns()) ptx::named_barrier_sync(bar_id(Bar::turn0) + c, 256);
   }
   __device__ __forceinline__ void turn_pass() {
-    if (FA4_SM90_PINGPONG && !(solo_capable(T::kTile) && solo)) ptx::named_barrier_arrive(bar_id(Bar::turn0) + (c + 1) % kConsumers, 256);
+    if (takes_turns()) ptx::named_barrier_arrive(bar_id(Bar::turn0) + (c + 1) % kConsumers, 256);
   }
   // Threads of the consumers that run (Bar::consumers). (The switch spelled out in each test keeps
   // them compile-time constants in default builds: a member read left the V-tail loop rolled.)
-  __device__ __forceinline__ int consumer_threads() const { return solo_capable(T::kTile) && solo ? 128 : 128 * kConsumers; }
+  // (1Q: consumer 0 alone zeroes, the V tail being in its first key tile.)
+  __device__ __forceinline__ int consumer_threads() const {
+    return (solo_capable(T::kTile) && solo) || (one_q_capable(T::kTile, kDqk, kDv) && one_q) ? 128 : 128 * kConsumers;
+  }
 
   // ---- GEMMs ----
   // A descriptor from its low half (start address, LBO) and the constant high half of `desc0`.
@@ -293,6 +318,10 @@ struct Consumer {
 
   // ---- softmax of the S tile of keys [n0, n0 + kBlockN); r = O rescale of each row ----
   __device__ __forceinline__ void softmax(int n0, Rescale& r) {
+    if (FA4_SM90_SKIP_EMPTY_WARPS && idle_warp) {  // (rows never stored: their m, l, O are unused)
+      r.none();
+      return;
+    }
     // (T::kQToF16) S was computed from 2^s_r q: back to q . k first (exact: a power of two), so
     // the softcap, the masks' -inf, the running max and the epilogue's lse see the true scores.
     if constexpr (T::kQToF16) {
@@ -472,22 +501,36 @@ struct Consumer {
   }
 
   // S of key tile `it` (of n) has completed (its wgmma group waited for): release K's slot (and
-  // Q after the last key tile), then the softmax.
+  // Q after this consumer's last key tile), then the softmax.
   __device__ __forceinline__ void s_done(const Ring& st, int it, int n, Rescale& rs) {
     ptx::fence_operands(s);
     sh.k_ring.release(st, tid == 0);
-    if (T::kQFreeEarly && it == n - 1) release_q();
+    if (T::kQFreeEarly && last_tile(it, n)) release_q();
     softmax(w.tile_at(it) * kBlockN, rs);
+  }
+  // (1Q) This consumer's key tiles are first_tile(), + key_stride(), ... of the tile's n; its ring
+  // position moves by the stride (the other consumer's slots lie between).
+  __device__ __forceinline__ int first_tile() const { return one_q ? c : 0; }
+  __device__ __forceinline__ int key_stride() const { return one_q ? 2 : 1; }
+  __device__ __forceinline__ bool last_tile(int it, int n) const { return one_q ? it + 2 >= n : it == n - 1; }
+  __device__ __forceinline__ void next_slot(Ring& r) const {
+    if (one_q) r.advance_by(2);
+    else r.advance();
   }
 
   // The tile's key tiles; `st` is the ring position, which runs on across tiles. Q has landed
   // (q_full waited by the caller).
   __device__ __forceinline__ void mainloop(Ring& st) {
     const int n = w.n_tiles();
-    if (n <= 0) {
+    const int it0 = first_tile();
+    if (n <= it0) {  // (1Q: consumer 1 of a one-key-tile tile has none either)
       if (T::kQFreeEarly) release_q();
+      if (one_q && n > 0) st.advance_by(n);
       return;
     }
+    // (1Q) Where both consumers' ring positions meet after the tile.
+    Ring st_end = st;
+    if (one_q) st_end.advance_by(n), st.advance_by(it0);
     // (e4m3: the V^T pre-pass wrote zeros past the sequence's last key, fp8_layout.h; gather
     // instances: their cp.async copies zero-filled those rows, fwd_gather.cuh; fp8_kv: the
     // converter warps stored zeros there, fwd_fp8_kv.cuh -- zeroing them again raced, for
@@ -501,14 +544,14 @@ struct Consumer {
     issue_s(st);
     turn_pass();
     if constexpr (!kZeroFilled) {
-      if (v_tail) zero_v_tail(st);
+      if (v_tail && it0 == 0) zero_v_tail(st);  // (the V tail is in key tile 0: 1Q consumer 0's)
     }
     ptx::wgmma_wait_group<0>();
     ptx::fence_operands(s);
     sh.k_ring.release(st, tid == 0);
-    if (T::kQFreeEarly && n == 1) release_q();
+    if (T::kQFreeEarly && last_tile(it0, n)) release_q();
     Rescale rs;
-    softmax(w.tile_at(0) * kBlockN, rs);
+    softmax(w.tile_at(it0) * kBlockN, rs);
     rs.none();  // O is still 0: nothing to rescale
     if constexpr (kPvWaitBehindV) sh.v_ring.wait(st);  // as in the loop
     pack_p();
@@ -518,11 +561,14 @@ struct Consumer {
       mainloop_double(st, stv, rs, n);
     } else {
 #pragma unroll 1
-      for (int it = 1; it < n; ++it) {
-        if (!FA4_SM90_OVERLAP) {  // ablation: P V of tile t - 1 completes before S of tile t issues
+      for (int it = it0 + key_stride(); it < n; it += key_stride()) {
+        // (1Q: each consumer's K / V slots are every other one of the rings; with P V of tile t
+        // held over S of tile t + 2, the producer's V of t + 2 waited for that P V and the other
+        // consumer's next K behind it: H200 2026-12-06, 0.70-0.80x of the solo consumer)
+        if (!FA4_SM90_OVERLAP || (FA4_SM90_ONE_Q_SERIAL && one_q)) {  // ablation: P V of tile t - 1 completes before S of tile t issues
           sh.v_ring.wait(stv);
           pv_alone(stv);
-          st.advance();
+          next_slot(st);
           sh.k_ring.wait(st);
           turn_wait();
           issue_s(st);
@@ -535,7 +581,7 @@ struct Consumer {
           stv = st;
           continue;
         }
-        st.advance();
+        next_slot(st);
         sh.k_ring.wait(st);
         turn_wait();
         issue_s(st);
@@ -575,6 +621,77 @@ struct Consumer {
       pv_alone(stv);
       st = stv;
       st.advance();  // the next tile's first slot
+      if (one_q) st = st_end;
+    }
+  }
+
+  // ---- (1Q tiles) the end-of-tile merge of the two consumers' (O, m, l) ----
+  // Consumer 1 ran the odd key tiles, consumer 0 the even ones, on the same 64 rows: thread tid
+  // of either holds the same rows and columns. Consumer 1 hands over its (m, l) per row
+  // (Smem::pair_ml) and its O in fp32, half the columns per pass, through its O staging space
+  // (o_stage(1), 64 x Dv 16-bit = half of O in fp32; a 1Q launch runs no epilogue of consumer 1
+  // and loads no Q it reads); consumer 0 merges, m = max(m0, m1), a_c = 2^((m_c - m) sc),
+  // O = a0 O0 + a1 O1, l = a0 l0 + a1 l1, and runs the epilogue alone. Both consumers call it
+  // for every tile of >= 2 key tiles. Four 256-thread barriers: the buffer free (consumer 0 read
+  // the previous tile's second pass: where Q is released after the last S, consumer 1 can reach
+  // the next merge first), after each pass is written, and between the passes.
+  __device__ __forceinline__ void merge_pair() {
+    static_assert(kConsumers == 2 && !kFp8, "1Q: two 16-bit consumers");
+    constexpr int kHalf = kDv / 2;      // fp32 columns per pass
+    constexpr int kBlocks = kHalf / 8;  // 8-column blocks per pass: a quad's 32 bytes of a row
+    static_assert(kRowsPerConsumer * kHalf * 4 <= kRowsPerConsumer * kDv * sizeof(typename T::OutElem) &&
+                      (kBlocks & (kBlocks - 1)) == 0,
+                  "a pass fits the staging tile; whole swizzle groups");
+    float* const x = reinterpret_cast<float*>(sh.o_stage(1));
+    // [64 rows][kHalf] fp32, row r's blocks XOR-swizzled by r % kBlocks: a warp's eight rows of a
+    // block land in eight different 32-byte bank groups.
+    auto at = [&](int r, int cb) { return reinterpret_cast<float2*>(x + r * kHalf + ((cb ^ (r % kBlocks)) * 8) + 2 * t4); };
+    const uint32_t bar = bar_id(Bar::pair);
+    float a0[2] = {1.f, 1.f}, a1[2] = {0.f, 0.f};
+    if (c == 0) ptx::named_barrier_arrive(bar_id(Bar::pair_free), 256);
+    if (c == 1) {
+      ptx::named_barrier_sync(bar_id(Bar::pair_free), 256);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float l = quad_sum(l_run[h]);
+        if (t4 == 0) sh.pair_ml[row_of(h)][0] = m_run[h], sh.pair_ml[row_of(h)][1] = l;
+      }
+    }
+#pragma unroll
+    for (int ps = 0; ps < 2; ++ps) {
+      if (c == 1) {
+#pragma unroll
+        for (int cb = 0; cb < kBlocks; ++cb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = 4 * (ps * kBlocks + cb) + 2 * h;
+            *at(row_of(h), cb) = make_float2(o[i], o[i + 1]);
+          }
+      }
+      ptx::named_barrier_sync(bar, 256);
+      if (c == 0) {
+        if (ps == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float m1 = sh.pair_ml[row_of(h)][0], l1 = sh.pair_ml[row_of(h)][1];
+            const float m = fmaxf(m_run[h], m1);  // (-inf: neither consumer saw a key of the row)
+            a0[h] = m_run[h] == -INFINITY ? 0.f : ptx::exp2_approx((m_run[h] - m) * sc);
+            a1[h] = m1 == -INFINITY ? 0.f : ptx::exp2_approx((m1 - m) * sc);
+            const float l0 = quad_sum(l_run[h]);
+            l_run[h] = t4 == 0 ? a0[h] * l0 + a1[h] * l1 : 0.f;  // (the epilogue sums the quad)
+            m_run[h] = m;
+          }
+        }
+#pragma unroll
+        for (int cb = 0; cb < kBlocks; ++cb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = 4 * (ps * kBlocks + cb) + 2 * h;
+            const float2 y = *at(row_of(h), cb);
+            o[i] = a0[h] * o[i] + a1[h] * y.x, o[i + 1] = a0[h] * o[i + 1] + a1[h] * y.y;
+          }
+      }
+      if (ps == 0) ptx::named_barrier_sync(bar, 256);
     }
   }
 

@@ -89,12 +89,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t mis = ptx::smem_u32(smem_raw) & 1023u;
   auto& sh = *reinterpret_cast<typename T::Smem*>(smem_raw + ((1024u - mis) & 1023u));
 
-  const bool solo = solo_capable(T::kTile) && P.solo != 0;  // consumer 0 alone (fwd_params.h)
+  // (fwd_params.h) consumer 0 alone, or (the 1Q tile) both consumers on one Q tile
+  const bool one_q = one_q_capable(T::kTile, T::kDqk, T::kDv) && P.solo == 2;
+  const bool solo = solo_capable(T::kTile) && P.solo != 0 && !one_q;
   const uint32_t consumers = solo ? 1u : static_cast<uint32_t>(T::kConsumers);
   if (threadIdx.x == 0) {
-    // one release per consumer warpgroup (fwd_gather.cuh; fp8_kv: fwd_fp8_kv.cuh)
-    if constexpr (T::kFp8Kv) init_fp8_kv_rings<T>(sh, consumers);
-    else init_kv_rings<T>(sh, consumers);
+    // one release per consumer warpgroup (fwd_gather.cuh; fp8_kv: fwd_fp8_kv.cuh); 1Q: each key
+    // tile's slots are one consumer's
+    const uint32_t releases = one_q ? 1u : consumers;
+    if constexpr (T::kFp8Kv) init_fp8_kv_rings<T>(sh, releases);
+    else init_kv_rings<T>(sh, releases);
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 128 * consumers);  // one arrival per consumer thread
     ptx::mbarrier_init(&sh.work_full, 1);
@@ -128,7 +132,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   const int c = T::kUniformC ? __shfl_sync(0xffffffffu, consumer_of(threadIdx.x), 0) : consumer_of(threadIdx.x);
   if (solo && c > 0) return;  // rows 64 and up of every tile are empty
   // The GEMM turn goes round the consumers, tile after tile; consumer 0 has the first.
-  if (FA4_SM90_PINGPONG && !solo && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
+  if (FA4_SM90_PINGPONG && !solo && !one_q && c == 0) ptx::named_barrier_arrive(bar_id(Bar::turn0), 256);
   typename Consumer<T>::Ring st;  // the K / V rings run on across tiles
   uint32_t tiles_done = 0;        // the q_full phase
   uint64_t* const tr = threadIdx.x % 128 == 0 ? P.trace : nullptr;  // one stamping thread per role
@@ -146,7 +150,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
       if (P.q_descale != nullptr) qk_descale = P.q_descale[w.batch * P.qd_s0 + w.hk * P.qd_sh];
       if (P.k_descale != nullptr) qk_descale *= P.k_descale[w.batch * P.kd_s0 + w.hk * P.kd_sh];
     }
-    Consumer<T> cs(sh, P.a, w, c, solo, qk_descale);
+    Consumer<T> cs(sh, P.a, w, c, solo, qk_descale, one_q);
     trace::stamp(tr, 1 + c, tiles_done, trace::cs_ready);
     ptx::mbarrier_wait_parity(&sh.q_full, tiles_done & 1u);
     // (F16ComputeTraits) bf16 Q -> fp16 in place, a power-of-two scale per row (fwd_consumer.cuh).
@@ -155,6 +159,22 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     trace::key_tiles(tr, 1 + c, tiles_done, w.n_tiles());
     cs.mainloop(st);
     trace::stamp(tr, 1 + c, tiles_done, trace::main_done);
+    if constexpr (one_q_capable(T::kTile, T::kDqk, T::kDv)) {
+      if (one_q) {
+        // (1Q) Consumer 1's (O, m, l) into consumer 0's, which alone runs the epilogue. Consumer 1
+        // wrote its O over its staging space (Q tile 1 where O is staged in Q): fenced for the
+        // next Q's TMA there, then released as an epilogue would (kQFreeEarly: released already).
+        if (w.n_tiles() >= 2) cs.merge_pair();
+        if (c > 0) {
+          if constexpr (!T::kQFreeEarly) {
+            ptx::fence_proxy_async_shared_cta();
+            cs.release_q();
+          }
+          ++tiles_done;
+          continue;
+        }
+      }
+    }
     epilogue<T>(P, cs);
     trace::stamp(tr, 1 + c, tiles_done, trace::epi_done);
     ++tiles_done;

@@ -24,8 +24,11 @@ struct Sm90Params {
   CUtensorMap tm_v;
   CUtensorMap tm_o;    // out, as tm_q (boxes of 64 columns x 64 rows); valid when tma_store
   int32_t tma_store;   // full 64-row tiles of O leave through TMA (else 16-byte stores)
-  // (sm90::solo_capable tiles) every tile has <= 64 rows (decode), so consumer 0 runs alone -- the
-  // others exit at once, the rings and barriers count one consumer, no ping-pong turns.
+  // Every tile has <= 64 rows (decode). 1 (sm90::solo_capable tiles): consumer 0 runs alone -- the
+  // others exit at once, the rings and barriers count one consumer, no ping-pong turns. 2
+  // (sm90::one_q_capable tiles, the 1Q tile): both consumers on the one Q tile, key tiles split
+  // even / odd between them and merged at the tile's end; the K / V rings count one release per
+  // slot, no ping-pong turns.
   int32_t solo = 0;
   FwdArgs a;
   TileSchedule sched;  // the virtual grid the persistent CTAs walk

@@ -81,6 +81,10 @@ struct alignas(1024) SharedStorage {
   uint64_t work_full;
   uint64_t o_empty;
   std::conditional_t<kBytes, ByteBars, NoBytes> kvb_bars;
+  // (1Q tiles, fwd_consumer.cuh) per row of the Q tile: consumer 1's (m, l) for the merge, or
+  // (bf16 q computed in fp16) consumer 0's row factor 2^-s for consumer 1. Last, inside the
+  // struct's 1024-byte end padding: the other members keep their offsets, sizeof its value.
+  float pair_ml[kRowsPerConsumer][2];
 
   __device__ __forceinline__ uint8_t* kb(int s) { return os.k[s]; }  // (kBytes) byte slot s of K / V
   __device__ __forceinline__ uint8_t* vb(int s) { return os.v[s]; }
