@@ -76,7 +76,7 @@ struct Consumer {
   const TileWork& w;
   int c;         // consumer index 0 .. kConsumers - 1
   bool solo;     // (solo_capable) consumer 0 runs alone: no turns, one consumer's barrier counts
-  bool one_q;    // (one_q_capable) the 1Q tile: both consumers on Q tile 0, consumer c on key tiles
+  bool one_q_;   // (one_q_capable) the 1Q tile: both consumers on Q tile 0, consumer c on key tiles
                  // c, c + 2, ...; no turns; merge_pair at the end
   int tid;       // thread in the warpgroup
   int g, t4;     // fragment row group, column pair
@@ -121,9 +121,9 @@ struct Consumer {
 
   // qk_descale: (T::kDescale) q_descale x k_descale of the tile's (batch, kv head); unused otherwise.
   __device__ __forceinline__ Consumer(typename T::Smem& sh_, const FwdArgs& p_, const TileWork& w_, int c_, bool solo_,
-                                      float qk_descale = 1.f, bool one_q_ = false)
+                                      float qk_descale = 1.f, bool one_q = false)
       : sh(sh_), p(p_), w(w_), c(c_), solo(solo_capable(T::kTile) && solo_),
-        one_q(one_q_capable(T::kTile, T::kDqk, T::kDv) && one_q_) {
+        one_q_(one_q_capable(T::kTile, T::kDqk, T::kDv) && one_q) {
     tid = threadIdx.x % 128;
     q_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.q[q_slot()][0])));
     k_lo = static_cast<uint32_t>(ptx::make_smem_desc_kmajor_sw128(ptx::smem_u32(sh.k[0][0])));
@@ -169,8 +169,14 @@ struct Consumer {
   }
   // Row (within the consumer's 64) of this thread's row half h.
   __device__ __forceinline__ int row_of(int h) const { return 16 * (tid / 32) + g + 8 * h; }
+  // (The switch spelled out: a member read alone is not folded to a constant -- as solo above.)
+  static constexpr bool kOneQ = one_q_capable(T::kTile, T::kDqk, T::kDv);
+  __device__ __forceinline__ bool one_q() const {
+    if constexpr (kOneQ) return one_q_;
+    else return false;
+  }
   // The Q tile (and 64 tile rows) this consumer computes: its own, or (1Q) consumer 0's.
-  __device__ __forceinline__ int q_slot() const { return one_q ? 0 : c; }
+  __device__ __forceinline__ int q_slot() const { return one_q() ? 0 : c; }
 
   // ---- (T::kQToF16, F16ComputeTraits) the tile's bf16 Q -> fp16 in place ----
   // After q_full (the TMA's bf16 bits landed), before the first S = Q K^T. Row r is scaled by
@@ -186,15 +192,22 @@ struct Consumer {
   // all 64 rows). Once per tile: 16 KB per consumer, ~100 instructions per thread.
   // (Under --use_fast_math bf16 subnormals, < 2^-126, flush to 0 in the fp32 multiply: scores
   // below 2^-126 x |k| x Dqk, nothing next to the exponentials' 1.)
+  // (1Q: consumer 0 converts the shared tile and leaves its row factors in pair_ml for consumer 1;
+  // both meet on one barrier instruction -- synccheck requires an aligned bar.sync's threads to
+  // execute the same one.)
   __device__ __forceinline__ void convert_q() {
+    if (!(one_q() && c == 1)) convert_q_rows();
+    if (one_q()) {
+      ptx::named_barrier_sync(bar_id(Bar::pair), 256);  // consumer 1's wgmmas read the tile too
+      if (c == 1) q_inv[0] = sh.pair_ml[row_of(0)][0], q_inv[1] = sh.pair_ml[row_of(1)][0];
+    } else {
+      ptx::named_barrier_sync(bar_id(Bar::q_convert0) + c, 128);
+    }
+  }
+  __device__ __forceinline__ void convert_q_rows() {
     static_assert(T::kQToF16 && sizeof(Elem) == 2 && T::kChunk == 64 && kDqk % 32 == 0, "16-bit Q in 64-column chunks");
     constexpr int kPieces = kDqk / 8 / 4;  // 16-byte pieces of a row per lane of its quad
     constexpr uint32_t kChunkBytes = T::Smem::kQChunk * 2;
-    if (one_q && c == 1) {  // (1Q) consumer 0 converts the shared tile; its row factors, from pair_ml
-      ptx::named_barrier_sync(bar_id(Bar::pair), 256);
-      q_inv[0] = sh.pair_ml[row_of(0)][0], q_inv[1] = sh.pair_ml[row_of(1)][0];
-      return;
-    }
     const uint32_t base = ptx::smem_u32(sh.q[q_slot()][0]);
     uint32_t addr[2][kPieces];
     uint4 x[2][kPieces];
@@ -224,7 +237,7 @@ struct Consumer {
       const int sft = fp8_kv_q_shift(m);
       const float up = __uint_as_float(fp8_kv_pow2_bits(sft));
       q_inv[h] = __uint_as_float(fp8_kv_pow2_bits(-sft));
-      if (one_q && t4 == 0) sh.pair_ml[row_of(h)][0] = q_inv[h];
+      if (one_q() && t4 == 0) sh.pair_ml[row_of(h)][0] = q_inv[h];
       // bf16 -> fp32 is the bits shifted up (word = lo | hi << 16); x 2^s exact; -> fp16 rn.
       auto cvt = [up](uint32_t wd) {
         return ptx::pack2<__half>(__uint_as_float(wd << 16) * up, __uint_as_float(wd & 0xffff0000u) * up);
@@ -234,15 +247,12 @@ struct Consumer {
         ptx::sts128(addr[h][k], make_uint4(cvt(x[h][k].x), cvt(x[h][k].y), cvt(x[h][k].z), cvt(x[h][k].w)));
     }
     ptx::fence_proxy_async_shared_cta();  // generic stores -> the wgmma (async proxy) reads
-    __syncwarp();  // (the row shifts' data-dependent paths reconverge before the aligned bar.sync)
-    if (one_q) ptx::named_barrier_sync(bar_id(Bar::pair), 256);  // (1Q) consumer 1's wgmmas read it too
-    else ptx::named_barrier_sync(bar_id(Bar::q_convert0) + c, 128);
   }
 
   // ---- ping-pong turns (fwd_schedule.h): wait for mine, pass it to the next consumer ----
   // (Solo and 1Q launches take no turns: in a 1Q tile each consumer's GEMMs are its own key tiles'.)
   __device__ __forceinline__ bool takes_turns() const {
-    return FA4_SM90_PINGPONG && !(solo_capable(T::kTile) && solo) && !(one_q_capable(T::kTile, kDqk, kDv) && one_q);
+    return FA4_SM90_PINGPONG && !(solo_capable(T::kTile) && solo) && !one_q();
   }
   __device__ __forceinline__ void turn_wait() {
     if (takes_turns()) ptx::named_barrier_sync(bar_id(Bar::turn0) + c, 256);
@@ -254,7 +264,7 @@ struct Consumer {
   // them compile-time constants in default builds: a member read left the V-tail loop rolled.)
   // (1Q: consumer 0 alone zeroes, the V tail being in its first key tile.)
   __device__ __forceinline__ int consumer_threads() const {
-    return (solo_capable(T::kTile) && solo) || (one_q_capable(T::kTile, kDqk, kDv) && one_q) ? 128 : 128 * kConsumers;
+    return (solo_capable(T::kTile) && solo) || one_q() ? 128 : 128 * kConsumers;
   }
 
   // ---- GEMMs ----
@@ -510,11 +520,22 @@ struct Consumer {
   }
   // (1Q) This consumer's key tiles are first_tile(), + key_stride(), ... of the tile's n; its ring
   // position moves by the stride (the other consumer's slots lie between).
-  __device__ __forceinline__ int first_tile() const { return one_q ? c : 0; }
-  __device__ __forceinline__ int key_stride() const { return one_q ? 2 : 1; }
-  __device__ __forceinline__ bool last_tile(int it, int n) const { return one_q ? it + 2 >= n : it == n - 1; }
+  // (Spelled with if constexpr: in instances without the 1Q tile even a folded `one_q() ? c : 0`
+  // moved ptxas' register allocation, 13450 SASS lines of the D 64 instance.)
+  __device__ __forceinline__ int first_tile() const {
+    if constexpr (kOneQ) return one_q_ ? c : 0;
+    else return 0;
+  }
+  __device__ __forceinline__ int key_stride() const {
+    if constexpr (kOneQ) return one_q_ ? 2 : 1;
+    else return 1;
+  }
+  __device__ __forceinline__ bool last_tile(int it, int n) const {
+    if constexpr (kOneQ) return one_q_ ? it + 2 >= n : it == n - 1;
+    else return it == n - 1;
+  }
   __device__ __forceinline__ void next_slot(Ring& r) const {
-    if (one_q) r.advance_by(2);
+    if (one_q()) r.advance_by(2);
     else r.advance();
   }
 
@@ -522,15 +543,19 @@ struct Consumer {
   // (q_full waited by the caller).
   __device__ __forceinline__ void mainloop(Ring& st) {
     const int n = w.n_tiles();
-    const int it0 = first_tile();
+    const int it0 = kOneQ ? first_tile() : 0;  // (a call left in the other instances moved their SASS)
     if (n <= it0) {  // (1Q: consumer 1 of a one-key-tile tile has none either)
       if (T::kQFreeEarly) release_q();
-      if (one_q && n > 0) st.advance_by(n);
+      if constexpr (kOneQ) {
+        if (one_q_ && n > 0) st.advance_by(n);
+      }
       return;
     }
     // (1Q) Where both consumers' ring positions meet after the tile.
-    Ring st_end = st;
-    if (one_q) st_end.advance_by(n), st.advance_by(it0);
+    [[maybe_unused]] Ring st_end = st;
+    if constexpr (kOneQ) {
+      if (one_q_) st_end.advance_by(n), st.advance_by(it0);
+    }
     // (e4m3: the V^T pre-pass wrote zeros past the sequence's last key, fp8_layout.h; gather
     // instances: their cp.async copies zero-filled those rows, fwd_gather.cuh; fp8_kv: the
     // converter warps stored zeros there, fwd_fp8_kv.cuh -- zeroing them again raced, for
@@ -565,7 +590,7 @@ struct Consumer {
         // (1Q: each consumer's K / V slots are every other one of the rings; with P V of tile t
         // held over S of tile t + 2, the producer's V of t + 2 waited for that P V and the other
         // consumer's next K behind it: H200 2026-12-06, 0.70-0.80x of the solo consumer)
-        if (!FA4_SM90_OVERLAP || (FA4_SM90_ONE_Q_SERIAL && one_q)) {  // ablation: P V of tile t - 1 completes before S of tile t issues
+        if (!FA4_SM90_OVERLAP || (FA4_SM90_ONE_Q_SERIAL && one_q())) {  // ablation: P V of tile t - 1 completes before S of tile t issues
           sh.v_ring.wait(stv);
           pv_alone(stv);
           next_slot(st);
@@ -621,7 +646,9 @@ struct Consumer {
       pv_alone(stv);
       st = stv;
       st.advance();  // the next tile's first slot
-      if (one_q) st = st_end;
+      if constexpr (kOneQ) {
+        if (one_q_) st = st_end;
+      }
     }
   }
 
@@ -632,9 +659,10 @@ struct Consumer {
   // (o_stage(1), 64 x Dv 16-bit = half of O in fp32; a 1Q launch runs no epilogue of consumer 1
   // and loads no Q it reads); consumer 0 merges, m = max(m0, m1), a_c = 2^((m_c - m) sc),
   // O = a0 O0 + a1 O1, l = a0 l0 + a1 l1, and runs the epilogue alone. Both consumers call it
-  // for every tile of >= 2 key tiles. Four 256-thread barriers: the buffer free (consumer 0 read
-  // the previous tile's second pass: where Q is released after the last S, consumer 1 can reach
-  // the next merge first), after each pass is written, and between the passes.
+  // for every tile of >= 2 key tiles. Four 256-thread barriers, one bar.sync instruction for both
+  // consumers (synccheck): the buffer free (consumer 0 read the previous tile's second pass:
+  // where Q is released after the last S, consumer 1 can reach the next merge first -- racecheck
+  // does not take a bar.arrive as ordering), after each pass is written, and between the passes.
   __device__ __forceinline__ void merge_pair() {
     static_assert(kConsumers == 2 && !kFp8, "1Q: two 16-bit consumers");
     constexpr int kHalf = kDv / 2;      // fp32 columns per pass
@@ -648,9 +676,8 @@ struct Consumer {
     auto at = [&](int r, int cb) { return reinterpret_cast<float2*>(x + r * kHalf + ((cb ^ (r % kBlocks)) * 8) + 2 * t4); };
     const uint32_t bar = bar_id(Bar::pair);
     float a0[2] = {1.f, 1.f}, a1[2] = {0.f, 0.f};
-    if (c == 0) ptx::named_barrier_arrive(bar_id(Bar::pair_free), 256);
+    ptx::named_barrier_sync(bar, 256);
     if (c == 1) {
-      ptx::named_barrier_sync(bar_id(Bar::pair_free), 256);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float l = quad_sum(l_run[h]);

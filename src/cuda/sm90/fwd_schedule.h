@@ -45,7 +45,6 @@ enum class Bar : uint32_t {
                                            // tile converted to fp16 in place (fwd_consumer.cuh)
   pair = q_convert0 + kMaxConsumers,  // (1Q tiles) both consumers, 256 threads: the Q conversion's
                                       // row factors, the end-of-tile (O, m, l) merge (fwd_consumer.cuh)
-  pair_free,  // (1Q tiles) consumer 0 arrives, consumer 1 waits: the previous merge's buffer was read
   end,
 };
 static_assert(static_cast<uint32_t>(Bar::end) <= 16, "16 named barriers per CTA");
