@@ -659,10 +659,12 @@ struct Consumer {
   // (o_stage(1), 64 x Dv 16-bit = half of O in fp32; a 1Q launch runs no epilogue of consumer 1
   // and loads no Q it reads); consumer 0 merges, m = max(m0, m1), a_c = 2^((m_c - m) sc),
   // O = a0 O0 + a1 O1, l = a0 l0 + a1 l1, and runs the epilogue alone. Both consumers call it
-  // for every tile of >= 2 key tiles. Four 256-thread barriers, one bar.sync instruction for both
-  // consumers (synccheck): the buffer free (consumer 0 read the previous tile's second pass:
-  // where Q is released after the last S, consumer 1 can reach the next merge first -- racecheck
-  // does not take a bar.arrive as ordering), after each pass is written, and between the passes.
+  // for every tile of >= 2 key tiles. The hand-offs are mbarriers (Smem::pair_full / pair_empty,
+  // every thread arrives for its own accesses), two phases per merge, so pass ps waits on parity
+  // ps: consumer 1 writes pass ps once consumer 0 read the pass before it (a fresh barrier's
+  // parity-1 wait passes), consumer 0 reads it once written. (With 256-thread named barriers
+  // racecheck reported consumer 0's first-pass reads against consumer 1's second-pass writes on
+  // the split_kv tile, H100 2026-12-06.)
   __device__ __forceinline__ void merge_pair() {
     static_assert(kConsumers == 2 && !kFp8, "1Q: two 16-bit consumers");
     constexpr int kHalf = kDv / 2;      // fp32 columns per pass
@@ -674,19 +676,18 @@ struct Consumer {
     // [64 rows][kHalf] fp32, row r's blocks XOR-swizzled by r % kBlocks: a warp's eight rows of a
     // block land in eight different 32-byte bank groups.
     auto at = [&](int r, int cb) { return reinterpret_cast<float2*>(x + r * kHalf + ((cb ^ (r % kBlocks)) * 8) + 2 * t4); };
-    const uint32_t bar = bar_id(Bar::pair);
     float a0[2] = {1.f, 1.f}, a1[2] = {0.f, 0.f};
-    ptx::named_barrier_sync(bar, 256);
-    if (c == 1) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float l = quad_sum(l_run[h]);
-        if (t4 == 0) sh.pair_ml[row_of(h)][0] = m_run[h], sh.pair_ml[row_of(h)][1] = l;
-      }
-    }
 #pragma unroll
     for (int ps = 0; ps < 2; ++ps) {
       if (c == 1) {
+        ptx::mbarrier_wait_parity(&sh.pair_empty, static_cast<uint32_t>(ps) ^ 1u);
+        if (ps == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float l = quad_sum(l_run[h]);
+            if (t4 == 0) sh.pair_ml[row_of(h)][0] = m_run[h], sh.pair_ml[row_of(h)][1] = l;
+          }
+        }
 #pragma unroll
         for (int cb = 0; cb < kBlocks; ++cb)
 #pragma unroll
@@ -694,9 +695,9 @@ struct Consumer {
             const int i = 4 * (ps * kBlocks + cb) + 2 * h;
             *at(row_of(h), cb) = make_float2(o[i], o[i + 1]);
           }
-      }
-      ptx::named_barrier_sync(bar, 256);
-      if (c == 0) {
+        ptx::mbarrier_arrive(&sh.pair_full);
+      } else {
+        ptx::mbarrier_wait_parity(&sh.pair_full, static_cast<uint32_t>(ps));
         if (ps == 0) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -717,8 +718,8 @@ struct Consumer {
             const float2 y = *at(row_of(h), cb);
             o[i] = a0[h] * o[i] + a1[h] * y.x, o[i + 1] = a0[h] * o[i + 1] + a1[h] * y.y;
           }
+        ptx::mbarrier_arrive(&sh.pair_empty);
       }
-      if (ps == 0) ptx::named_barrier_sync(bar, 256);
     }
   }
 

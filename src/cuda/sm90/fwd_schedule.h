@@ -43,8 +43,8 @@ enum class Bar : uint32_t {
   epilogue0 = turn0 + kMaxConsumers,  // consumer c's 128 threads: O staged in shared memory
   q_convert0 = epilogue0 + kMaxConsumers,  // (F16ComputeTraits) consumer c's 128 threads: its Q
                                            // tile converted to fp16 in place (fwd_consumer.cuh)
-  pair = q_convert0 + kMaxConsumers,  // (1Q tiles) both consumers, 256 threads: the Q conversion's
-                                      // row factors, the end-of-tile (O, m, l) merge (fwd_consumer.cuh)
+  pair = q_convert0 + kMaxConsumers,  // (1Q tiles, bf16 q computed in fp16) both consumers, 256
+                                      // threads: Q converted, its row factors in Smem::pair_ml
   end,
 };
 static_assert(static_cast<uint32_t>(Bar::end) <= 16, "16 named barriers per CTA");

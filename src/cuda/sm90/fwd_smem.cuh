@@ -85,6 +85,9 @@ struct alignas(1024) SharedStorage {
   // (bf16 q computed in fp16) consumer 0's row factor 2^-s for consumer 1. Last, inside the
   // struct's 1024-byte end padding: the other members keep their offsets, sizeof its value.
   float pair_ml[kRowsPerConsumer][2];
+  // (1Q) the merge's hand-offs, two phases per tile (one per pass): pair_full, consumer 1's 128
+  // threads -> consumer 0 (a pass is written); pair_empty, consumer 0's 128 -> consumer 1 (read).
+  uint64_t pair_full, pair_empty;
 
   __device__ __forceinline__ uint8_t* kb(int s) { return os.k[s]; }  // (kBytes) byte slot s of K / V
   __device__ __forceinline__ uint8_t* vb(int s) { return os.v[s]; }
