@@ -1129,7 +1129,7 @@ TEST(CudaPlan, Sm90Fp8KvTile) {
       EXPECT_FALSE(pl.sm90_gather);
       EXPECT_EQ(pl.sched.dynamic, 0);
       // 4 rows per tile: consumer 0 alone (sm90::solo_capable), or the 1Q tile where it is built
-      const bool one_q = sm90::one_q_capable(kv_tile, 128, 128);
+      const bool one_q = fa4::cuda::sm90::one_q_capable(kv_tile, 128, 128);
       EXPECT_EQ(pl.sm90_one_q, one_q);
       EXPECT_EQ(pl.sm90_solo, !one_q);
     }
@@ -1141,7 +1141,7 @@ TEST(CudaPlan, Sm90Fp8KvTile) {
   pref.prefer = Kernel::sm90;
   const Plan b16 = Planned(bf16).on(pref);
   EXPECT_EQ(b16.kernel, Kernel::sm90);
-  EXPECT_EQ(b16.sm90_one_q, sm90::one_q_capable(b16.sm90_tile, 128, 128));
+  EXPECT_EQ(b16.sm90_one_q, fa4::cuda::sm90::one_q_capable(b16.sm90_tile, 128, 128));
   EXPECT_EQ(b16.sm90_solo, FA4_SM90_SOLO && !b16.sm90_one_q);
   if (!FA4_SM90_FP8_KV) return;
   // Chunked prefill (64 rows or more per tile): both consumers.

@@ -140,7 +140,15 @@
 //                          tile (its converters feed one consumer at ~12 bytes of e4m3 per SM
 //                          clock on the H100 and the H200 alike, which is 93 % of the H100's HBM
 //                          but 65 % of the H200's); 2: also the D 128 16-bit tiles (standard,
-//                          split_kv). 0 until measured on a GPU.
+//                          split_kv). Measured 2026-12-06 (docs/perf/h200-2026-12-06b-session.md):
+//                          first with P V of tile t held over S of t + 2 (the pair's overlap) on
+//                          the H200: fp8-KV 0.77-0.82x of the solo consumer's tokens/s, 16-bit
+//                          B 1 / 4 decode at kv 128k -18 % -- each consumer owns every other ring
+//                          slot, so the in-order producer waited on one consumer's P V before the
+//                          other's next K. Serial (FA4_SM90_ONE_Q_SERIAL) on the H100: level at
+//                          16k-64k keys, 3-6 % behind at 4k (the merge per tile); tests and the
+//                          three sanitizers clean. The H100's HBM caps the fp8-KV tile there, so
+//                          the per-SM gain it was built for needs an H200 A/B: 0 until then.
 #ifndef FA4_SM90_ONE_Q
 #define FA4_SM90_ONE_Q 0
 #endif
@@ -150,7 +158,9 @@
 //   FA4_SM90_SKIP_EMPTY_WARPS 1: consumer warps whose 16 rows are all past the tile's rows skip
 //                          the softmax (decode: 4 PackGQA rows leave warps 1-3 of consumer 0 and
 //                          all of consumer 1 empty; their issue slots go to the fp8_kv converter
-//                          warps sharing their SM sub-partitions). 0 until measured.
+//                          warps sharing their SM sub-partitions). H100 2026-12-06: fp8-KV
+//                          -1 to +1.5 %, 16-bit decode +-2 % (the H100's HBM caps the fp8-KV
+//                          tile); 0 until an H200 A/B.
 #ifndef FA4_SM90_SKIP_EMPTY_WARPS
 #define FA4_SM90_SKIP_EMPTY_WARPS 0
 #endif
