@@ -15,3 +15,7 @@ fi
 OUT=${OUT:-$OUT_DEFAULT}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$DIR/lib:${LD_LIBRARY_PATH:-}"
+# The peers' wheels install into /tmp/peers (../shared/PEERS.md; .peers/*/peer-install.sh, run
+# after this file is sourced): on the import path from the start, or FA3 / FA4 silently drop out
+# of the tables ("FA3 not available", 2026-12-06).
+export PYTHONPATH="/tmp/peers/nvidia_cutlass_dsl/dsl_packages:/tmp/peers${PYTHONPATH:+:$PYTHONPATH}"

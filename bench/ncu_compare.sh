@@ -17,7 +17,9 @@ for c in "$@"; do
   tag="d$1_s$2_c$3_$dt"
   cz=$([[ $3 == 1 ]] && echo --causal)
   # (fa4's sm80 / sm90 fwd_kernel, FA2's flash_fwd_kernel, FA3's FlashAttnFwdSm90 device kernel)
-  ncu --clock-control none -k regex:"fwd_kernel|FlashAttnFwd" --launch-skip 1 --launch-count 3 --csv --metrics "$METRICS" \
+  # (demangled names: FA3's kernels are cutlass::device_kernel<...FlashAttnFwdSm90...>, whose
+  # function name alone is device_kernel -- 2026-12-06 the filter caught fa4's kernel only)
+  ncu --clock-control none --kernel-name-base demangled -k regex:"fwd_kernel|FlashAttnFwd" --launch-skip 1 --launch-count 3 --csv --metrics "$METRICS" \
     python3 bench/cuda_ncu_case.py --lib "$DIR/lib/libfa4.so" --d $1 --s $2 $cz --dtype $dt --reps 2 > "$OUT/ncu_$tag.csv" 2> "$OUT/ncu_$tag.err"
   python3 - "$OUT/ncu_$tag.csv" "$tag" <<'PY'
 import csv, sys, collections
@@ -35,7 +37,10 @@ short = {"gpu__time_duration.sum": "time", "launch__registers_per_thread": "regs
          "lts__t_sector_hit_rate.pct": "l2hit%",
          "lts__throughput.avg.pct_of_peak_sustained_elapsed": "l2%", "l1tex__m_xbar2l1tex_read_bytes.sum": "l2_to_sm"}
 for (i, k), m in per.items():
-    name = "fa4" if k.startswith("void fa4") or "fa4::" in k else "fa3" if "FlashAttnFwd" in k else "fa2"
+    # (names as ncu prints them: fa4's "void fwd_kernel<FwdTraits<...>>" or "fa4::...", FA3's
+    # device_kernel<...FlashAttnFwdSm90...>, FA2's flash_fwd_kernel<...>)
+    name = ("fa3" if "FlashAttnFwd" in k or "device_kernel" in k else
+            "fa4" if k.startswith(("void fa4", "void fwd_kernel<", "fwd_kernel<")) or "fa4::" in k else "fa2")
     out = [sys.argv[2], name]
     for key, lab in short.items():
         v = m.get(key, "?").replace(",", "")
