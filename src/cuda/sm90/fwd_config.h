@@ -155,6 +155,9 @@
 //   FA4_SM90_ONE_Q_SERIAL  1: a 1Q consumer's P V of key tile t completes before its S of t + 2
 //                          issues (no overlap inside the warpgroup; the other consumer's GEMMs
 //                          fill the tensor cores), so its V slot frees a tile earlier.
+#ifndef FA4_SM90_ONE_Q_SERIAL
+#define FA4_SM90_ONE_Q_SERIAL 1
+#endif
 //   FA4_SM90_SKIP_EMPTY_WARPS 1: consumer warps whose 16 rows are all past the tile's rows skip
 //                          the softmax (decode: 4 PackGQA rows leave warps 1-3 of consumer 0 and
 //                          all of consumer 1 empty; their issue slots go to the fp8_kv converter
@@ -163,9 +166,6 @@
 //                          tile); 0 until an H200 A/B.
 #ifndef FA4_SM90_SKIP_EMPTY_WARPS
 #define FA4_SM90_SKIP_EMPTY_WARPS 0
-#endif
-#ifndef FA4_SM90_ONE_Q_SERIAL
-#define FA4_SM90_ONE_Q_SERIAL 1
 #endif
 //   FA4_SM90_FUSED_COMBINE 1: split-KV launches merge their partials in the kernel: the last
 //                          split to finish a consumer's 64 rows (an atomic counter per tile and
