@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 128 * consumers);  // one arrival per consumer thread
     ptx::mbarrier_init(&sh.work_full, 1);
-    ptx::mbarrier_init(&sh.o_empty, consumers);  // (kOInV) one arrival per consumer warpgroup
+    ptx::mbarrier_init(&sh.o_empty, 128 * consumers);  // (kOInV) one arrival per consumer thread
     if constexpr (one_q_capable(T::kTile, T::kDqk, T::kDv)) {  // (1Q) the merge's hand-offs
       ptx::mbarrier_init(&sh.pair_full, 128);
       ptx::mbarrier_init(&sh.pair_empty, 128);

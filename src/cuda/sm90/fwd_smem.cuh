@@ -18,7 +18,7 @@
 //                 swizzle; the converter warps widen it into k[s'] / v[s'] (fwd_fp8_kv.h)
 // Barriers: the K / V rings, q_full (producer -> consumers: the tile's Q landed, one phase per
 // tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer thread);
-// o_empty (OStaging::v_ring: consumers -> producer, one arrival per consumer warpgroup and tile: the O staged
+// o_empty (OStaging::v_ring: consumers -> producer, one arrival per consumer thread and tile: the O staged
 // over the V ring has been read, the next tile's V may land); kvb_bars (Tile::fp8_kv): the byte
 // rings (full: the TMA's bytes; empty: one arrival per converter thread) -- last, so the other
 // instances' barrier offsets are what they were.
