@@ -111,7 +111,10 @@ if [[ $SAN == 1 ]]; then
   # with its TMA / mbarrier / named-barrier pipeline; the other tests stay on sm80 / simt there.
   # Fp8SpecialValues: the fp8 (sm80) instances with splits; DecodeGroupsSplitsAndLengths: the
   # sm90 split_kv instance's in-kernel merge (the last split reads the others' rows).
-  FILTER='CudaBackend.RandomVsReference:CudaBackend.PrefillShapes:CudaBackend.GraphCapture:CudaBackend.CombinePartials:CudaBackend.WorkspaceAllocatorHook:CudaBackend.SingleBufferPrefill:CudaBackend.Fp8SpecialValues:CudaBackend.DecodeGroupsSplitsAndLengths:CudaF32.RandomVsReference'
+  # LongMaskedSequences / VarlenManySequences: key tails that are not the tensor's end, so a CTA's
+  # later tile zeroes its V tail in a ring slot that held the previous tile's O (D 256 stages O
+  # over the V ring): 16128 racecheck hazards there until 81ad571 (docs/perf/h200-2026-12-06c-session.md).
+  FILTER='CudaBackend.RandomVsReference:CudaBackend.PrefillShapes:CudaBackend.GraphCapture:CudaBackend.CombinePartials:CudaBackend.WorkspaceAllocatorHook:CudaBackend.SingleBufferPrefill:CudaBackend.Fp8SpecialValues:CudaBackend.DecodeGroupsSplitsAndLengths:CudaBackend.LongMaskedSequences:CudaBackend.VarlenManySequences:CudaF32.RandomVsReference'
   for tool in memcheck racecheck synccheck; do
     start=$(date +%s)
     FA4_CUDA_KERNEL=sm90 FA4_CUDA_CASES=6 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$TEST_BIN" \
