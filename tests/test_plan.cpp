@@ -1210,9 +1210,11 @@ TEST(CudaPlan, Sm90Fp8Tile) {
     int64_t d;
     int m, smem;
   };
-  // smem: (block_m x D + stages x 128 x 2D) B + 2 KB (barriers, alignment) + block_m x D x 2 B (O)
+  // smem: (block_m x D + stages x n x 2D) B + 2 KB (barriers, alignment) + block_m x D x 2 B (O);
+  // n = 128 keys (D 128: FA4_SM90_FP8_BLOCK_N_D128, 192 in the switches build)
+  constexpr int n128 = FA4_SM90_FP8_BLOCK_N_D128;
   const Want wants[] = {{64, 192, 192 * 64 + 3 * 128 * 128 + 2048 + 192 * 64 * 2},
-                        {128, 128, 128 * 128 + 3 * 128 * 256 + 2048 + 128 * 128 * 2},
+                        {128, 128, 128 * 128 + 3 * n128 * 256 + 2048 + 128 * 128 * 2},
                         {256, 128, 128 * 256 + 2 * 128 * 512 + 2048 + 128 * 256 * 2}};
   for (const Want& w : wants) {
     SCOPED_TRACE(w.d);
@@ -1222,11 +1224,11 @@ TEST(CudaPlan, Sm90Fp8Tile) {
     ASSERT_EQ(pl.kernel, Kernel::sm90);
     EXPECT_EQ(pl.sm90_tile, fa4::cuda::sm90::Tile::fp8);
     EXPECT_EQ(pl.m, w.m);
-    EXPECT_EQ(pl.n, 128);
+    EXPECT_EQ(pl.n, w.d == 128 ? n128 : 128);
     EXPECT_EQ(pl.smem, w.smem);
     EXPECT_LE(pl.smem, 232448);
     EXPECT_EQ(pl.splits, 1);
-    // V^T: [batch][hkv][dv][3000 keys rounded up to 3072]
+    // V^T: [batch][hkv][dv][3000 keys rounded up to 3072, a multiple of the pad (128 or 384)]
     EXPECT_EQ(pl.fp8_vt.cols, 3072);
     EXPECT_EQ(pl.fp8_vt.bl, 2);
     EXPECT_EQ(pl.fp8_vt_offset, 0u);
@@ -1312,11 +1314,11 @@ TEST(CudaPlan, Sm90Fp8VtLayout) {
   using fa4::cuda::sm90::kFp8VtPad;
   Fp8VtLayout l;
   ASSERT_TRUE(fp8_vt_layout(false, 3, 2, 100, 1, 0, &l));
-  EXPECT_EQ(l.cols, 128);
+  EXPECT_EQ(l.cols, kFp8VtPad);  // (128; 384 with the 192-key e4m3 tile)
   EXPECT_EQ(l.bl, 3);
-  EXPECT_EQ(l.bytes, 3 * 2 * 100 * 128);
+  EXPECT_EQ(l.bytes, 3 * 2 * 100 * kFp8VtPad);
   ASSERT_TRUE(fp8_vt_layout(false, 1, 1, 64, 256, 0, &l));
-  EXPECT_EQ(l.cols, 256);
+  EXPECT_EQ(l.cols, (256 + kFp8VtPad - 1) / kFp8VtPad * kFp8VtPad);
   ASSERT_TRUE(fp8_vt_layout(false, 1, 1, 64, 0, 0, &l));
   EXPECT_EQ(l.bytes, 0);
   // Overflow: int64 products, 2^31 columns (TMA coordinates are 32-bit).

@@ -15,6 +15,26 @@ namespace {
 
 using namespace fa4::cuda::sm90;
 
+// The V^T workspace's padding holds every fp8 tile's key tiles whole (a tile never reads past the
+// zeros the pre-pass wrote), a tile's V^T slot is whole chunks of 64 or 128 keys (the TMA boxes),
+// the pre-pass's steps divide the pad, and the varlen gap covers the pad and the start's rounding.
+TEST(Sm90Fp8Layout, VtPaddingHoldsEveryTilesKeyBlocks) {
+  for (int d : {64, 128, 256}) {
+    const int block_n = tile_cfg(d, d, Tile::fp8).block_n;
+    const int keys = fp8_vt_chunk_keys(block_n);
+    EXPECT_TRUE(keys == 64 || keys == 128) << d;
+    EXPECT_EQ(block_n % keys, 0) << d;
+    EXPECT_EQ(block_n % kFp8KeyBlock, 0) << d;
+    EXPECT_EQ(kFp8VtPad % block_n, 0) << d;
+  }
+  EXPECT_EQ(fp8_vt_chunk_keys(128), 128);
+  EXPECT_EQ(fp8_vt_chunk_keys(192), 64);
+  EXPECT_EQ(fp8_vt_chunk_keys(256), 128);
+  EXPECT_EQ(kFp8VtPad % kFp8VtStep, 0);
+  EXPECT_GE(kFp8VtSeqGap, kFp8VtPad - 1 + 15);
+  EXPECT_EQ(kFp8VtSeqGap % 16, 0);
+}
+
 TEST(Sm90Fp8Layout, PermutationIsABijectionWithItsInverse) {
   std::array<int, kFp8KeyBlock> seen{};
   for (int kappa = 0; kappa < kFp8KeyBlock; ++kappa) {

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "cuda/sm90/fwd_config.h"
+
 #if defined(__CUDACC__)
 #define FA4_FP8_LAYOUT_FN __host__ __device__ __forceinline__ constexpr
 #else
@@ -62,18 +64,26 @@ FA4_FP8_LAYOUT_FN Fp8RowCol wgmma_a8_coord(int lane, int r, int b) {
 // ---- the V^T workspace of an fp8 call (written by fwd_fp8_vt.cu, read by the kernel's TMA) ----
 // e4m3 bytes [bl][hkv][dv][cols]: one row of `cols` key columns per (batch-like index, kv head,
 // value dim), keys permuted within each 32-key block (fp8_pv_key). A sequence's columns are
-// written from its first key up to a multiple of kFp8VtPad keys (the fp8 tiles' key block), zeros
-// past its last key, so every column a key tile reads is finite (P is 0 there, but 0 x NaN
-// garbage would not be). A row's byte stride `cols` is a multiple of 16 (TMA's rule).
+// written from its first key up to a multiple of kFp8VtPad keys (a multiple of every fp8 tile's
+// key block), zeros past its last key, so every column a key tile reads is finite (P is 0 there,
+// but 0 x NaN garbage would not be). A row's byte stride `cols` is a multiple of 16 (TMA's rule).
 //   dense k / cache (bl = batch): sequence b at columns [0, ...) of batch-like index b (cache rows
 //     are gathered by cache_batch_idx into b's slot), cols = kv_slot rounded up to kFp8VtPad;
-//   varlen k (bl = 1): sequence b at column fp8_vt_col0(kv_a, b) = round_up(kv_a, 16) + 144 b
-//     (kv_a = cu_seqlens_k[b]): 16-byte aligned starts (the pre-pass's vector stores) and, for
-//     non-decreasing cu_seqlens_k, disjoint ranges -- sequence b ends before
-//     kv_a + sk + 15 + 127 + 144 b < fp8_vt_col0 of b + 1 (>= kv_a + sk + 144 (b + 1)) --,
-//     cols = round_up(Tk + 16 + 144 B, 16) > every range's end (kv_a + sk <= Tk).
-constexpr int kFp8VtPad = 128;
-constexpr int kFp8VtSeqGap = 144;  // >= kFp8VtPad - 1 + 15 (the start's rounding), a multiple of 16
+//   varlen k (bl = 1): sequence b at column fp8_vt_col0(kv_a, b) = round_up(kv_a, 16) + G b
+//     (kv_a = cu_seqlens_k[b], G = kFp8VtSeqGap): 16-byte aligned starts (the pre-pass's vector
+//     stores) and, for non-decreasing cu_seqlens_k, disjoint ranges -- sequence b ends before
+//     kv_a + sk + 15 + (kFp8VtPad - 1) + G b < fp8_vt_col0 of b + 1 (>= kv_a + sk + G (b + 1)) --,
+//     cols = round_up(Tk + 16 + G B, 16) > every range's end (kv_a + sk <= Tk).
+// The pre-pass works in steps of kFp8VtStep keys (a block of rows in shared memory).
+// (FA4_SM90_FP8_BLOCK_N_D128 = 192: the pad is 384, a multiple of both tiles' 128 and 192.)
+constexpr int kFp8VtStep = 128;
+constexpr int kFp8VtPad = FA4_SM90_FP8_BLOCK_N_D128 % 128 == 0 ? 128 : 384;
+static_assert(kFp8VtPad % FA4_SM90_FP8_BLOCK_N_D128 == 0 && kFp8VtPad % kFp8VtStep == 0, "the pad holds whole key tiles and steps");
+constexpr int kFp8VtSeqGap = (kFp8VtPad - 1 + 15 + 15) / 16 * 16;  // >= kFp8VtPad - 1 + 15 (the start's rounding), a multiple of 16
+// Keys of one V^T chunk of a tile's V^T slot (one TMA box, one K-major swizzle row of the P V
+// operand): 128 (128-byte rows and swizzle), or 64 (64-byte) for key blocks that are no multiple
+// of 128.
+FA4_FP8_LAYOUT_FN int fp8_vt_chunk_keys(int block_n) { return block_n % 128 == 0 ? 128 : 64; }
 FA4_FP8_LAYOUT_FN int64_t fp8_vt_col0(int64_t kv_a, int64_t b) { return (kv_a + 15) / 16 * 16 + b * kFp8VtSeqGap; }
 
 struct Fp8VtLayout {

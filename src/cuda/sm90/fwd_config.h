@@ -340,6 +340,15 @@
 #ifndef FA4_SM90_FP8_STAGES_D128
 #define FA4_SM90_FP8_STAGES_D128 3
 #endif
+//   FA4_SM90_FP8_BLOCK_N_D128  key block of the e4m3 D 128 tile: 128, or 192 -- FA3's fp8 D 128
+//                          tile is 128 x 224, and at 128 keys fa4's per-key-tile work (turn,
+//                          waits, row max, votes) comes 1.75x as often per key: the kernel alone
+//                          ran at 0.88-0.90 of FA3's at S 1k-16k (H100 ncu, 2026-12-06,
+//                          docs/perf/h200-2026-12-06c-session.md). 192 takes V^T chunks of 64 keys
+//                          (fp8_layout.h); 256 did not fit the registers (C7512). 128 until an A/B.
+#ifndef FA4_SM90_FP8_BLOCK_N_D128
+#define FA4_SM90_FP8_BLOCK_N_D128 128
+#endif
 
 namespace fa4::cuda::sm90 {
 
@@ -474,7 +483,7 @@ constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
     // Registers per consumer thread: S 64 + O Dv / 2 + P 16 (e4m3: 128 keys / 8) -- D 256 208 of
     // 240, as FA3's 128 x 128 fp8 D 256 tile; D 64 112 of 160.
     if (dqk <= 64) return {3, 128, FA4_SM90_FP8_STAGES_D64};
-    if (dqk <= 128) return {2, 128, FA4_SM90_FP8_STAGES_D128};
+    if (dqk <= 128) return {2, FA4_SM90_FP8_BLOCK_N_D128, FA4_SM90_FP8_STAGES_D128};
     return {2, 128, 2};
   }
   if (t == Tile::fp8_kv) {

@@ -101,10 +101,14 @@ struct Consumer {
   static constexpr bool kQK64B = T::kChunk * sizeof(Elem) == 64;
   static constexpr uint64_t kQKDesc0 =
       kQK64B ? ptx::make_smem_desc(0, 16, 512, ptx::SmemSwizzle::b64) : ptx::make_smem_desc_kmajor_sw128(0);
-  static constexpr uint64_t kVDesc0 = kFp8 ? ptx::make_smem_desc_kmajor_sw128(0)
-                                           : ptx::make_smem_desc(0, kBlockN * 128, 1024, ptx::SmemSwizzle::b128);
+  // (e4m3) V^T chunks of 64 keys (fp8_layout.h fp8_vt_chunk_keys: key blocks that are no multiple
+  // of 128) are 64-byte rows with 64-byte swizzle, as the e4m3 D 64 Q / K chunks.
+  static constexpr int kVtKeys = T::Smem::kVtKeys;
+  static constexpr uint64_t kVDesc0 = !kFp8 ? ptx::make_smem_desc(0, kBlockN * 128, 1024, ptx::SmemSwizzle::b128)
+                                      : kVtKeys == 64 ? ptx::make_smem_desc(0, 16, 512, ptx::SmemSwizzle::b64)
+                                                      : ptx::make_smem_desc_kmajor_sw128(0);
   // 16-byte units: a Q / K chunk (T::kChunk columns), a K / V ring slot (fwd_smem.cuh: dense
-  // arrays of 1024-byte multiples), a V^T chunk (128 keys)
+  // arrays of 1024-byte multiples), a V^T chunk (kVtKeys keys)
   static constexpr uint32_t kQChunk16 = T::Smem::kQChunk * sizeof(Elem) / 16;
   static constexpr uint32_t kKChunk16 = T::Smem::kKVChunk * sizeof(Elem) / 16;
   static constexpr uint32_t kVChunk16 = T::Smem::kVChunk * sizeof(Elem) / 16;
@@ -289,7 +293,7 @@ struct Consumer {
   // V slot as the N-major B operand of O += P V (N = Dv, K = keys): 8-key core-matrix groups
   // 1024 bytes apart (SBO), 64-column chunks kBlockN * 128 bytes apart (LBO); a k16 step is
   // 16 rows = 2048 bytes. (e4m3) V^T slot as the K-major B operand, as a K tile: a k32 step is
-  // 32 bytes along each 128-byte row, 4 per 128-key chunk.
+  // 32 bytes along each row, kVtKeys / 32 per chunk.
   template <int kB = 0>
   __device__ __forceinline__ void issue_pv(const Ring& st) {
     ptx::fence_operands(o);
@@ -298,7 +302,8 @@ struct Consumer {
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk) {
       if constexpr (kFp8) {
-        const uint64_t db = with_hi(vb + (kk / 4) * kVChunk16 + 2 * (kk % 4), kVDesc0);
+        constexpr int kStepsPerVt = kVtKeys / 32;
+        const uint64_t db = with_hi(vb + (kk / kStepsPerVt) * kVChunk16 + 2 * (kk % kStepsPerVt), kVDesc0);
         ptx::wgmma_rs<kDv, Elem, 0>(o, pf[kB][kk], db, 1);
       } else {
         const uint64_t db = with_hi(vb + kk * (2048 / 16), kVDesc0);

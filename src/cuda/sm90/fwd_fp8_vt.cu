@@ -9,10 +9,10 @@
 // same V again); here each V byte is transposed once per call, ~2 x V bytes of traffic (~1 % of a
 // B S = 16k, H D = 2048 prefill at 900 TFLOP/s), and the kernel's producer stays one TMA issuer.
 //
-// One CTA step: 128 keys (one fp8 key tile) of one (sequence, kv head): the rows land in shared
+// One CTA step: kFp8VtStep = 128 keys of one (sequence, kv head): the rows land in shared
 // memory (16-byte loads, coalesced along the row; keys past the sequence's last key read as 0),
 // then each thread writes one 32-key block of one value dim: 32 bytes, a whole sector, columns
-// in permuted order. A sequence's last step writes zeros up to its tile boundary (fp8_layout.h).
+// in permuted order. A sequence's last steps write zeros up to its kFp8VtPad boundary (fp8_layout.h).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -31,7 +31,7 @@ constexpr int kVtMaxDv = 256;  // the largest fp8 head dim (fwd_config.h Tile::f
 // grid (steps, kv heads, batch): CTA (x, hk, b) takes key blocks x, x + gridDim.x, ... of
 // sequence b's kv head hk.
 __global__ void __launch_bounds__(kVtThreads) fp8_vt_kernel(const FwdArgs a, uint8_t* vt, int64_t cols) {
-  __shared__ __align__(16) uint8_t rows[kFp8VtPad][kVtMaxDv];  // [key in the block][value dim], 32 KB
+  __shared__ __align__(16) uint8_t rows[kFp8VtStep][kVtMaxDv];  // [key in the step][value dim], 32 KB
   const int b = static_cast<int>(blockIdx.z), hk = static_cast<int>(blockIdx.y);
   SeqInfo si;
   si.init(a, b);  // sk, kv_a: as the attention kernel reads them (clamped)
@@ -46,10 +46,13 @@ __global__ void __launch_bounds__(kVtThreads) fp8_vt_kernel(const FwdArgs a, uin
   uint8_t* base = vt + ((bl * a.hkv + hk) * dv) * cols + (varlen ? fp8_vt_col0(si.kv_a, b) : 0);
   const int chunks = (dv + 15) / 16;  // 16-byte pieces of a V row
   const int dv32 = (dv + 31) / 32 * 32;
-  for (int64_t kb = blockIdx.x; kb * kFp8VtPad < sk; kb += gridDim.x) {
-    const int64_t j0 = kb * kFp8VtPad;
+  // Columns written, zeros past sk: up to the pad (with pad = step, the steps that hold a key
+  // reach it already).
+  const int64_t padded = kFp8VtPad == kFp8VtStep ? sk : (sk + kFp8VtPad - 1) / kFp8VtPad * kFp8VtPad;
+  for (int64_t kb = blockIdx.x; kb * kFp8VtStep < padded; kb += gridDim.x) {
+    const int64_t j0 = kb * kFp8VtStep;
     __syncthreads();  // the previous step's reads of `rows` are done
-    for (int idx = threadIdx.x; idx < kFp8VtPad * chunks; idx += kVtThreads) {
+    for (int idx = threadIdx.x; idx < kFp8VtStep * chunks; idx += kVtThreads) {
       const int r = idx / chunks, ch = idx % chunks;
       const int64_t j = j0 + r;
       uint4 x = make_uint4(0u, 0u, 0u, 0u);
@@ -99,8 +102,8 @@ cudaError_t launch_fp8_vt(const FwdArgs& a, void* vt, const Fp8VtLayout& vl, cud
   const bool varlen = a.kv_mode == kKvVarlen;
   const int64_t slot = varlen ? a.kv_rows0 : a.kv_slot;  // keys a sequence can have
   const int64_t total = varlen ? a.kv_rows0 : slot * a.batch;
-  const int64_t most = (slot + kFp8VtPad - 1) / kFp8VtPad;
-  int64_t gx = (total + kFp8VtPad * int64_t{a.batch} - 1) / (kFp8VtPad * int64_t{a.batch}) + (varlen ? 1 : 0);
+  const int64_t most = (slot + kFp8VtPad - 1) / kFp8VtPad * (kFp8VtPad / kFp8VtStep);
+  int64_t gx = (total + kFp8VtStep * int64_t{a.batch} - 1) / (kFp8VtStep * int64_t{a.batch}) + (varlen ? 1 : 0);
   gx = gx < 1 ? 1 : gx > most ? most : gx;
   if (gx < 1) return cudaSuccess;  // no keys
   if (gx > 65535) gx = 65535;  // (grid.x allows 2^31 - 1; the loop takes the rest)

@@ -125,10 +125,12 @@ bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, const void* vt, const Fp
   if (!make_maps(a, dims, Tile::fp8, e8, e8, true, P, why))
     return false;
   // V^T (fp8_layout.h): (key columns, value dims, kv heads, batch-like), byte strides cols,
-  // dv x cols, hkv x dv x cols; boxes of 128 key columns x the tile's Dv dims (dims past a.dv
-  // are outside the map: TMA fills them with zeros, as it does the padded q / k columns).
+  // dv x cols, hkv x dv x cols; boxes of a V^T chunk's key columns (fp8_vt_chunk_keys: 128, or 64
+  // with 64-byte swizzle) x the tile's Dv dims (dims past a.dv are outside the map: TMA fills them
+  // with zeros, as it does the padded q / k columns).
   const int64_t row = vl.cols, head = row * a.dv, bl = head * a.hkv;
-  if (!encode(&P->tm_v, vt, elem8(kFp8VtPad), vl.cols, a.dv, a.hkv, vl.bl, row, head, bl,
+  const uint32_t vt_keys = static_cast<uint32_t>(fp8_vt_chunk_keys(tile_cfg(dims.dqk, dims.dv, Tile::fp8).block_n));
+  if (!encode(&P->tm_v, vt, elem8(vt_keys), vl.cols, a.dv, a.hkv, vl.bl, row, head, bl,
               static_cast<uint32_t>(dims.dv), 1, "v (the fp8 V^T workspace)", why))
     return false;
   P->q_descale = a.q_descale, P->qd_s0 = a.qd_s0, P->qd_sh = a.qd_sh;

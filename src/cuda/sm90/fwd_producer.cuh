@@ -78,10 +78,10 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       uint64_t* vb = sh.v_tma_ring().acquire(st, kVBytes, leader);
       if (leader) {
         if constexpr (T::kFp8) {
-          // V^T map (cols, dims, heads, bl): boxes of 128 key columns x Dv dims.
+          // V^T map (cols, dims, heads, bl): boxes of kVtKeys key columns x Dv dims.
 #pragma unroll
           for (int ch = 0; ch < T::Smem::kVChunks; ++ch)
-            ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, row + ch * 128, 0, w.hk, bl);
+            ptx::tma_load_4d(sh.v[st.index][ch], &P.tm_v, vb, row + ch * T::Smem::kVtKeys, 0, w.hk, bl);
         } else {
 #pragma unroll
           for (int ch = 0; ch < T::kDv / kVCols; ++ch) ptx::tma_load_4d(v_dst(st.index, ch), &P.tm_v, vb, ch * kVCols, w.hk, row, bl);

@@ -7,7 +7,8 @@
 // of kChunk = 128 columns (one 128-byte row; D 64: 64 columns, 64-byte swizzle).
 //   q[c][chunk]   the 64 query rows of consumer c
 //   k[s][chunk]   K ring slot s (kBlockN keys)
-//   v[s][chunk]   V ring slot s; e4m3: V^T ring slot s, [kDv rows][128 keys] per chunk of keys
+//   v[s][chunk]   V ring slot s; e4m3: V^T ring slot s, [kDv rows][kVtKeys keys] per chunk of keys
+//                 (fp8_layout.h fp8_vt_chunk_keys: 128, or 64 with 64-byte swizzle)
 //                 (K-major: the P V wgmma's B operand, stored as a K tile is)
 //   o[c][chunk]   consumer c's O staging tile (fwd_config.h separate_o); without it the epilogue
 //                 stages O over the V ring (OStaging::v_ring: consumer c's [Dv / 64][64 rows x 64] tile at
@@ -29,6 +30,7 @@
 #include <type_traits>
 
 #include "cuda/common/pipeline.cuh"
+#include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_work.cuh"
 
@@ -44,11 +46,12 @@ struct alignas(1024) SharedStorage {
   static constexpr int kQChunk = kRowsPerConsumer * kChunk;  // elements of one kChunk-column chunk
   static constexpr int kKVChunk = kBlockN * kChunk;
   static constexpr int kOChunk = kRowsPerConsumer * 64;      // O staging: 64-column (128-byte) chunks
-  // V: Dv / 64 chunks of [kBlockN][64]; V^T: kBlockN / 128 chunks of [kDv][128].
-  static constexpr int kVChunks = kVt ? kBlockN / 128 : kDv / 64;
-  static constexpr int kVChunk = kVt ? kDv * 128 : kBlockN * 64;
+  // V: Dv / 64 chunks of [kBlockN][64]; V^T: kBlockN / kVtKeys chunks of [kDv][kVtKeys].
+  static constexpr int kVtKeys = fp8_vt_chunk_keys(kBlockN);
+  static constexpr int kVChunks = kVt ? kBlockN / kVtKeys : kDv / 64;
+  static constexpr int kVChunk = kVt ? kDv * kVtKeys : kBlockN * 64;
   static_assert(kBlockN % 8 == 0 && kDv % 8 == 0, "chunks must stay 1024-byte aligned");
-  static_assert(kDqk % kChunk == 0 && (!kVt || kBlockN % 128 == 0), "whole chunks");
+  static_assert(kDqk % kChunk == 0 && (!kVt || kBlockN % kVtKeys == 0), "whole chunks");
   alignas(1024) Elem q[kConsumers][kDqk / kChunk][kQChunk];
   alignas(1024) Elem k[kStages][kDqk / kChunk][kKVChunk];
   alignas(1024) Elem v[kStages][kVChunks][kVChunk];
