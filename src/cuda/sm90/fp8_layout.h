@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <numeric>
 
 #include "cuda/sm90/fwd_config.h"
 
@@ -75,10 +76,11 @@ FA4_FP8_LAYOUT_FN Fp8RowCol wgmma_a8_coord(int lane, int r, int b) {
 //     kv_a + sk + 15 + (kFp8VtPad - 1) + G b < fp8_vt_col0 of b + 1 (>= kv_a + sk + G (b + 1)) --,
 //     cols = round_up(Tk + 16 + G B, 16) > every range's end (kv_a + sk <= Tk).
 // The pre-pass works in steps of kFp8VtStep keys (a block of rows in shared memory).
-// (FA4_SM90_FP8_BLOCK_N_D128 = 192: the pad is 384, a multiple of both tiles' 128 and 192.)
+// The pad is the least common multiple of the step and every fp8 tile's key block (128; 384 with
+// FA4_SM90_FP8_BLOCK_N_D128 = 192).
 constexpr int kFp8VtStep = 128;
-constexpr int kFp8VtPad = FA4_SM90_FP8_BLOCK_N_D128 % 128 == 0 ? 128 : 384;
-static_assert(kFp8VtPad % FA4_SM90_FP8_BLOCK_N_D128 == 0 && kFp8VtPad % kFp8VtStep == 0, "the pad holds whole key tiles and steps");
+constexpr int kFp8VtPad = std::lcm(std::lcm(kFp8VtStep, tile_cfg(64, 64, Tile::fp8).block_n),
+                                   std::lcm(tile_cfg(128, 128, Tile::fp8).block_n, tile_cfg(256, 256, Tile::fp8).block_n));
 constexpr int kFp8VtSeqGap = (kFp8VtPad - 1 + 15 + 15) / 16 * 16;  // >= kFp8VtPad - 1 + 15 (the start's rounding), a multiple of 16
 // Keys of one V^T chunk of a tile's V^T slot (one TMA box, one K-major swizzle row of the P V
 // operand): 128 (128-byte rows and swizzle), or 64 (64-byte) for key blocks that are no multiple
