@@ -1211,8 +1211,10 @@ TEST(CudaPlan, Sm90Fp8Tile) {
     int m, smem;
   };
   // smem: (block_m x D + stages x n x 2D) B + 2 KB (barriers, alignment) + block_m x D x 2 B (O);
-  // n = 128 keys (D 128: FA4_SM90_FP8_BLOCK_N_D128, 192 in the switches build)
-  constexpr int n128 = FA4_SM90_FP8_BLOCK_N_D128;
+  // n = 128 keys (D 128 below FA4_SM90_FP8_LONG_KEYS_MIN_SK keys; 0 in the switches build, where the
+  // 192-key tile takes every D 128 call)
+  constexpr bool long_at_3000 = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 3000;
+  constexpr int n128 = long_at_3000 ? 192 : 128;
   const Want wants[] = {{64, 192, 192 * 64 + 3 * 128 * 128 + 2048 + 192 * 64 * 2},
                         {128, 128, 128 * 128 + 3 * n128 * 256 + 2048 + 128 * 128 * 2},
                         {256, 128, 128 * 256 + 2 * 128 * 512 + 2048 + 128 * 256 * 2}};
@@ -1222,17 +1224,39 @@ TEST(CudaPlan, Sm90Fp8Tile) {
                   .sq = 1000, .sk = 3000, .causal = true};
     const Plan pl = Planned(s).on(sm90);
     ASSERT_EQ(pl.kernel, Kernel::sm90);
-    EXPECT_EQ(pl.sm90_tile, fa4::cuda::sm90::Tile::fp8);
+    EXPECT_EQ(pl.sm90_tile, w.d == 128 && long_at_3000 ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8);
     EXPECT_EQ(pl.m, w.m);
     EXPECT_EQ(pl.n, w.d == 128 ? n128 : 128);
     EXPECT_EQ(pl.smem, w.smem);
     EXPECT_LE(pl.smem, 232448);
     EXPECT_EQ(pl.splits, 1);
     // V^T: [batch][hkv][dv][3000 keys rounded up to 3072, a multiple of the pad (128 or 384)]
+    EXPECT_EQ(pl.fp8_vt.pad, w.d == 128 && long_at_3000 ? 384 : 128);
     EXPECT_EQ(pl.fp8_vt.cols, 3072);
     EXPECT_EQ(pl.fp8_vt.bl, 2);
     EXPECT_EQ(pl.fp8_vt_offset, 0u);
     EXPECT_EQ(pl.workspace, static_cast<size_t>(2 * 4 * w.d * 3072));
+  }
+  // The 192-key D 128 tile (Tile::fp8_long_keys) from FA4_SM90_FP8_LONG_KEYS_MIN_SK keys (the
+  // longest sequence, or the max_seqlen_k hint of device-resident varlen lengths), never at D 64 /
+  // 256: 16 + 3 x (24 + 24) + 2 + 32 KB, a V^T pad of 384 (8200 keys -> 8448 columns).
+  if (FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8200) {
+    for (int64_t d : {64, 128, 256}) {
+      SCOPED_TRACE(d);
+      const Shape s{.dtype = DType::float8_e4m3, .batch = 1, .hq = 4, .hkv = 2, .dqk = d, .dv = d, .sq = 300, .sk = 8200};
+      const Plan pl = Planned(s).on(sm90);
+      ASSERT_EQ(pl.kernel, Kernel::sm90);
+      EXPECT_EQ(pl.sm90_tile, d == 128 ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8);
+      EXPECT_EQ(pl.n, d == 128 ? 192 : 128);
+      EXPECT_EQ(pl.fp8_vt.pad, d == 128 ? 384 : 128);
+      EXPECT_EQ(pl.fp8_vt.cols, d == 128 ? 8448 : 8320);
+      if (d == 128) EXPECT_EQ(pl.smem, 128 * 128 + 3 * 192 * 256 + 2048 + 128 * 128 * 2);
+      EXPECT_EQ(pl.splits, 1);
+    }
+  }
+  if (FA4_SM90_FP8_LONG_KEYS_MIN_SK > 0) {  // below the bound: the 128-key tile
+    const Shape s{.dtype = DType::float8_e4m3, .batch = 1, .hq = 4, .hkv = 2, .sq = 300, .sk = FA4_SM90_FP8_LONG_KEYS_MIN_SK - 1};
+    EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8);
   }
   // Padded dims: (100, 100) on the D 128 tile; (192, 192) on D 256; no fp8 tile for (192, 128)
   // nor dqk != dv after padding.
@@ -1271,8 +1295,9 @@ TEST(CudaPlan, Sm90Fp8Tile) {
   EXPECT_EQ(dec.splits, 1);
   // (the V^T workspace: 8 kv heads x 128 dims x 8192 keys rounded up to the pad: 128, or 384 with
   // the 192-key e4m3 tile)
-  constexpr int64_t kPad = fa4::cuda::sm90::kFp8VtPad;
-  EXPECT_EQ(dec.workspace, static_cast<size_t>(8 * 128 * ((8192 + kPad - 1) / kPad * kPad)));
+  const int64_t pad = dec.fp8_vt.pad;
+  EXPECT_TRUE(pad == 128 || pad == 384);
+  EXPECT_EQ(dec.workspace, static_cast<size_t>(8 * 128 * ((8192 + pad - 1) / pad * pad)));
   // The automatic choice (FA4_SM90_FP8, the default; else sm80): sm90 for every call it supports,
   // unless sm80's heuristic splits it over more SMs than the unsplit sm90 grid's tiles times the
   // fp8 tile's speed per SM (D 64 2.0, D 128 2.8, D 256 5.9; cuda/plan.cpp plan_fp8_all): full
@@ -1306,44 +1331,55 @@ TEST(CudaPlan, Sm90Fp8Tile) {
   }
 }
 
-// The V^T workspace layout (sm90/fp8_layout.h): dense rows of whole 128-key tiles; varlen
-// sequences at 16-byte aligned columns whose 128-key-rounded ranges never overlap and end inside
-// the row, for any non-decreasing cu_seqlens_k (and any seqused_k <= the slot); sizes that
-// overflow are refused.
+// The V^T workspace layout (sm90/fp8_layout.h): dense rows of whole pads (128 keys; 384 for the
+// 192-key tile); varlen sequences at 16-byte aligned columns whose pad-rounded ranges never overlap
+// and end inside the row, for any non-decreasing cu_seqlens_k (and any seqused_k <= the slot), for
+// either tile; sizes that overflow are refused, and key blocks whose pad the gap does not cover.
 TEST(CudaPlan, Sm90Fp8VtLayout) {
   using fa4::cuda::sm90::Fp8VtLayout;
   using fa4::cuda::sm90::fp8_vt_col0;
   using fa4::cuda::sm90::fp8_vt_layout;
-  using fa4::cuda::sm90::kFp8VtPad;
   Fp8VtLayout l;
-  ASSERT_TRUE(fp8_vt_layout(false, 3, 2, 100, 1, 0, &l));
-  EXPECT_EQ(l.cols, kFp8VtPad);  // (128; 384 with the 192-key e4m3 tile)
+  ASSERT_TRUE(fp8_vt_layout(false, 128, 3, 2, 100, 1, 0, &l));
+  EXPECT_EQ(l.cols, 128);
+  EXPECT_EQ(l.pad, 128);
   EXPECT_EQ(l.bl, 3);
-  EXPECT_EQ(l.bytes, 3 * 2 * 100 * kFp8VtPad);
-  ASSERT_TRUE(fp8_vt_layout(false, 1, 1, 64, 256, 0, &l));
-  EXPECT_EQ(l.cols, (256 + kFp8VtPad - 1) / kFp8VtPad * kFp8VtPad);
-  ASSERT_TRUE(fp8_vt_layout(false, 1, 1, 64, 0, 0, &l));
+  EXPECT_EQ(l.bytes, 3 * 2 * 100 * 128);
+  ASSERT_TRUE(fp8_vt_layout(false, 192, 3, 2, 100, 1, 0, &l));
+  EXPECT_EQ(l.cols, 384);
+  EXPECT_EQ(l.pad, 384);
+  EXPECT_EQ(l.bytes, 3 * 2 * 100 * 384);
+  ASSERT_TRUE(fp8_vt_layout(false, 128, 1, 1, 64, 257, 0, &l));
+  EXPECT_EQ(l.cols, 384);
+  ASSERT_TRUE(fp8_vt_layout(false, 192, 1, 1, 64, 385, 0, &l));
+  EXPECT_EQ(l.cols, 768);
+  ASSERT_TRUE(fp8_vt_layout(false, 128, 1, 1, 64, 0, 0, &l));
   EXPECT_EQ(l.bytes, 0);
-  // Overflow: int64 products, 2^31 columns (TMA coordinates are 32-bit).
-  EXPECT_FALSE(fp8_vt_layout(false, int64_t{1} << 20, 1 << 10, 256, int64_t{1} << 30, 0, &l));
-  EXPECT_FALSE(fp8_vt_layout(false, 1, 1, 64, int64_t{1} << 31, 0, &l));
-  EXPECT_FALSE(fp8_vt_layout(true, int64_t{1} << 60, 1, 64, 0, 1000, &l));
-  EXPECT_FALSE(fp8_vt_layout(false, -1, 1, 64, 10, 0, &l));
-  EXPECT_FALSE(fp8_vt_layout(true, 1, 1, 64, 0, INT64_MAX - 8, &l));
+  // Overflow: int64 products, 2^31 columns (TMA coordinates are 32-bit); key blocks that are no
+  // multiple of 32 or whose pad (lcm with the 128-key step) the varlen gap does not cover.
+  EXPECT_FALSE(fp8_vt_layout(false, 128, int64_t{1} << 20, 1 << 10, 256, int64_t{1} << 30, 0, &l));
+  EXPECT_FALSE(fp8_vt_layout(false, 128, 1, 1, 64, int64_t{1} << 31, 0, &l));
+  EXPECT_FALSE(fp8_vt_layout(true, 128, int64_t{1} << 60, 1, 64, 0, 1000, &l));
+  EXPECT_FALSE(fp8_vt_layout(false, 128, -1, 1, 64, 10, 0, &l));
+  EXPECT_FALSE(fp8_vt_layout(true, 128, 1, 1, 64, 0, INT64_MAX - 8, &l));
+  EXPECT_FALSE(fp8_vt_layout(false, 0, 1, 1, 64, 10, 0, &l));
+  EXPECT_FALSE(fp8_vt_layout(false, 48, 1, 1, 64, 10, 0, &l));
+  EXPECT_FALSE(fp8_vt_layout(false, 160, 1, 1, 64, 10, 0, &l));  // pad 640
   std::mt19937_64 rng(derive_seed(77));
   for (int trial = 0; trial < 2000; ++trial) {
+    const int block_n = trial % 2 == 0 ? 128 : 192;
     const int64_t batch = 1 + static_cast<int64_t>(rng() % 12);
     std::vector<int64_t> cu(static_cast<size_t>(batch + 1), 0);
     for (int64_t b = 0; b < batch; ++b) cu[b + 1] = cu[b] + static_cast<int64_t>(rng() % 300);
     const int64_t tk = cu[batch] + static_cast<int64_t>(rng() % 40);  // k may have rows past the last sequence
-    ASSERT_TRUE(fp8_vt_layout(true, batch, 2, 64, 0, tk, &l));
+    ASSERT_TRUE(fp8_vt_layout(true, block_n, batch, 2, 64, 0, tk, &l));
     EXPECT_EQ(l.bl, 1);
     EXPECT_EQ(l.cols % 16, 0);
     int64_t prev_end = 0;
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t c0 = fp8_vt_col0(cu[b], b);
       const int64_t sk = cu[b + 1] - cu[b];  // (seqused_k only shortens it)
-      const int64_t end = c0 + (sk + kFp8VtPad - 1) / kFp8VtPad * kFp8VtPad;
+      const int64_t end = c0 + (sk + l.pad - 1) / l.pad * l.pad;
       EXPECT_EQ(c0 % 16, 0);
       EXPECT_GE(c0, prev_end) << "sequence " << b << " overlaps the one before";
       EXPECT_LE(end, l.cols) << "sequence " << b << " past the row";

@@ -17,21 +17,32 @@ using namespace fa4::cuda::sm90;
 
 // The V^T workspace's padding holds every fp8 tile's key tiles whole (a tile never reads past the
 // zeros the pre-pass wrote), a tile's V^T slot is whole chunks of 64 or 128 keys (the TMA boxes),
-// the pre-pass's steps divide the pad, and the varlen gap covers the pad and the start's rounding.
+// the pre-pass's steps divide each pad, and the varlen gap covers the largest pad and the start's
+// rounding.
 TEST(Sm90Fp8Layout, VtPaddingHoldsEveryTilesKeyBlocks) {
-  for (int d : {64, 128, 256}) {
-    const int block_n = tile_cfg(d, d, Tile::fp8).block_n;
+  struct T {
+    int d;
+    Tile t;
+  };
+  for (const T x : {T{64, Tile::fp8}, T{128, Tile::fp8}, T{256, Tile::fp8}, T{128, Tile::fp8_long_keys}}) {
+    SCOPED_TRACE(x.d);
+    const int block_n = tile_cfg(x.d, x.d, x.t).block_n;
     const int keys = fp8_vt_chunk_keys(block_n);
-    EXPECT_TRUE(keys == 64 || keys == 128) << d;
-    EXPECT_EQ(block_n % keys, 0) << d;
-    EXPECT_EQ(block_n % kFp8KeyBlock, 0) << d;
-    EXPECT_EQ(kFp8VtPad % block_n, 0) << d;
+    EXPECT_TRUE(keys == 64 || keys == 128);
+    EXPECT_EQ(block_n % keys, 0);
+    EXPECT_EQ(block_n % kFp8KeyBlock, 0);
+    const int pad = fp8_vt_pad(block_n);
+    EXPECT_EQ(pad % block_n, 0);
+    EXPECT_EQ(pad % kFp8VtStep, 0);
+    EXPECT_EQ(kFp8VtPadMax % pad, 0);
   }
+  EXPECT_EQ(tile_cfg(128, 128, Tile::fp8_long_keys).block_n, 192);
+  EXPECT_EQ(fp8_vt_pad(128), 128);
+  EXPECT_EQ(fp8_vt_pad(192), 384);
   EXPECT_EQ(fp8_vt_chunk_keys(128), 128);
   EXPECT_EQ(fp8_vt_chunk_keys(192), 64);
   EXPECT_EQ(fp8_vt_chunk_keys(256), 128);
-  EXPECT_EQ(kFp8VtPad % kFp8VtStep, 0);
-  EXPECT_GE(kFp8VtSeqGap, kFp8VtPad - 1 + 15);
+  EXPECT_GE(kFp8VtSeqGap, kFp8VtPadMax - 1 + 15);
   EXPECT_EQ(kFp8VtSeqGap % 16, 0);
 }
 

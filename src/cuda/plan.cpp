@@ -57,14 +57,15 @@ bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_h
   return true;
 }
 
-// All-fp8 (e4m3 q / k / v): the fp8 tile of the sm90 kernel (sm90/fwd_config.h Tile::fp8).
+// All-fp8 (e4m3 q / k / v): the fp8 tiles of the sm90 kernel (sm90/fwd_config.h Tile::fp8, fp8_long_keys).
 bool is_fp8_all(const Problem& pb) { return pb.dtype == DType::float8_e4m3 && !pb.kv_fp8; }
 
-// The V^T workspace of an fp8 call on the sm90 kernel (sm90/fp8_layout.h); false where a size
-// overflows (the planner then keeps the call on sm80).
-bool sm90_fp8_vt(const Problem& pb, sm90::Fp8VtLayout* vl) {
+// The V^T workspace of an fp8 call on the sm90 kernel's tile `t` (sm90/fp8_layout.h); false where
+// a size overflows (the planner then keeps the call on sm80).
+bool sm90_fp8_vt(const Problem& pb, sm90::DimPair d, sm90::Tile t, sm90::Fp8VtLayout* vl) {
   const bool vk = pb.kv == core::KvLayout::varlen;
-  return sm90::fp8_vt_layout(vk, pb.batch, pb.hkv, pb.dv, pb.kv_slot, vk ? pb.p->k.shape[0] : pb.kv_slot, vl);
+  return sm90::fp8_vt_layout(vk, sm90::tile_cfg(d.dqk, d.dv, t).block_n, pb.batch, pb.hkv, pb.dv, pb.kv_slot,
+                             vk ? pb.p->k.shape[0] : pb.kv_slot, vl);
 }
 
 // A causal, windowed or chunked mask: query tiles see different key counts.
@@ -127,7 +128,11 @@ bool sm90_gathers(const Problem& pb, sm90::DimPair d, sm90::Tile t) {
 // key block divides the page size (a key tile must not straddle two pages), the standard one if
 // that does.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
-  if (is_fp8_all(pb)) return sm90::Tile::fp8;  // (its only tile)
+  if (is_fp8_all(pb)) {  // 192-key tiles at D 128 over long keys (FA4_SM90_FP8_LONG_KEYS_MIN_SK)
+    const bool long_keys = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && speed_max_sk(pb) >= FA4_SM90_FP8_LONG_KEYS_MIN_SK;
+    return long_keys && sm90::has_tile(sm90::Tile::fp8_long_keys, d.dqk, d.dv) ? sm90::Tile::fp8_long_keys
+                                                                                 : sm90::Tile::fp8;
+  }
   if (pb.kv_fp8) return sm90::Tile::fp8_kv;    // (its only tile)
   const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
@@ -165,11 +170,11 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
                     pb.dv != d.dv || (pb.k_sc.data != nullptr && pb.k_sc.per_token) ||
                     (pb.v_sc.data != nullptr && pb.v_sc.per_token)))
     return false;
-  sm90::Fp8VtLayout vl;
-  if (fp8 && (!sm90::has_tile(sm90::Tile::fp8, d.dqk, d.dv) || pb.kv == core::KvLayout::paged ||
-              pb.p->num_splits > 1 || !sm90_fp8_vt(pb, &vl)))
-    return false;
   const sm90::Tile tile = sm90_tile(pb, d);
+  sm90::Fp8VtLayout vl;
+  if (fp8 && (!sm90::has_tile(tile, d.dqk, d.dv) || pb.kv == core::KvLayout::paged ||
+              pb.p->num_splits > 1 || !sm90_fp8_vt(pb, d, tile, &vl)))
+    return false;
   if (sm90::smem_bytes(d.dqk, d.dv, tile) > dl.smem_optin) return false;
   const bool paged = pb.kv == core::KvLayout::paged;
   // Paged (FA4_SM90_PAGED): page sizes that are multiples of the key block, or (FA4_SM90_PAGED_SUB)
@@ -586,7 +591,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
     pl.smem = sm90::smem_bytes(d.dqk, d.dv, t);
     pl.pack_gqa = sm90_packs(pb, pl.m);
     decompose(pb, pl);
-    if (t == sm90::Tile::fp8) {
+    if (sm90::is_fp8_tile(t)) {
       plan_splits(pb, dl, 1, 1, pl);  // (prefill: never split; sm90_supports refused a forced count)
     } else if (FA4_SM90_DECODE) {
       const int64_t tiles = (pb.max_sk + pl.n - 1) / pl.n;
@@ -606,7 +611,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   const bool gather = sm90_gathers(pb, d, chosen);
   // (Not the fp8 tiles: the split_kv tile is a 16-bit one; an fp8_kv split launch takes the
   // combine kernel.)
-  if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && chosen != sm90::Tile::fp8_kv && chosen != sm90::Tile::fp8 &&
+  if (FA4_SM90_FUSED_COMBINE && pl.splits > 1 && chosen != sm90::Tile::fp8_kv && !sm90::is_fp8_tile(chosen) &&
       sm90::has_tile(sm90::Tile::split_kv, d.dqk, d.dv) &&
       sm90::split_kv_pays(d.dqk, pl.rows) &&
       (gather ? sm90::has_gather_instance(d.dqk, d.dv, sm90::Tile::split_kv)
@@ -616,8 +621,8 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
     if (pl.splits <= 1) plan_tile(chosen);
   }
   // The fp8 tile's V^T workspace, after the split partials (none: it does not split).
-  if (pl.sm90_tile == sm90::Tile::fp8) {
-    sm90_fp8_vt(pb, &pl.fp8_vt);  // (sm90_supports checked that it fits)
+  if (sm90::is_fp8_tile(pl.sm90_tile)) {
+    sm90_fp8_vt(pb, d, pl.sm90_tile, &pl.fp8_vt);  // (sm90_supports checked that it fits)
     pl.fp8_vt_offset = (pl.workspace + 255) / 256 * 256;
     pl.workspace = pl.fp8_vt_offset + static_cast<size_t>(pl.fp8_vt.bytes);
   }

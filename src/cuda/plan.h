@@ -70,8 +70,9 @@ struct Plan {
   int splits = 1;          // KV splits (1 = none)
   int64_t rows_total = 0;  // token rows of q (all sequences)
   size_t workspace = 0;    // bytes of fp32 split partials (O and lse), then the fp8 V^T; 0 without either
-  // kernel == sm90, Tile::fp8: the V^T workspace its pre-pass writes (sm90/fp8_layout.h), at byte
-  // fp8_vt_offset of the workspace (after any split partials, 256-byte aligned).
+  // kernel == sm90, an fp8 tile (Tile::fp8, fp8_long_keys): the V^T workspace its pre-pass writes
+  // (sm90/fp8_layout.h), at byte fp8_vt_offset of the workspace (after any split partials, 256-byte
+  // aligned).
   sm90::Fp8VtLayout fp8_vt;
   size_t fp8_vt_offset = 0;
   Grid grid;               // the tiles; sm90 launches `ctas` persistent CTAs that walk them

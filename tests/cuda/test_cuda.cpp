@@ -1284,7 +1284,8 @@ TEST(CudaBackend, Fp8SpecialValues) {
 // rows), GQA / MQA with PackGQA, varlen q and k with odd lengths (1, 17, 129, an empty one),
 // seqused_k, a contiguous cache with cache_batch_idx and appended rows, softcap, sinks, sliding
 // windows, chunks, LSE, padded head dims (96, 192: zero-filled TMA columns; 40: staged copies),
-// descales or none, outlier rows. NaN fills the keys past every sequence's length (the pre-pass
+// descales or none, outlier rows, and long key sequences at D 128 (8k+ keys: the 192-key tile
+// Tile::fp8_long_keys, dense and varlen). NaN fills the keys past every sequence's length (the pre-pass
 // must not carry them into V^T). Every case is planned first: under FA4_CUDA_KERNEL=sm90 each
 // must run on sm90 (else the test fails); without the preference the planner's automatic choice
 // runs them (sm90 for most; sm80 where its split pays, or everywhere in a FA4_SM90_FP8=0 build),
@@ -1388,6 +1389,28 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
     CaseConfig c;
     c.dqk = c.dv = d, c.lse = true, c.descale = true;
     c.batch = 2, c.hq = 6, c.hkv = 3, c.sq = 150, c.sk = 260, c.causal = d != 96;
+    run(c);
+  }
+  // Long key sequences at D 128: the 192-key tile (Tile::fp8_long_keys, from
+  // FA4_SM90_FP8_LONG_KEYS_MIN_SK keys; the V^T pad 384): 8300 keys end a third into a tile; varlen
+  // with one long sequence beside short ones (the planner goes by the longest), causal.
+  if (wanted(128)) {
+    CaseConfig c;
+    c.dqk = c.dv = 128, c.lse = true, c.descale = true;
+    c.batch = 1, c.hq = 2, c.hkv = 1, c.sq = 130, c.sk = 8300;
+    if (forced) {
+      const fa4::PlanInfo info = planned(c, derive_seed(44990));
+      EXPECT_EQ(info.tile_n, FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8300 ? 192 : 128);
+    }
+    run(c);
+    c = CaseConfig{};
+    c.dqk = c.dv = 128, c.lse = true, c.descale = true;
+    c.batch = 3, c.hq = 4, c.hkv = 2;
+    c.varlen_q = true, c.kv = KvMode::varlen;
+    c.lens_q = {64, 5, 100};
+    c.lens_k = {8250, 5, 300};
+    c.sq = 100, c.sk = 8250;
+    c.causal = true;
     run(c);
   }
   std::printf("Sm90Fp8Prefill: %d of %d cases on the sm90 kernel (FA4_CUDA_KERNEL=%s)%s\n", on_sm90, total,

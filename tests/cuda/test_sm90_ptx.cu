@@ -733,7 +733,7 @@ TEST(Sm90Wgmma, Fp8) {
   SKIP_UNLESS_SM90();
   run_wgmma_fp8<64, false>();
   run_wgmma_fp8<128, false>();
-  run_wgmma_fp8<192, false>();  // (the 192-key e4m3 D 128 tile, FA4_SM90_FP8_BLOCK_N_D128)
+  run_wgmma_fp8<192, false>();  // (the 192-key e4m3 D 128 tile, Tile::fp8_long_keys)
   run_wgmma_fp8<256, false>();
   run_wgmma_fp8<64, true>();
   run_wgmma_fp8<128, true>();

@@ -65,23 +65,28 @@ FA4_FP8_LAYOUT_FN Fp8RowCol wgmma_a8_coord(int lane, int r, int b) {
 // ---- the V^T workspace of an fp8 call (written by fwd_fp8_vt.cu, read by the kernel's TMA) ----
 // e4m3 bytes [bl][hkv][dv][cols]: one row of `cols` key columns per (batch-like index, kv head,
 // value dim), keys permuted within each 32-key block (fp8_pv_key). A sequence's columns are
-// written from its first key up to a multiple of kFp8VtPad keys (a multiple of every fp8 tile's
-// key block), zeros past its last key, so every column a key tile reads is finite (P is 0 there,
-// but 0 x NaN garbage would not be). A row's byte stride `cols` is a multiple of 16 (TMA's rule).
+// written from its first key up to a multiple of the call's pad P (fp8_vt_pad of its tile's key
+// block: 128, or 384 for the 192-key tile), zeros past its last key, so every column a key tile
+// reads is finite (P is 0 there, but 0 x NaN garbage would not be). A row's byte stride `cols` is
+// a multiple of 16 (TMA's rule).
 //   dense k / cache (bl = batch): sequence b at columns [0, ...) of batch-like index b (cache rows
-//     are gathered by cache_batch_idx into b's slot), cols = kv_slot rounded up to kFp8VtPad;
+//     are gathered by cache_batch_idx into b's slot), cols = kv_slot rounded up to P;
 //   varlen k (bl = 1): sequence b at column fp8_vt_col0(kv_a, b) = round_up(kv_a, 16) + G b
-//     (kv_a = cu_seqlens_k[b], G = kFp8VtSeqGap): 16-byte aligned starts (the pre-pass's vector
-//     stores) and, for non-decreasing cu_seqlens_k, disjoint ranges -- sequence b ends before
-//     kv_a + sk + 15 + (kFp8VtPad - 1) + G b < fp8_vt_col0 of b + 1 (>= kv_a + sk + G (b + 1)) --,
-//     cols = round_up(Tk + 16 + G B, 16) > every range's end (kv_a + sk <= Tk).
+//     (kv_a = cu_seqlens_k[b], G = kFp8VtSeqGap, sized for the largest pad): 16-byte aligned
+//     starts (the pre-pass's vector stores) and, for non-decreasing cu_seqlens_k, disjoint ranges
+//     -- sequence b ends before kv_a + sk + 15 + (P - 1) + G b < fp8_vt_col0 of b + 1
+//     (>= kv_a + sk + G (b + 1)) --, cols = round_up(Tk + 16 + G B, 16) > every range's end
+//     (kv_a + sk <= Tk).
 // The pre-pass works in steps of kFp8VtStep keys (a block of rows in shared memory).
-// The pad is the least common multiple of the step and every fp8 tile's key block (128; 384 with
-// FA4_SM90_FP8_BLOCK_N_D128 = 192).
 constexpr int kFp8VtStep = 128;
-constexpr int kFp8VtPad = std::lcm(std::lcm(kFp8VtStep, tile_cfg(64, 64, Tile::fp8).block_n),
-                                   std::lcm(tile_cfg(128, 128, Tile::fp8).block_n, tile_cfg(256, 256, Tile::fp8).block_n));
-constexpr int kFp8VtSeqGap = (kFp8VtPad - 1 + 15 + 15) / 16 * 16;  // >= kFp8VtPad - 1 + 15 (the start's rounding), a multiple of 16
+// The pad of a tile of `block_n` keys: the least common multiple of the step and the key block.
+FA4_FP8_LAYOUT_FN int fp8_vt_pad(int block_n) { return std::lcm(kFp8VtStep, block_n); }
+// The largest pad of any fp8 tile (the varlen gap is sized for it).
+constexpr int kFp8VtPadMax = std::lcm(std::lcm(fp8_vt_pad(tile_cfg(64, 64, Tile::fp8).block_n),
+                                               fp8_vt_pad(tile_cfg(128, 128, Tile::fp8).block_n)),
+                                      std::lcm(fp8_vt_pad(tile_cfg(256, 256, Tile::fp8).block_n),
+                                               fp8_vt_pad(tile_cfg(128, 128, Tile::fp8_long_keys).block_n)));
+constexpr int kFp8VtSeqGap = (kFp8VtPadMax - 1 + 15 + 15) / 16 * 16;  // >= any pad - 1 + 15 (the start's rounding), a multiple of 16
 // Keys of one V^T chunk of a tile's V^T slot (one TMA box, one K-major swizzle row of the P V
 // operand): 128 (128-byte rows and swizzle), or 64 (64-byte) for key blocks that are no multiple
 // of 128.
@@ -90,15 +95,20 @@ FA4_FP8_LAYOUT_FN int64_t fp8_vt_col0(int64_t kv_a, int64_t b) { return (kv_a + 
 
 struct Fp8VtLayout {
   int64_t cols = 0;   // key columns of a row (bytes; a multiple of 16)
+  int32_t pad = 0;    // each sequence's columns written up to a multiple of this (fp8_vt_pad)
   int64_t bl = 0;     // batch-like extent: batch (dense k, cache) or 1 (varlen k)
   int64_t bytes = 0;  // the whole workspace: bl x hkv x dv x cols
 };
-// The layout of a call (varlen_k: k is packed [Tk, Hkv, D] with cu_seqlens_k; kv_slot: keys per
-// sequence slot of dense k / a cache; kv_rows0: k.shape[0], Tk when varlen). False when a size does
-// not fit int64 or the kernel's 32-bit TMA coordinates (columns, rows x heads < 2^31).
-inline bool fp8_vt_layout(bool varlen_k, int64_t batch, int64_t hkv, int64_t dv, int64_t kv_slot, int64_t kv_rows0,
-                          Fp8VtLayout* out) {
-  if (batch < 0 || hkv < 0 || dv < 0 || kv_slot < 0 || kv_rows0 < 0) return false;
+// The layout of a call on a tile of `block_n` keys (varlen_k: k is packed [Tk, Hkv, D] with
+// cu_seqlens_k; kv_slot: keys per sequence slot of dense k / a cache; kv_rows0: k.shape[0], Tk when
+// varlen). False when a size does not fit int64 or the kernel's 32-bit TMA coordinates (columns,
+// rows x heads < 2^31), or the tile's pad exceeds the one the varlen gap is sized for.
+inline bool fp8_vt_layout(bool varlen_k, int block_n, int64_t batch, int64_t hkv, int64_t dv, int64_t kv_slot,
+                          int64_t kv_rows0, Fp8VtLayout* out) {
+  if (batch < 0 || hkv < 0 || dv < 0 || kv_slot < 0 || kv_rows0 < 0 || block_n <= 0 || block_n % kFp8KeyBlock != 0)
+    return false;
+  const int pad = fp8_vt_pad(block_n);
+  if (kFp8VtPadMax % pad != 0) return false;
   int64_t cols = 0, bl = 0;
   if (varlen_k) {
     int64_t gaps = 0;
@@ -108,15 +118,15 @@ inline bool fp8_vt_layout(bool varlen_k, int64_t batch, int64_t hkv, int64_t dv,
     cols = cols / 16 * 16;
     bl = 1;
   } else {
-    if (__builtin_add_overflow(kv_slot, int64_t{kFp8VtPad - 1}, &cols)) return false;
-    cols = cols / kFp8VtPad * kFp8VtPad;
+    if (__builtin_add_overflow(kv_slot, int64_t{pad - 1}, &cols)) return false;
+    cols = cols / pad * pad;
     bl = batch;
   }
   int64_t rows = 0, bytes = 0;
   if (cols >= (int64_t{1} << 31) || __builtin_mul_overflow(hkv, dv, &rows) || rows >= (int64_t{1} << 31) ||
       __builtin_mul_overflow(rows, bl, &bytes) || __builtin_mul_overflow(bytes, cols, &bytes))
     return false;
-  out->cols = cols, out->bl = bl, out->bytes = bytes;
+  out->cols = cols, out->pad = pad, out->bl = bl, out->bytes = bytes;
   return true;
 }
 

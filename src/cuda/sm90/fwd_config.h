@@ -340,14 +340,16 @@
 #ifndef FA4_SM90_FP8_STAGES_D128
 #define FA4_SM90_FP8_STAGES_D128 3
 #endif
-//   FA4_SM90_FP8_BLOCK_N_D128  key block of the e4m3 D 128 tile: 128, or 192 -- FA3's fp8 D 128
-//                          tile is 128 x 224, and at 128 keys fa4's per-key-tile work (turn,
-//                          waits, row max, votes) comes 1.75x as often per key: the kernel alone
-//                          ran at 0.88-0.90 of FA3's at S 1k-16k (H100 ncu, 2026-12-06,
-//                          docs/perf/h200-2026-12-06c-session.md). 192 takes V^T chunks of 64 keys
-//                          (fp8_layout.h); 256 did not fit the registers (C7512). 128 until an A/B.
-#ifndef FA4_SM90_FP8_BLOCK_N_D128
-#define FA4_SM90_FP8_BLOCK_N_D128 128
+//   FA4_SM90_FP8_LONG_KEYS_MIN_SK  the e4m3 D 128 calls whose longest key sequence has at least
+//                          this many keys run 192-key tiles (Tile::fp8_long_keys), the others 128;
+//                          negative: never. FA3's fp8 D 128 tile is 128 x 224: at 128 keys fa4's
+//                          per-key-tile work (turn, waits, row max, votes) comes 1.5x as often per
+//                          key as at 192. Same-run A/B on an H100 (2026-12-06, 192 against 128 for
+//                          every call; docs/perf/h100-2026-12-06d-session.md): S 16k +3.5-4.4 %
+//                          (causal and not), 4k +0.3-0.6 %, 1k -8-10 % (1024 keys are 5 1/3 tiles of
+//                          192: the last one a third full). 256 keys did not fit the registers (C7512).
+#ifndef FA4_SM90_FP8_LONG_KEYS_MIN_SK
+#define FA4_SM90_FP8_LONG_KEYS_MIN_SK 8192
 #endif
 
 namespace fa4::cuda::sm90 {
@@ -407,7 +409,10 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 // 16-bit K / V ring, fed by converter warps from e4m3 byte rings (fwd_fp8_kv.cuh); k_descale
 // folds into the score scale, v_descale into O, as Tile::fp8 folds them. Static walk only, no
 // in-kernel split merge (split launches take the combine kernel).
-enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_kv };
+enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_long_keys, fp8_kv };
+// The all-fp8 tiles (e4m3 q / k / v, a V^T pre-pass): 128-key tiles, and 192-key ones at D 128
+// for long key sequences (FA4_SM90_FP8_LONG_KEYS_MIN_SK).
+constexpr bool is_fp8_tile(Tile t) { return t == Tile::fp8 || t == Tile::fp8_long_keys; }
 // Tiles whose launches of <= 64-row tiles run consumer 0 alone (Sm90Params::solo): all with
 // FA4_SM90_SOLO, else the fp8_kv tile -- the widened 16-bit ring's GEMMs on empty rows held it
 // back: H100 2026-12-05, B 32 decode 32/8 kv 4k-64k, tokens/s over the bf16 cache 0.93-0.97 ->
@@ -422,12 +427,12 @@ constexpr bool one_q_capable(Tile t, int dqk, int dv) {
 }
 // Bytes of one Q / K / V element of a tile's instance (Tile::fp8_kv: of its 16-bit rings; the
 // cache's e4m3 bytes: kv_cache_bytes).
-constexpr int elem_bytes(Tile t) { return t == Tile::fp8 ? 1 : 2; }
+constexpr int elem_bytes(Tile t) { return is_fp8_tile(t) ? 1 : 2; }
 // Bytes of one K / V element as the tile reads it from global memory.
-constexpr int kv_cache_bytes(Tile t) { return t == Tile::fp8 || t == Tile::fp8_kv ? 1 : 2; }
+constexpr int kv_cache_bytes(Tile t) { return is_fp8_tile(t) || t == Tile::fp8_kv ? 1 : 2; }
 // Columns of one swizzle chunk of the Q / K tiles (fwd_smem.cuh): a 128-byte swizzle row (64
 // 16-bit or 128 e4m3 elements); e4m3 rows of 64 bytes (D 64) are one 64-byte-swizzle chunk.
-constexpr int qk_chunk_cols(int dqk, Tile t) { return t != Tile::fp8 ? 64 : dqk <= 64 ? 64 : 128; }
+constexpr int qk_chunk_cols(int dqk, Tile t) { return !is_fp8_tile(t) ? 64 : dqk <= 64 ? 64 : 128; }
 // Whether a split-KV launch of these head dims with `rows` tile rows per (batch, grid head)
 // (Plan::rows) runs the split_kv instance rather than its chosen tile + the combine kernel.
 // Same-run A/B on an H100 (2026-12-05, docs/perf/h100-2026-12-05b-session.md; decode B 1 / 4 / 32,
@@ -468,7 +473,7 @@ constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
          ((t == Tile::split_kv || t == Tile::fp8) && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256)) ||
-         (t == Tile::fp8_kv && dqk == dv && dqk == 128);
+         ((t == Tile::fp8_kv || t == Tile::fp8_long_keys) && dqk == dv && dqk == 128);
 }
 
 constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
@@ -483,8 +488,14 @@ constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
     // Registers per consumer thread: S 64 + O Dv / 2 + P 16 (e4m3: 128 keys / 8) -- D 256 208 of
     // 240, as FA3's 128 x 128 fp8 D 256 tile; D 64 112 of 160.
     if (dqk <= 64) return {3, 128, FA4_SM90_FP8_STAGES_D64};
-    if (dqk <= 128) return {2, FA4_SM90_FP8_BLOCK_N_D128, FA4_SM90_FP8_STAGES_D128};
+    if (dqk <= 128) return {2, 128, FA4_SM90_FP8_STAGES_D128};
     return {2, 128, 2};
+  }
+  if (t == Tile::fp8_long_keys) {
+    // D 128 with 192-key tiles: V^T slots of three 64-key chunks (fp8_layout.h fp8_vt_chunk_keys),
+    // registers per consumer thread S 96 + P 24 + O 64 of 240; shared memory 16 + 3 x (24 + 24)
+    // + 32 KB.
+    return {2, 192, FA4_SM90_FP8_STAGES_D128};
   }
   if (t == Tile::fp8_kv) {
     // D 128: the standard tile (2 consumers, 128 keys, a 16-bit ring of 2 stages) plus 2 stages

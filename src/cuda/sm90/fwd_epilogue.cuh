@@ -149,7 +149,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   const bool partials = p.num_splits > 1;
   const bool sinks = p.sinks != nullptr && w.split == 0;
   const float sink_head = sinks ? p.sinks[w.head * p.sinks_st] * kLog2e : -INFINITY;
-  // (e4m3 v: Tile::fp8, fp8_kv) v_descale of the tile's (batch, kv head): O = (P V_e4m3) x v_descale.
+  // (e4m3 v: the fp8 tiles, fp8_kv) v_descale of the tile's (batch, kv head): O = (P V_e4m3) x v_descale.
   [[maybe_unused]] float v_descale = 1.f;
   if constexpr (T::kDescale) {
     if (P.v_descale != nullptr) v_descale = P.v_descale[w.batch * P.vd_s0 + w.hk * P.vd_sh];

@@ -19,7 +19,7 @@
 // Phase 3 is what the staging is for: written straight from phase 2 (one lane per value dim,
 // 32 bytes each), a warp's 16-byte store touched 32 V^T rows, half a sector each, and the pass
 // ran at 1.0-1.3 TB/s with L2 throughput at 80 % and DRAM at 30-38 % (ncu, H100, 2026-12-06).
-// A sequence's last steps write zeros up to its kFp8VtPad boundary (fp8_layout.h).
+// A sequence's last steps write zeros up to a multiple of the layout's pad (fp8_layout.h).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -28,6 +28,7 @@
 #include "cuda/common/fwd_args.h"
 #include "cuda/common/seq_info.cuh"
 #include "cuda/common/smem_optin.h"
+#include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_launch.h"
 
@@ -50,8 +51,12 @@ struct VtStage {
 // grid (steps, kv heads, batch): CTA (x, hk, b) takes key blocks x, x + gridDim.x, ... of
 // sequence b's kv head hk. dv <= kMaxDv.
 template <int kMaxDv>
-__global__ void __launch_bounds__(kVtThreads, kMaxDv > 128 ? 2 : 4) fp8_vt_kernel(const FwdArgs a, uint8_t* vt, int64_t cols) {
+__global__ void __launch_bounds__(kVtThreads, kMaxDv > 128 ? 2 : 4) fp8_vt_kernel(const FwdArgs a, uint8_t* vt, int64_t cols, int pad) {
   using Stage = VtStage<kMaxDv>;
+  // (FA4_SM90_PDL) The attention kernel, this grid's programmatic dependent, may be scheduled once
+  // every CTA of this grid has started: its CTAs init their barriers on the SMs this grid leaves
+  // and wait (griddepcontrol.wait) for all of this grid's writes before any global access.
+  if (FA4_SM90_PDL) ptx::griddep_launch_dependents();
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Stage& st = *reinterpret_cast<Stage*>(smem_raw);
   const int b = static_cast<int>(blockIdx.z), hk = static_cast<int>(blockIdx.y);
@@ -68,9 +73,8 @@ __global__ void __launch_bounds__(kVtThreads, kMaxDv > 128 ? 2 : 4) fp8_vt_kerne
   uint8_t* base = vt + ((bl * a.hkv + hk) * dv) * cols + (varlen ? fp8_vt_col0(si.kv_a, b) : 0);
   const int chunks = (dv + 15) / 16;  // 16-byte pieces of a V row
   const int dv32 = (dv + 31) / 32 * 32;
-  // Columns written, zeros past sk: up to the pad (with pad = step, the steps that hold a key
-  // reach it already).
-  const int64_t padded = kFp8VtPad == kFp8VtStep ? sk : (sk + kFp8VtPad - 1) / kFp8VtPad * kFp8VtPad;
+  // Columns written, zeros past sk: up to the pad (a multiple of the step).
+  const int64_t padded = (sk + pad - 1) / pad * pad;
   for (int64_t kb = blockIdx.x; kb * kFp8VtStep < padded; kb += gridDim.x) {
     const int64_t j0 = kb * kFp8VtStep;
     __syncthreads();  // the previous step's reads of `rows` and `cols` are done
@@ -128,12 +132,12 @@ __global__ void __launch_bounds__(kVtThreads, kMaxDv > 128 ? 2 : 4) fp8_vt_kerne
 }
 
 template <int kMaxDv>
-cudaError_t launch_vt(const FwdArgs& a, uint8_t* vt, int64_t cols, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_vt(const FwdArgs& a, uint8_t* vt, int64_t cols, int pad, dim3 grid, cudaStream_t stream) {
   static std::atomic<bool> configured[64];
   constexpr int kBytes = static_cast<int>(sizeof(VtStage<kMaxDv>));
   const void* fn = reinterpret_cast<const void*>(fp8_vt_kernel<kMaxDv>);
   if (const cudaError_t err = ensure_smem_optin(fn, kBytes, configured); err != cudaSuccess) return err;
-  fp8_vt_kernel<kMaxDv><<<grid, kVtThreads, kBytes, stream>>>(a, vt, cols);
+  fp8_vt_kernel<kMaxDv><<<grid, kVtThreads, kBytes, stream>>>(a, vt, cols, pad);
   return cudaGetLastError();
 }
 
@@ -142,22 +146,23 @@ cudaError_t launch_vt(const FwdArgs& a, uint8_t* vt, int64_t cols, dim3 grid, cu
 cudaError_t launch_fp8_vt(const FwdArgs& a, void* vt, const Fp8VtLayout& vl, cudaStream_t stream) {
   if (a.batch <= 0 || a.hkv <= 0 || a.dv <= 0) return cudaSuccess;
   if (a.dv > kVtMaxDv || a.kv_mode == kKvPaged) return cudaErrorInvalidValue;  // (the planner's rules)
+  if (vl.pad <= 0 || vl.pad % kFp8VtStep != 0) return cudaErrorInvalidValue;    // (fp8_vt_layout's)
   // Steps per CTA: the longest sequence's key blocks are unknown on the host for device-resident
   // lengths, so the CTAs loop; x covers the average sequence's blocks (+1), and every sequence's
-  // at most ceil(slot / 128) blocks.
+  // at most ceil(slot / pad) x pad / 128 blocks.
   const bool varlen = a.kv_mode == kKvVarlen;
   const int64_t slot = varlen ? a.kv_rows0 : a.kv_slot;  // keys a sequence can have
   const int64_t total = varlen ? a.kv_rows0 : slot * a.batch;
-  const int64_t most = (slot + kFp8VtPad - 1) / kFp8VtPad * (kFp8VtPad / kFp8VtStep);
+  const int64_t most = (slot + vl.pad - 1) / vl.pad * (vl.pad / kFp8VtStep);
   int64_t gx = (total + kFp8VtStep * int64_t{a.batch} - 1) / (kFp8VtStep * int64_t{a.batch}) + (varlen ? 1 : 0);
   gx = gx < 1 ? 1 : gx > most ? most : gx;
   if (gx < 1) return cudaSuccess;  // no keys
   if (gx > 65535) gx = 65535;  // (grid.x allows 2^31 - 1; the loop takes the rest)
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(a.hkv), static_cast<unsigned>(a.batch));
   uint8_t* out = static_cast<uint8_t*>(vt);
-  if (a.dv <= 64) return launch_vt<64>(a, out, vl.cols, grid, stream);
-  if (a.dv <= 128) return launch_vt<128>(a, out, vl.cols, grid, stream);
-  return launch_vt<kVtMaxDv>(a, out, vl.cols, grid, stream);
+  if (a.dv <= 64) return launch_vt<64>(a, out, vl.cols, vl.pad, grid, stream);
+  if (a.dv <= 128) return launch_vt<128>(a, out, vl.cols, vl.pad, grid, stream);
+  return launch_vt<kVtMaxDv>(a, out, vl.cols, vl.pad, grid, stream);
 }
 
 }  // namespace fa4::cuda::sm90

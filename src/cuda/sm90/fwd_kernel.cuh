@@ -41,10 +41,10 @@ struct FwdTraits {
   static constexpr int kDqk = kDqk_, kDv = kDv_;
   static constexpr Tile kTile = kTile_;
   static_assert(has_tile(kTile, kDqk, kDv), "no such tile for these head dims (fwd_config.h)");
-  // e4m3 q / k / v (Tile::fp8): 8-bit wgmma, V^T tiles, bf16 output (DESIGN §1: fp8 in, bf16 out).
-  static constexpr bool kFp8 = kTile == Tile::fp8;
+  // e4m3 q / k / v (Tile::fp8, fp8_long_keys): 8-bit wgmma, V^T tiles, bf16 output (DESIGN §1: fp8 in, bf16 out).
+  static constexpr bool kFp8 = is_fp8_tile(kTile);
   static_assert(kFp8 == (sizeof(Elem) == 1) && sizeof(Elem) == static_cast<size_t>(elem_bytes(kTile)),
-                "Tile::fp8 instances take __nv_fp8_e4m3, the others 16-bit elements");
+                "the fp8 tiles' instances take __nv_fp8_e4m3, the others 16-bit elements");
   // 16-bit q against an e4m3 K / V cache (Tile::fp8_kv): the cache's bytes widened into the
   // 16-bit rings by the producer warpgroup's converter warps (fwd_fp8_kv.h).
   static constexpr bool kFp8Kv = kTile == Tile::fp8_kv;
@@ -73,7 +73,7 @@ struct FwdTraits {
   static constexpr bool kDynamicWalk = dynamic_walk(kDqk, kTile);  // the producer can claim tiles
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   static constexpr bool kFusedMerge = fused_merge(kDqk, kDv, kTile);  // split-KV merged in-kernel
-  static_assert(!kFp8 || kFp8VtPad % kBlockN == 0, "a V^T tile lies inside the pre-pass's padded columns (fp8_layout.h)");
+  static_assert(!kFp8 || kFp8VtPadMax % fp8_vt_pad(kBlockN) == 0, "the V^T workspace's varlen gap covers this tile's pad (fp8_layout.h)");
   using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk, kCfg.byte_stages>;
   static_assert(kFp8Kv == (kCfg.byte_stages > 0), "byte rings exactly in the fp8_kv tile");
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack

@@ -85,7 +85,7 @@ bool make_maps(const FwdArgs& a, DimPair dims, Tile tile, MapElem in, MapElem kv
                            ? static_cast<uint32_t>(a.page_size) : block_n;
   if (!encode(&P->tm_k, a.k, kv, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, 1, box, "k", why))
     return false;
-  if (tile != Tile::fp8 &&
+  if (!is_fp8_tile(tile) &&
       !encode(&P->tm_v, a.v, kv, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, 1, box, "v", why))
     return false;
   // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
@@ -101,8 +101,8 @@ bool make_maps(const FwdArgs& a, DimPair dims, Tile tile, MapElem in, MapElem kv
 }  // namespace
 
 bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Params* P, std::string* why) {
-  if (tile == Tile::fp8 || tile == Tile::fp8_kv) {
-    if (why) *why = tile == Tile::fp8 ? "the fp8 tile takes make_params_fp8" : "the fp8_kv tile takes make_params_fp8_kv";
+  if (is_fp8_tile(tile) || tile == Tile::fp8_kv) {
+    if (why) *why = is_fp8_tile(tile) ? "the fp8 tiles take make_params_fp8" : "the fp8_kv tile takes make_params_fp8_kv";
     return false;
   }
   return make_maps(a, dims, tile, elem16(bf16), elem16(bf16), bf16, P, why);
@@ -119,17 +119,27 @@ bool make_params_fp8_kv(const FwdArgsFp8& a, DimPair dims, bool bf16, Sm90Params
   return true;
 }
 
-bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, const void* vt, const Fp8VtLayout& vl, Sm90Params* P,
+bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, Tile tile, const void* vt, const Fp8VtLayout& vl, Sm90Params* P,
                      std::string* why) {
-  const MapElem e8 = elem8(static_cast<uint32_t>(qk_chunk_cols(dims.dqk, Tile::fp8)));
-  if (!make_maps(a, dims, Tile::fp8, e8, e8, true, P, why))
+  if (!is_fp8_tile(tile) || !has_tile(tile, dims.dqk, dims.dv)) {
+    if (why) *why = "not an fp8 tile of these head dims";
+    return false;
+  }
+  // The pre-pass wrote zeros up to a multiple of vl.pad keys: whole key tiles of this one.
+  const int block_n = tile_cfg(dims.dqk, dims.dv, tile).block_n;
+  if (vl.pad <= 0 || vl.pad % block_n != 0) {
+    if (why) *why = "the V^T workspace's padding is not a multiple of the tile's key block";
+    return false;
+  }
+  const MapElem e8 = elem8(static_cast<uint32_t>(qk_chunk_cols(dims.dqk, tile)));
+  if (!make_maps(a, dims, tile, e8, e8, true, P, why))
     return false;
   // V^T (fp8_layout.h): (key columns, value dims, kv heads, batch-like), byte strides cols,
   // dv x cols, hkv x dv x cols; boxes of a V^T chunk's key columns (fp8_vt_chunk_keys: 128, or 64
   // with 64-byte swizzle) x the tile's Dv dims (dims past a.dv are outside the map: TMA fills them
   // with zeros, as it does the padded q / k columns).
   const int64_t row = vl.cols, head = row * a.dv, bl = head * a.hkv;
-  const uint32_t vt_keys = static_cast<uint32_t>(fp8_vt_chunk_keys(tile_cfg(dims.dqk, dims.dv, Tile::fp8).block_n));
+  const uint32_t vt_keys = static_cast<uint32_t>(fp8_vt_chunk_keys(block_n));
   if (!encode(&P->tm_v, vt, elem8(vt_keys), vl.cols, a.dv, a.hkv, vl.bl, row, head, bl,
               static_cast<uint32_t>(dims.dv), 1, "v (the fp8 V^T workspace)", why))
     return false;
@@ -149,6 +159,7 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
                                         : launch_fwd_d64(P, bf16, grid, stream);
     case 128:
       if (tile == Tile::fp8) return launch_fwd_d128_fp8(P, grid, stream);
+      if (tile == Tile::fp8_long_keys) return launch_fwd_d128_fp8_long_keys(P, grid, stream);
       if (tile == Tile::fp8_kv) {
         // (FA4_SM90_FP8_KV_F16_COMPUTE) bf16 q computed in fp16: the same tile, plan and tensor
         // maps (q's is bf16 -- TMA copies the bits; the kernel converts them), another instance.

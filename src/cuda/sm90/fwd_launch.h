@@ -16,9 +16,9 @@ namespace fa4::cuda::sm90 {
 // tensor's strides or extents do not fit TMA's rules (16-byte multiples, < 2^40 bytes, extents
 // < 2^32); the planner (cuda/plan.cpp, sm90_supports) only picks sm90 where they do.
 bool make_params(const FwdArgs& a, DimPair dims, Tile tile, bool bf16, Sm90Params* out, std::string* why);
-// The fp8 tile's (Tile::fp8): e4m3 q / k maps, the V^T workspace `vt` of layout `vl` (written by
+// The fp8 tiles' (Tile::fp8, fp8_long_keys): e4m3 q / k maps, the V^T workspace `vt` of layout `vl` (written by
 // launch_fp8_vt first) as the v map, the descale factors of `a`, a bf16 out map.
-bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, const void* vt, const Fp8VtLayout& vl, Sm90Params* out,
+bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, Tile tile, const void* vt, const Fp8VtLayout& vl, Sm90Params* out,
                      std::string* why);
 
 // The fp8-KV tile's (Tile::fp8_kv): 16-bit q (bf16 or fp16) and out maps, e4m3 k / v maps of the
@@ -55,6 +55,7 @@ cudaError_t launch_fwd_d256_gather(const Sm90Params& P, bool bf16, dim3 grid, cu
 cudaError_t launch_fwd_d256_split_kv_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d64_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128_fp8_long_keys(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_fp8_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 // (FA4_SM90_FP8_KV_F16_COMPUTE) bf16 q against the e4m3 cache, computed in fp16 (fwd_fp8_kv.h).

@@ -44,10 +44,10 @@ struct Sm90Params {
   // FA4_SM90_TRACE builds only (fwd_trace.cuh): the timeline records, one per CTA. Present in
   // every build so the struct's layout never depends on a switch a variant build recompiles.
   uint64_t* trace = nullptr;
-  // The fp8 instances (Tile::fp8, Tile::fp8_kv) only; after every other field, so the 16-bit
+  // The fp8 instances (Tile::fp8, fp8_long_keys, fp8_kv) only; after every other field, so the 16-bit
   // instances' parameter offsets are those they had. q / k / v_descale [B, Hkv] (nullptr = 1;
   // element b * s0 + hk * sh; fp8_kv: no q_descale): q x k fold into the score scale of the tile's
-  // (batch, kv head), v into its output scale. (Tile::fp8) tm_v then maps the call's V^T
+  // (batch, kv head), v into its output scale. (the all-fp8 tiles) tm_v then maps the call's V^T
   // workspace (fp8_layout.h Fp8VtLayout, cols x dv x hkv x bl).
   const float* q_descale = nullptr;
   const float* k_descale = nullptr;

@@ -3,7 +3,7 @@
 // Tiles are stored as TMA writes them with 128-byte swizzle: a [rows x D] 16-bit tile is D / 64
 // column chunks, each [rows][64] (128-byte rows, 16-byte pieces XOR'd by row % 8). Each chunk
 // starts 1024-byte aligned (every chunk holds a multiple of 8 rows), which both the swizzle
-// pattern and the wgmma descriptors' zero base offset need. e4m3 tiles (Tile::fp8) have chunks
+// pattern and the wgmma descriptors' zero base offset need. e4m3 tiles (Tile::fp8, fp8_long_keys) have chunks
 // of kChunk = 128 columns (one 128-byte row; D 64: 64 columns, 64-byte swizzle).
 //   q[c][chunk]   the 64 query rows of consumer c
 //   k[s][chunk]   K ring slot s (kBlockN keys)
