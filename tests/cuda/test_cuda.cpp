@@ -1399,6 +1399,7 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
     c.dqk = c.dv = 128, c.lse = true, c.descale = true;
     c.batch = 1, c.hq = 2, c.hkv = 1, c.sq = 130, c.sk = 8300;
     if (forced) {
+      c.dtype = DType::float8_e4m3;  // (as run sets it)
       const fa4::PlanInfo info = planned(c, derive_seed(44990));
       EXPECT_EQ(info.tile_n, FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8300 ? 192 : 128);
     }
