@@ -200,7 +200,9 @@
 //                          barriers, while that grid's last CTAs still run, and wait for it before
 //                          any global access. For decode calls of ~20-30 us, where a launch's ramp
 //                          and drain are a visible share. H200 2026-12-05: decode +-2 %, prefill
-//                          (D 64 / 128) +-0.5 %: kept 0.
+//                          (D 64 / 128) +-0.5 %: kept 0. The fp8 V^T pre-pass triggers its
+//                          dependent at its start (fwd_fp8_vt.cu); H100 2026-12-06, e4m3 prefill
+//                          S 1k-16k: +-2 % (docs/perf/h100-2026-12-06d-session.md).
 #ifndef FA4_SM90_PDL
 #define FA4_SM90_PDL 0
 #endif
