@@ -286,6 +286,33 @@ void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true, B
   }
 }
 
+// check_case through a caller workspace filled with 0xFF bytes first (an e4m3 NaN, an fp32 NaN):
+// a kernel that reads scratch it did not write (the fp8 V^T columns past a sequence's end that
+// the pre-pass must zero) then carries NaN into the output.
+void check_case_poisoned_workspace(const CaseConfig& cfg, uint64_t seed) {
+  SCOPED_TRACE(cfg.describe());
+  FA4_SEED_TRACE(seed);
+  Case ref = make_gpu_case(cfg, seed);
+  ASSERT_TRUE(ref.run(Backend::reference).ok());
+  Case test = make_gpu_case(cfg, seed);
+  DeviceCase dc(test);
+  fa4::AttentionParams p = dc.params();
+  const size_t ws = fa4::attention_workspace_size(p);
+  ASSERT_GT(ws, 0u);
+  void* d_ws = nullptr;
+  CUDA_OK(cudaMalloc(&d_ws, ws));
+  CUDA_OK(cudaMemset(d_ws, 0xFF, ws));
+  p.workspace = d_ws;
+  p.workspace_bytes = ws;
+  const Status st = fa4::attention_forward(p);
+  EXPECT_TRUE(st.ok()) << st.message;
+  CUDA_OK(cudaDeviceSynchronize());
+  cudaFree(d_ws);
+  if (!st.ok()) return;
+  dc.download();
+  EXPECT_TRUE(compare_runs(test, ref, gpu_tol(cfg.dtype, ref)));
+}
+
 TEST(CudaBackend, Available) {
   ASSERT_TRUE(fa4::backend_available(Backend::cuda));
   for (auto& b : fa4::backend_info()) std::printf("  %s: %s\n", fa4::backend_name(b.backend), b.detail.c_str());
@@ -1392,27 +1419,37 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
     run(c);
   }
   // Long key sequences at D 128: the 192-key tile (Tile::fp8_long_keys, from
-  // FA4_SM90_FP8_LONG_KEYS_MIN_SK keys; the V^T pad 384): 8300 keys end a third into a tile; varlen
-  // with one long sequence beside short ones (the planner goes by the longest), causal.
+  // FA4_SM90_FP8_LONG_KEYS_MIN_SK keys; the V^T pad 384): 8300 keys end a third into a tile;
+  // varlen with one long sequence beside short ones (the planner goes by the longest; 200 keys
+  // pad to 384 columns, 256 on the 128-key tile), causal. Through a NaN-filled workspace: V^T
+  // columns the pre-pass failed to zero up to the pad would reach O.
   if (wanted(128)) {
+    const bool long_tile = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8250;
+    auto run_long = [&](CaseConfig c) {
+      c.dtype = DType::float8_e4m3;
+      const uint64_t seed = derive_seed(44000 + k++);
+      const fa4::PlanInfo info = planned(c, seed);
+      ++total;
+      on_sm90 += info.kernel == "sm90";
+      if (forced) {
+        EXPECT_EQ(info.kernel, "sm90") << c.describe();
+        EXPECT_EQ(info.tile_n, long_tile ? 192 : 128) << c.describe();
+      }
+      check_case_poisoned_workspace(c, seed);
+    };
     CaseConfig c;
     c.dqk = c.dv = 128, c.lse = true, c.descale = true;
     c.batch = 1, c.hq = 2, c.hkv = 1, c.sq = 130, c.sk = 8300;
-    if (forced) {
-      c.dtype = DType::float8_e4m3;  // (as run sets it)
-      const fa4::PlanInfo info = planned(c, derive_seed(44990));
-      EXPECT_EQ(info.tile_n, FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8300 ? 192 : 128);
-    }
-    run(c);
+    run_long(c);
     c = CaseConfig{};
     c.dqk = c.dv = 128, c.lse = true, c.descale = true;
-    c.batch = 3, c.hq = 4, c.hkv = 2;
+    c.batch = 4, c.hq = 4, c.hkv = 2;
     c.varlen_q = true, c.kv = KvMode::varlen;
-    c.lens_q = {64, 5, 100};
-    c.lens_k = {8250, 5, 300};
+    c.lens_q = {64, 5, 100, 30};
+    c.lens_k = {8250, 5, 300, 200};
     c.sq = 100, c.sk = 8250;
     c.causal = true;
-    run(c);
+    run_long(c);
   }
   std::printf("Sm90Fp8Prefill: %d of %d cases on the sm90 kernel (FA4_CUDA_KERNEL=%s)%s\n", on_sm90, total,
               forced ? "sm90" : preferred_kernel().empty() ? "auto" : preferred_kernel().c_str(),

@@ -71,8 +71,8 @@ FA4_FP8_LAYOUT_FN Fp8RowCol wgmma_a8_coord(int lane, int r, int b) {
 // a multiple of 16 (TMA's rule).
 //   dense k / cache (bl = batch): sequence b at columns [0, ...) of batch-like index b (cache rows
 //     are gathered by cache_batch_idx into b's slot), cols = kv_slot rounded up to P;
-//   varlen k (bl = 1): sequence b at column fp8_vt_col0(kv_a, b) = round_up(kv_a, 16) + G b
-//     (kv_a = cu_seqlens_k[b], G = kFp8VtSeqGap, sized for the largest pad): 16-byte aligned
+//   varlen k (bl = 1): sequence b at column fp8_vt_col0(kv_a, b, P) = round_up(kv_a, 16) + G b
+//     (kv_a = cu_seqlens_k[b], G = fp8_vt_seq_gap(P): 144 for P = 128, 400 for 384): 16-byte aligned
 //     starts (the pre-pass's vector stores) and, for non-decreasing cu_seqlens_k, disjoint ranges
 //     -- sequence b ends before kv_a + sk + 15 + (P - 1) + G b < fp8_vt_col0 of b + 1
 //     (>= kv_a + sk + G (b + 1)) --, cols = round_up(Tk + 16 + G B, 16) > every range's end
@@ -81,17 +81,15 @@ FA4_FP8_LAYOUT_FN Fp8RowCol wgmma_a8_coord(int lane, int r, int b) {
 constexpr int kFp8VtStep = 128;
 // The pad of a tile of `block_n` keys: the least common multiple of the step and the key block.
 FA4_FP8_LAYOUT_FN int fp8_vt_pad(int block_n) { return std::lcm(kFp8VtStep, block_n); }
-// The largest pad of any fp8 tile (the varlen gap is sized for it).
-constexpr int kFp8VtPadMax = std::lcm(std::lcm(fp8_vt_pad(tile_cfg(64, 64, Tile::fp8).block_n),
-                                               fp8_vt_pad(tile_cfg(128, 128, Tile::fp8).block_n)),
-                                      std::lcm(fp8_vt_pad(tile_cfg(256, 256, Tile::fp8).block_n),
-                                               fp8_vt_pad(tile_cfg(128, 128, Tile::fp8_long_keys).block_n)));
-constexpr int kFp8VtSeqGap = (kFp8VtPadMax - 1 + 15 + 15) / 16 * 16;  // >= any pad - 1 + 15 (the start's rounding), a multiple of 16
+// The varlen gap of a pad: >= pad - 1 + 15 (the start's rounding), a multiple of 16.
+FA4_FP8_LAYOUT_FN int fp8_vt_seq_gap(int pad) { return (pad - 1 + 15 + 15) / 16 * 16; }
 // Keys of one V^T chunk of a tile's V^T slot (one TMA box, one K-major swizzle row of the P V
 // operand): 128 (128-byte rows and swizzle), or 64 (64-byte) for key blocks that are no multiple
 // of 128.
 FA4_FP8_LAYOUT_FN int fp8_vt_chunk_keys(int block_n) { return block_n % 128 == 0 ? 128 : 64; }
-FA4_FP8_LAYOUT_FN int64_t fp8_vt_col0(int64_t kv_a, int64_t b) { return (kv_a + 15) / 16 * 16 + b * kFp8VtSeqGap; }
+FA4_FP8_LAYOUT_FN int64_t fp8_vt_col0(int64_t kv_a, int64_t b, int pad) {
+  return (kv_a + 15) / 16 * 16 + b * fp8_vt_seq_gap(pad);
+}
 
 struct Fp8VtLayout {
   int64_t cols = 0;   // key columns of a row (bytes; a multiple of 16)
@@ -102,17 +100,17 @@ struct Fp8VtLayout {
 // The layout of a call on a tile of `block_n` keys (varlen_k: k is packed [Tk, Hkv, D] with
 // cu_seqlens_k; kv_slot: keys per sequence slot of dense k / a cache; kv_rows0: k.shape[0], Tk when
 // varlen). False when a size does not fit int64 or the kernel's 32-bit TMA coordinates (columns,
-// rows x heads < 2^31), or the tile's pad exceeds the one the varlen gap is sized for.
+// rows x heads < 2^31), or for key blocks that are no multiple of 32 in (0, 256].
 inline bool fp8_vt_layout(bool varlen_k, int block_n, int64_t batch, int64_t hkv, int64_t dv, int64_t kv_slot,
                           int64_t kv_rows0, Fp8VtLayout* out) {
-  if (batch < 0 || hkv < 0 || dv < 0 || kv_slot < 0 || kv_rows0 < 0 || block_n <= 0 || block_n % kFp8KeyBlock != 0)
+  if (batch < 0 || hkv < 0 || dv < 0 || kv_slot < 0 || kv_rows0 < 0 || block_n <= 0 || block_n > 256 ||
+      block_n % kFp8KeyBlock != 0)
     return false;
   const int pad = fp8_vt_pad(block_n);
-  if (kFp8VtPadMax % pad != 0) return false;
   int64_t cols = 0, bl = 0;
   if (varlen_k) {
     int64_t gaps = 0;
-    if (__builtin_mul_overflow(batch, int64_t{kFp8VtSeqGap}, &gaps) || __builtin_add_overflow(gaps, kv_rows0, &cols) ||
+    if (__builtin_mul_overflow(batch, int64_t{fp8_vt_seq_gap(pad)}, &gaps) || __builtin_add_overflow(gaps, kv_rows0, &cols) ||
         __builtin_add_overflow(cols, int64_t{16 + 15}, &cols))
       return false;
     cols = cols / 16 * 16;

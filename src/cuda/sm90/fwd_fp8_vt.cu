@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kVtThreads, kMaxDv > 128 ? 2 : 4) fp8_vt_kerne
   const bool varlen = a.kv_mode == kKvVarlen;
   // Row (d = 0) of this (batch-like index, kv head) and the sequence's first column.
   const int64_t bl = varlen ? 0 : b;
-  uint8_t* base = vt + ((bl * a.hkv + hk) * dv) * cols + (varlen ? fp8_vt_col0(si.kv_a, b) : 0);
+  uint8_t* base = vt + ((bl * a.hkv + hk) * dv) * cols + (varlen ? fp8_vt_col0(si.kv_a, b, pad) : 0);
   const int chunks = (dv + 15) / 16;  // 16-byte pieces of a V row
   const int dv32 = (dv + 31) / 32 * 32;
   // Columns written, zeros past sk: up to the pad (a multiple of the step).

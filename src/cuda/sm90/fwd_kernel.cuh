@@ -73,7 +73,6 @@ struct FwdTraits {
   static constexpr bool kDynamicWalk = dynamic_walk(kDqk, kTile);  // the producer can claim tiles
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   static constexpr bool kFusedMerge = fused_merge(kDqk, kDv, kTile);  // split-KV merged in-kernel
-  static_assert(!kFp8 || kFp8VtPadMax % fp8_vt_pad(kBlockN) == 0, "the V^T workspace's varlen gap covers this tile's pad (fp8_layout.h)");
   using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk, kCfg.byte_stages>;
   static_assert(kFp8Kv == (kCfg.byte_stages > 0), "byte rings exactly in the fp8_kv tile");
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack

@@ -94,8 +94,10 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
     // batch (not cache_batch_idx: the pre-pass gathered each batch's rows), varlen k at its
     // sequence's columns.
     [[maybe_unused]] auto vt_coords = [&](int j0, int* col, int* bl) {
-      if (P.a.kv_mode == kKvVarlen) *col = static_cast<int>(fp8_vt_col0(w.kv_row0, w.batch)) + j0, *bl = 0;
-      else *col = j0, *bl = w.batch;
+      if (P.a.kv_mode == kKvVarlen)
+        *col = static_cast<int>(fp8_vt_col0(w.kv_row0, w.batch, fp8_vt_pad(kBlockN))) + j0, *bl = 0;
+      else
+        *col = j0, *bl = w.batch;
     };
     // The key tile at key j0 of a cache whose pages (ps rows) are smaller than the tile: the
     // planner takes page sizes that divide the key block and are multiples of 8 rows, so each
