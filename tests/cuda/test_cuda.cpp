@@ -286,10 +286,11 @@ void check_case(const CaseConfig& cfg, uint64_t seed, bool determinism = true, B
   }
 }
 
-// check_case through a caller workspace filled with 0xFF bytes first (an e4m3 NaN, an fp32 NaN):
-// a kernel that reads scratch it did not write (the fp8 V^T columns past a sequence's end that
-// the pre-pass must zero) then carries NaN into the output.
-void check_case_poisoned_workspace(const CaseConfig& cfg, uint64_t seed) {
+// check_case through a caller-provided workspace (attention_workspace_size bytes). poison: filled
+// with 0xFF bytes first (an e4m3 NaN, an fp32 NaN): a kernel that reads scratch it did not write
+// (the fp8 V^T columns past a sequence's end that the pre-pass must zero) then carries NaN into
+// the output.
+void check_case_caller_workspace(const CaseConfig& cfg, uint64_t seed, bool poison) {
   SCOPED_TRACE(cfg.describe());
   FA4_SEED_TRACE(seed);
   Case ref = make_gpu_case(cfg, seed);
@@ -301,7 +302,7 @@ void check_case_poisoned_workspace(const CaseConfig& cfg, uint64_t seed) {
   ASSERT_GT(ws, 0u);
   void* d_ws = nullptr;
   CUDA_OK(cudaMalloc(&d_ws, ws));
-  CUDA_OK(cudaMemset(d_ws, 0xFF, ws));
+  if (poison) CUDA_OK(cudaMemset(d_ws, 0xFF, ws));
   p.workspace = d_ws;
   p.workspace_bytes = ws;
   const Status st = fa4::attention_forward(p);
@@ -1435,7 +1436,7 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
         EXPECT_EQ(info.kernel, "sm90") << c.describe();
         EXPECT_EQ(info.tile_n, long_tile ? 192 : 128) << c.describe();
       }
-      check_case_poisoned_workspace(c, seed);
+      check_case_caller_workspace(c, seed, /*poison=*/true);
     };
     CaseConfig c;
     c.dqk = c.dv = 128, c.lse = true, c.descale = true;
@@ -1762,28 +1763,10 @@ TEST(CudaF32, SplitCounts) {
     check_case(c, seed, k % 3 == 0);
   }
   // Caller-provided workspace (attention_workspace_size bytes).
-  const uint64_t seed = derive_seed(31100);
-  FA4_SEED_TRACE(seed);
   CaseConfig c;
   c.dtype = DType::float32;
   c.batch = 2, c.hkv = 1, c.hq = 4, c.dqk = 64, c.dv = 72, c.sq = 5, c.sk = 900, c.num_splits = 6, c.lse = true;
-  Case ref = make_gpu_case(c, seed);
-  ASSERT_TRUE(ref.run(Backend::reference).ok());
-  Case test = make_gpu_case(c, seed);
-  DeviceCase dc(test);
-  fa4::AttentionParams p = dc.params();
-  const size_t ws = fa4::attention_workspace_size(p);
-  ASSERT_GT(ws, 0u);
-  void* d_ws = nullptr;
-  CUDA_OK(cudaMalloc(&d_ws, ws));
-  p.workspace = d_ws;
-  p.workspace_bytes = ws;
-  const Status st = fa4::attention_forward(p);
-  ASSERT_TRUE(st.ok()) << st.message;
-  CUDA_OK(cudaDeviceSynchronize());
-  dc.download();
-  EXPECT_TRUE(compare_runs(test, ref, gpu_tol(c.dtype, ref)));
-  cudaFree(d_ws);
+  check_case_caller_workspace(c, derive_seed(31100), /*poison=*/false);
 }
 
 // Softcap across small and large caps (tanh near 0 and saturated) and scales.
