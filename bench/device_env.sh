@@ -5,7 +5,9 @@
 # OpenMP runtime the device image may lack) first on the library path.
 DIR=build-device
 # (xz, device_run.sh --pack: the fatbins pack 2.4x smaller than with gzip)
-pack=build-device-pack/bin.txz
+# (FA4_PACK: another pack, e.g. a second folder carried beside the first for a later call on the
+# same warm machine)
+pack=${FA4_PACK:-build-device-pack/bin.txz}
 if [[ -f $pack ]]; then
   sum=$(cksum < "$pack")
   if [[ ! -d $DIR || "$(cat "$DIR/.pack_sum" 2>/dev/null)" != "$sum" ]]; then

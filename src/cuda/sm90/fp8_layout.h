@@ -20,7 +20,6 @@
 #pragma once
 
 #include <cstdint>
-#include <numeric>
 
 #include "cuda/sm90/fwd_config.h"
 
@@ -80,7 +79,17 @@ FA4_FP8_LAYOUT_FN Fp8RowCol wgmma_a8_coord(int lane, int r, int b) {
 // The pre-pass works in steps of kFp8VtStep keys (a block of rows in shared memory).
 constexpr int kFp8VtStep = 128;
 // The pad of a tile of `block_n` keys: the least common multiple of the step and the key block.
-FA4_FP8_LAYOUT_FN int fp8_vt_pad(int block_n) { return std::lcm(kFp8VtStep, block_n); }
+// (Euclid by hand, not std::lcm: nvcc's device code evaluated std::lcm(128, 128) to 0 -- the
+// varlen gap vanished in the kernel's V^T coordinates while the host's layout kept it, and varlen
+// fp8 calls read other sequences' columns (H100, 2026-12-06). block_n > 0.)
+FA4_FP8_LAYOUT_FN int fp8_vt_pad(int block_n) {
+  int a = kFp8VtStep, b = block_n;
+  while (b != 0) {
+    const int r = a % b;
+    a = b, b = r;
+  }
+  return kFp8VtStep / a * block_n;
+}
 // The varlen gap of a pad: >= pad - 1 + 15 (the start's rounding), a multiple of 16.
 FA4_FP8_LAYOUT_FN int fp8_vt_seq_gap(int pad) { return (pad - 1 + 15 + 15) / 16 * 16; }
 // Keys of one V^T chunk of a tile's V^T slot (one TMA box, one K-major swizzle row of the P V
