@@ -360,7 +360,10 @@ namespace fa4::cuda::sm90 {
 constexpr int exp2_emu_every(int dqk) {
   if (FA4_SM90_EXP2_EMU >= 0) return FA4_SM90_EXP2_EMU;
   (void)dqk;
-  return 0;  // not yet measured
+  // Measured off at every tile: bf16 every 4th / 2nd 0.84-0.99x (H200, 2026-12-01), e4m3 every 8th
+  // / 4th 0.88-0.99x, worst at D 64 where MUFU work is twice the GEMMs' (H100, 2026-12-06; ncu:
+  // issue 56 % busy, MUFU not the binding pipe). docs/perf/sm90-notes.md.
+  return 0;
 }
 
 constexpr int kRowsPerConsumer = 64;  // wgmma M
