@@ -347,8 +347,10 @@
 //                          (2026-12-06) shows fa4 executing 11 % more instructions than FA3 at
 //                          better CPI -- the per-key-tile work, 1.25x as often per key. 3 x 192
 //                          does not fit the registers (C7512, 240 bytes spilled); 2 x 192 does
-//                          (0 spills), as does 2 x 256: the same scores per key tile (2 x 192),
-//                          1.5x fewer key tiles per consumer, one warpgroup less to ping-pong with.
+//                          (0 spills), as does 2 x 256. Both measured on an H100 (2026-12-06f,
+//                          same-run A/B, S 1k-16k, docs/perf/h100-2026-12-06f-session.md): 2 x 192
+//                          0.79-0.92x of 3 x 128, 2 x 256 0.85-0.95x -- the third warpgroup to
+//                          ping-pong with is worth more than 1.5-2x fewer key tiles per consumer.
 #ifndef FA4_SM90_FP8_D64_CONSUMERS
 #define FA4_SM90_FP8_D64_CONSUMERS 3
 #endif
