@@ -28,7 +28,7 @@ TEST(Sm90Fp8Layout, VtPaddingHoldsEveryTilesKeyBlocks) {
     SCOPED_TRACE(x.d);
     const int block_n = tile_cfg(x.d, x.d, x.t).block_n;
     const int keys = fp8_vt_chunk_keys(block_n);
-    EXPECT_TRUE(keys == 64 || keys == 128);
+    EXPECT_TRUE(keys == 32 || keys == 64 || keys == 128);
     EXPECT_EQ(block_n % keys, 0);
     EXPECT_EQ(block_n % kFp8KeyBlock, 0);
     const int pad = fp8_vt_pad(block_n);
@@ -43,6 +43,8 @@ TEST(Sm90Fp8Layout, VtPaddingHoldsEveryTilesKeyBlocks) {
   EXPECT_EQ(fp8_vt_chunk_keys(128), 128);
   EXPECT_EQ(fp8_vt_chunk_keys(192), 64);
   EXPECT_EQ(fp8_vt_chunk_keys(256), 128);
+  EXPECT_EQ(fp8_vt_chunk_keys(160), 32);  // (FA4_SM90_FP8_D64_BLOCK_N=160: 32-byte swizzle chunks)
+  EXPECT_EQ(fp8_vt_pad(160), 640);
   EXPECT_EQ(fp8_vt_seq_gap(128), 144);
   EXPECT_EQ(fp8_vt_seq_gap(384), 400);
 }

@@ -505,6 +505,9 @@ FA4_WGMMA_SPECIALIZE_F8(128, __nv_fp8_e4m3, "e4m3", "m64n128k32", 64, FA4_WGMMA_
                         "%64, %65, p, 1, 1", "%69", "{%64, %65, %66, %67}, %68, p, 1, 1")
 FA4_WGMMA_SPECIALIZE_F8(256, __nv_fp8_e4m3, "e4m3", "m64n256k32", 128, FA4_WGMMA_R128, (FA4_WGMMA_D128(0)), "%130",
                         "%128, %129, p, 1, 1", "%133", "{%128, %129, %130, %131}, %132, p, 1, 1")
+// (the 160-key e4m3 D 64 tile, FA3's 192 x 160: FA4_SM90_FP8_D64_BLOCK_N)
+FA4_WGMMA_SPECIALIZE_F8(160, __nv_fp8_e4m3, "e4m3", "m64n160k32", 80, FA4_WGMMA_R80, (FA4_WGMMA_D64(0), FA4_WGMMA_D16(64)),
+                        "%82", "%80, %81, p, 1, 1", "%85", "{%80, %81, %82, %83}, %84, p, 1, 1")
 // (the 192-key e4m3 D 128 tile, Tile::fp8_long_keys)
 FA4_WGMMA_SPECIALIZE_F8(192, __nv_fp8_e4m3, "e4m3", "m64n192k32", 96, FA4_WGMMA_R96, (FA4_WGMMA_D64(0), FA4_WGMMA_D32(64)),
                         "%98", "%96, %97, p, 1, 1", "%101", "{%96, %97, %98, %99}, %100, p, 1, 1")

@@ -93,9 +93,11 @@ FA4_FP8_LAYOUT_FN int fp8_vt_pad(int block_n) {
 // The varlen gap of a pad: >= pad - 1 + 15 (the start's rounding), a multiple of 16.
 FA4_FP8_LAYOUT_FN int fp8_vt_seq_gap(int pad) { return (pad - 1 + 15 + 15) / 16 * 16; }
 // Keys of one V^T chunk of a tile's V^T slot (one TMA box, one K-major swizzle row of the P V
-// operand): 128 (128-byte rows and swizzle), or 64 (64-byte) for key blocks that are no multiple
-// of 128.
-FA4_FP8_LAYOUT_FN int fp8_vt_chunk_keys(int block_n) { return block_n % 128 == 0 ? 128 : 64; }
+// operand): 128 (128-byte rows and swizzle), 64 (64-byte) for key blocks that are no multiple
+// of 128, 32 (32-byte) for those that are no multiple of 64 (160).
+FA4_FP8_LAYOUT_FN int fp8_vt_chunk_keys(int block_n) {
+  return block_n % 128 == 0 ? 128 : block_n % 64 == 0 ? 64 : 32;
+}
 FA4_FP8_LAYOUT_FN int64_t fp8_vt_col0(int64_t kv_a, int64_t b, int pad) {
   return (kv_a + 15) / 16 * 16 + b * fp8_vt_seq_gap(pad);
 }

@@ -104,8 +104,11 @@ struct Consumer {
   // (e4m3) V^T chunks of 64 keys (fp8_layout.h fp8_vt_chunk_keys: key blocks that are no multiple
   // of 128) are 64-byte rows with 64-byte swizzle, as the e4m3 D 64 Q / K chunks.
   static constexpr int kVtKeys = T::Smem::kVtKeys;
+  // V^T chunks of 32 keys (160-key tiles): 32-byte rows and swizzle (SBO: 8 rows = 256 bytes).
+  static constexpr uint64_t kKMajorSw32Desc0 = ptx::make_smem_desc(0, 16, 256, ptx::SmemSwizzle::b32);
   static constexpr uint64_t kVDesc0 = !kFp8 ? ptx::make_smem_desc(0, kBlockN * 128, 1024, ptx::SmemSwizzle::b128)
                                       : kVtKeys == 64 ? kKMajorSw64Desc0
+                                      : kVtKeys == 32 ? kKMajorSw32Desc0
                                                       : ptx::make_smem_desc_kmajor_sw128(0);
   // 16-byte units: a Q / K chunk (T::kChunk columns), a K / V ring slot (fwd_smem.cuh: dense
   // arrays of 1024-byte multiples), a V^T chunk (kVtKeys keys)

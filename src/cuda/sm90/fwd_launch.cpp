@@ -21,7 +21,9 @@ struct MapElem {
   TmaSwizzle swizzle;
 };
 MapElem elem16(bool bf16) { return {bf16 ? TmaElem::bf16 : TmaElem::f16, 64, TmaSwizzle::b128}; }
-MapElem elem8(uint32_t box_cols) { return {TmaElem::u8, box_cols, box_cols == 64 ? TmaSwizzle::b64 : TmaSwizzle::b128}; }
+MapElem elem8(uint32_t box_cols) {
+  return {TmaElem::u8, box_cols, box_cols == 32 ? TmaSwizzle::b32 : box_cols == 64 ? TmaSwizzle::b64 : TmaSwizzle::b128};
+}
 
 // One 4-d map (fwd_params.h): (cols, heads, rows, batch-like) with element strides (head, row,
 // batch-like); boxes of me.box_cols columns x box_heads heads x box_rows rows. Extent-1 dimensions get a placeholder stride
