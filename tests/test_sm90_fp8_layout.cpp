@@ -45,6 +45,8 @@ TEST(Sm90Fp8Layout, VtPaddingHoldsEveryTilesKeyBlocks) {
   EXPECT_EQ(fp8_vt_chunk_keys(256), 128);
   EXPECT_EQ(fp8_vt_chunk_keys(160), 32);  // (FA4_SM90_FP8_D64_BLOCK_N=160: 32-byte swizzle chunks)
   EXPECT_EQ(fp8_vt_pad(160), 640);
+  EXPECT_EQ(fp8_vt_chunk_keys(224), 32);  // (FA4_SM90_FP8_LONG_KEYS_BLOCK_N=224: FA3's fp8 D 128 tile)
+  EXPECT_EQ(fp8_vt_pad(224), 896);
   EXPECT_EQ(fp8_vt_seq_gap(128), 144);
   EXPECT_EQ(fp8_vt_seq_gap(384), 400);
 }

@@ -368,6 +368,10 @@
 #ifndef FA4_SM90_FP8_LONG_KEYS_MIN_SK
 #define FA4_SM90_FP8_LONG_KEYS_MIN_SK 8192
 #endif
+//   FA4_SM90_FP8_LONG_KEYS_BLOCK_N  that tile's keys: 192, or 224 (FA3's 128 x 224; 32-key V^T chunks).
+#ifndef FA4_SM90_FP8_LONG_KEYS_BLOCK_N
+#define FA4_SM90_FP8_LONG_KEYS_BLOCK_N 192
+#endif
 
 namespace fa4::cuda::sm90 {
 
@@ -515,7 +519,7 @@ constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
     // D 128 with 192-key tiles: V^T slots of three 64-key chunks (fp8_layout.h fp8_vt_chunk_keys),
     // registers per consumer thread S 96 + P 24 + O 64 of 240; shared memory 16 + 3 x (24 + 24)
     // + 32 KB.
-    return {2, 192, FA4_SM90_FP8_STAGES_D128};
+    return {2, FA4_SM90_FP8_LONG_KEYS_BLOCK_N, FA4_SM90_FP8_STAGES_D128};
   }
   if (t == Tile::fp8_kv) {
     // D 128: the standard tile (2 consumers, 128 keys, a 16-bit ring of 2 stages) plus 2 stages
