@@ -1214,8 +1214,9 @@ TEST(CudaPlan, Sm90Fp8Tile) {
   // n = 128 keys (D 128 below FA4_SM90_FP8_LONG_KEYS_MIN_SK keys; 0 in the switches build, where the
   // 192-key tile takes every D 128 call)
   constexpr bool long_at_3000 = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 3000;
-  constexpr int n128 = long_at_3000 ? 192 : 128;
-  const Want wants[] = {{64, 192, 192 * 64 + 3 * 128 * 128 + 2048 + 192 * 64 * 2},
+  constexpr int n128 = long_at_3000 ? FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128 : 128;
+  constexpr int n64 = long_at_3000 ? FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64 : 128;
+  const Want wants[] = {{64, 192, 192 * 64 + 3 * n64 * 128 + 2048 + 192 * 64 * 2},
                         {128, 128, 128 * 128 + 3 * n128 * 256 + 2048 + 128 * 128 * 2},
                         {256, 128, 128 * 256 + 2 * 128 * 512 + 2048 + 128 * 256 * 2}};
   for (const Want& w : wants) {
@@ -1224,43 +1225,56 @@ TEST(CudaPlan, Sm90Fp8Tile) {
                   .sq = 1000, .sk = 3000, .causal = true};
     const Plan pl = Planned(s).on(sm90);
     ASSERT_EQ(pl.kernel, Kernel::sm90);
-    EXPECT_EQ(pl.sm90_tile, w.d == 128 && long_at_3000 ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8);
+    EXPECT_EQ(pl.sm90_tile, w.d <= 128 && long_at_3000 ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8);
     EXPECT_EQ(pl.m, w.m);
-    EXPECT_EQ(pl.n, w.d == 128 ? n128 : 128);
+    EXPECT_EQ(pl.n, w.d == 128 ? n128 : w.d == 64 ? n64 : 128);
     EXPECT_EQ(pl.smem, w.smem);
     EXPECT_LE(pl.smem, 232448);
     EXPECT_EQ(pl.splits, 1);
-    // V^T: [batch][hkv][dv][3000 keys rounded up to 3072, a multiple of the pad (128 or 384)]
-    EXPECT_EQ(pl.fp8_vt.pad, w.d == 128 && long_at_3000 ? 384 : 128);
-    EXPECT_EQ(pl.fp8_vt.cols, 3072);
+    // V^T: [batch][hkv][dv][3000 keys rounded up to a multiple of the pad: 3072 for 128 (or 384)]
+    const int pad = fa4::cuda::sm90::fp8_vt_pad(static_cast<int>(pl.n));
+    const int64_t cols = (3000 + pad - 1) / pad * pad;
+    EXPECT_EQ(pl.fp8_vt.pad, pad);
+    if (!long_at_3000) {
+      EXPECT_EQ(pl.fp8_vt.cols, 3072);
+    }
+    EXPECT_EQ(pl.fp8_vt.cols, cols);
     EXPECT_EQ(pl.fp8_vt.bl, 2);
     EXPECT_EQ(pl.fp8_vt_offset, 0u);
-    EXPECT_EQ(pl.workspace, static_cast<size_t>(2 * 4 * w.d * 3072));
+    EXPECT_EQ(pl.workspace, static_cast<size_t>(2 * 4 * w.d * cols));
   }
-  // The 192-key D 128 tile (Tile::fp8_long_keys) from FA4_SM90_FP8_LONG_KEYS_MIN_SK keys (the
-  // longest sequence, or the max_seqlen_k hint of device-resident varlen lengths), never at D 64 /
-  // 256: 16 + 3 x (24 + 24) + 2 + 32 KB, a V^T pad of 384 (8200 keys -> 8448 columns).
+  // The wider key tiles (Tile::fp8_long_keys) from FA4_SM90_FP8_LONG_KEYS_MIN_SK keys (the longest
+  // sequence, or the max_seqlen_k hint of device-resident varlen lengths), never at D 256: D 128
+  // 192 keys, 16 + 3 x (24 + 24) + 2 + 32 KB, a V^T pad of 384 (8200 keys -> 8448 columns); D 64
+  // 160 keys, 12 + 3 x (10 + 10) + 2 + 24 KB, a pad of 640 (8200 -> 8320).
   if (FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8200) {
     for (int64_t d : {64, 128, 256}) {
       SCOPED_TRACE(d);
       const Shape s{.dtype = DType::float8_e4m3, .batch = 1, .hq = 4, .hkv = 2, .dqk = d, .dv = d, .sq = 300, .sk = 8200};
       const Plan pl = Planned(s).on(sm90);
       ASSERT_EQ(pl.kernel, Kernel::sm90);
-      EXPECT_EQ(pl.sm90_tile, d == 128 ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8);
-      EXPECT_EQ(pl.n, d == 128 ? 192 : 128);
-      EXPECT_EQ(pl.fp8_vt.pad, d == 128 ? 384 : 128);
+      EXPECT_EQ(pl.sm90_tile, d <= 128 ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8);
+      EXPECT_EQ(pl.n, d == 128 ? 192 : d == 64 ? 160 : 128);
+      EXPECT_EQ(pl.fp8_vt.pad, d == 128 ? 384 : d == 64 ? 640 : 128);
       EXPECT_EQ(pl.fp8_vt.cols, d == 128 ? 8448 : 8320);
       if (d == 128) {
         EXPECT_EQ(pl.smem, 128 * 128 + 3 * 192 * 256 + 2048 + 128 * 128 * 2);
       }
+      if (d == 64) {
+        EXPECT_EQ(pl.m, 192);
+        EXPECT_EQ(pl.smem, 192 * 64 + 3 * 160 * 128 + 2048 + 192 * 64 * 2);
+      }
       EXPECT_EQ(pl.splits, 1);
     }
   }
-  if (FA4_SM90_FP8_LONG_KEYS_MIN_SK > 0) {  // at the bound the 192-key tile, one key below it 128
-    Shape s{.dtype = DType::float8_e4m3, .batch = 1, .hq = 4, .hkv = 2, .sq = 300, .sk = FA4_SM90_FP8_LONG_KEYS_MIN_SK};
-    EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8_long_keys);
-    s.sk = FA4_SM90_FP8_LONG_KEYS_MIN_SK - 1;
-    EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8);
+  if (FA4_SM90_FP8_LONG_KEYS_MIN_SK > 0) {  // at the bound the wider tile, one key below it 128 (D 128, D 64)
+    for (int64_t d : {128, 64}) {
+      Shape s{.dtype = DType::float8_e4m3, .batch = 1, .hq = 4, .hkv = 2, .dqk = d, .dv = d, .sq = 300,
+              .sk = FA4_SM90_FP8_LONG_KEYS_MIN_SK};
+      EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8_long_keys) << d;
+      s.sk = FA4_SM90_FP8_LONG_KEYS_MIN_SK - 1;
+      EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8) << d;
+    }
   }
   // Padded dims: (100, 100) on the D 128 tile; (192, 192) on D 256; no fp8 tile for (192, 128)
   // nor dqk != dv after padding.

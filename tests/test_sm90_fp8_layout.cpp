@@ -24,7 +24,7 @@ TEST(Sm90Fp8Layout, VtPaddingHoldsEveryTilesKeyBlocks) {
     int d;
     Tile t;
   };
-  for (const T x : {T{64, Tile::fp8}, T{128, Tile::fp8}, T{256, Tile::fp8}, T{128, Tile::fp8_long_keys}}) {
+  for (const T x : {T{64, Tile::fp8}, T{128, Tile::fp8}, T{256, Tile::fp8}, T{64, Tile::fp8_long_keys}, T{128, Tile::fp8_long_keys}}) {
     SCOPED_TRACE(x.d);
     const int block_n = tile_cfg(x.d, x.d, x.t).block_n;
     const int keys = fp8_vt_chunk_keys(block_n);
@@ -37,15 +37,16 @@ TEST(Sm90Fp8Layout, VtPaddingHoldsEveryTilesKeyBlocks) {
     EXPECT_GE(fp8_vt_seq_gap(pad), pad - 1 + 15);
     EXPECT_EQ(fp8_vt_seq_gap(pad) % 16, 0);
   }
-  EXPECT_EQ(tile_cfg(128, 128, Tile::fp8_long_keys).block_n, 192);
+  EXPECT_EQ(tile_cfg(128, 128, Tile::fp8_long_keys).block_n, FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128);
+  EXPECT_EQ(tile_cfg(64, 64, Tile::fp8_long_keys).block_n, FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64);
   EXPECT_EQ(fp8_vt_pad(128), 128);
   EXPECT_EQ(fp8_vt_pad(192), 384);
   EXPECT_EQ(fp8_vt_chunk_keys(128), 128);
   EXPECT_EQ(fp8_vt_chunk_keys(192), 64);
   EXPECT_EQ(fp8_vt_chunk_keys(256), 128);
-  EXPECT_EQ(fp8_vt_chunk_keys(160), 32);  // (FA4_SM90_FP8_D64_BLOCK_N=160: 32-byte swizzle chunks)
+  EXPECT_EQ(fp8_vt_chunk_keys(160), 32);  // (Tile::fp8_long_keys at D 64: 32-byte swizzle chunks)
   EXPECT_EQ(fp8_vt_pad(160), 640);
-  EXPECT_EQ(fp8_vt_chunk_keys(224), 32);  // (FA4_SM90_FP8_LONG_KEYS_BLOCK_N=224: FA3's fp8 D 128 tile)
+  EXPECT_EQ(fp8_vt_chunk_keys(224), 32);  // (FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128=224: FA3's fp8 D 128 tile)
   EXPECT_EQ(fp8_vt_pad(224), 896);
   EXPECT_EQ(fp8_vt_seq_gap(128), 144);
   EXPECT_EQ(fp8_vt_seq_gap(384), 400);

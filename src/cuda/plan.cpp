@@ -128,7 +128,7 @@ bool sm90_gathers(const Problem& pb, sm90::DimPair d, sm90::Tile t) {
 // key block divides the page size (a key tile must not straddle two pages), the standard one if
 // that does.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
-  if (is_fp8_all(pb)) {  // 192-key tiles at D 128 over long keys (FA4_SM90_FP8_LONG_KEYS_MIN_SK)
+  if (is_fp8_all(pb)) {  // 160 / 192-key tiles at D 64 / 128 over long keys (FA4_SM90_FP8_LONG_KEYS_MIN_SK)
     const bool long_keys = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && speed_max_sk(pb) >= FA4_SM90_FP8_LONG_KEYS_MIN_SK;
     return long_keys && sm90::has_tile(sm90::Tile::fp8_long_keys, d.dqk, d.dv) ? sm90::Tile::fp8_long_keys
                                                                                  : sm90::Tile::fp8;

@@ -1419,13 +1419,16 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
     c.batch = 2, c.hq = 6, c.hkv = 3, c.sq = 150, c.sk = 260, c.causal = d != 96;
     run(c);
   }
-  // Long key sequences at D 128: the 192-key tile (Tile::fp8_long_keys, from
-  // FA4_SM90_FP8_LONG_KEYS_MIN_SK keys; the V^T pad 384): 8300 keys end a third into a tile;
-  // varlen with one long sequence beside short ones (the planner goes by the longest; 200 keys
-  // pad to 384 columns, 256 on the 128-key tile), causal. Through a NaN-filled workspace: V^T
-  // columns the pre-pass failed to zero up to the pad would reach O.
-  if (wanted(128)) {
+  // Long key sequences at D 128 and 64: the wider key tiles (Tile::fp8_long_keys, from
+  // FA4_SM90_FP8_LONG_KEYS_MIN_SK keys; D 128 192 keys, V^T pad 384; D 64 160 keys in 32-key V^T
+  // chunks, pad 640): 8300 keys end a third (D 64: 7/8) into a tile; varlen with one long sequence
+  // beside short ones (the planner goes by the longest; 200 keys pad to 384 / 640 columns, 256 on
+  // the 128-key tile), causal. Through a NaN-filled workspace: V^T columns the pre-pass failed to
+  // zero up to the pad would reach O.
+  for (const int64_t d : {128, 64}) {
+    if (!wanted(d)) continue;
     const bool long_tile = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8250;
+    const int long_n = d == 128 ? FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128 : FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64;
     auto run_long = [&](CaseConfig c) {
       c.dtype = DType::float8_e4m3;
       const uint64_t seed = derive_seed(44000 + k++);
@@ -1434,16 +1437,16 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
       on_sm90 += info.kernel == "sm90";
       if (forced) {
         EXPECT_EQ(info.kernel, "sm90") << c.describe();
-        EXPECT_EQ(info.tile_n, long_tile ? 192 : 128) << c.describe();
+        EXPECT_EQ(info.tile_n, long_tile ? long_n : 128) << c.describe();
       }
       check_case_caller_workspace(c, seed, /*poison=*/true);
     };
     CaseConfig c;
-    c.dqk = c.dv = 128, c.lse = true, c.descale = true;
+    c.dqk = c.dv = d, c.lse = true, c.descale = true;
     c.batch = 1, c.hq = 2, c.hkv = 1, c.sq = 130, c.sk = 8300;
     run_long(c);
     c = CaseConfig{};
-    c.dqk = c.dv = 128, c.lse = true, c.descale = true;
+    c.dqk = c.dv = d, c.lse = true, c.descale = true;
     c.batch = 4, c.hq = 4, c.hkv = 2;
     c.varlen_q = true, c.kv = KvMode::varlen;
     c.lens_q = {64, 5, 100, 30};

@@ -733,9 +733,9 @@ TEST(Sm90Wgmma, Fp8) {
   SKIP_UNLESS_SM90();
   run_wgmma_fp8<64, false>();
   run_wgmma_fp8<128, false>();
-  run_wgmma_fp8<160, false>();  // (FA4_SM90_FP8_D64_BLOCK_N=160: FA3's 192 x 160 e4m3 D 64 tile)
+  run_wgmma_fp8<160, false>();  // (Tile::fp8_long_keys at D 64: FA3's 192 x 160)
   run_wgmma_fp8<192, false>();  // (the 192-key e4m3 D 128 tile, Tile::fp8_long_keys)
-  run_wgmma_fp8<224, false>();  // (FA4_SM90_FP8_LONG_KEYS_BLOCK_N=224)
+  run_wgmma_fp8<224, false>();  // (FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128=224)
   run_wgmma_fp8<256, false>();
   run_wgmma_fp8<64, true>();
   run_wgmma_fp8<128, true>();

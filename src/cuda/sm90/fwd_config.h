@@ -351,15 +351,19 @@
 //                          same-run A/B, S 1k-16k, docs/perf/h100-2026-12-06f-session.md): 2 x 192
 //                          0.79-0.92x of 3 x 128, 2 x 256 0.85-0.95x -- the third warpgroup to
 //                          ping-pong with is worth more than 1.5-2x fewer key tiles per consumer.
+//                          3 x 160 (FA3's tile; 32-key V^T chunks, 0 spills) against 3 x 128 (H100,
+//                          same run): S 1k 0.91, 2k 0.97-0.98, 4k 0.99-1.00, 16k 1.023 / 1.028
+//                          (non-causal / causal) -- so it is the long-keys tile below.
 #ifndef FA4_SM90_FP8_D64_CONSUMERS
 #define FA4_SM90_FP8_D64_CONSUMERS 3
 #endif
 #ifndef FA4_SM90_FP8_D64_BLOCK_N
 #define FA4_SM90_FP8_D64_BLOCK_N 128
 #endif
-//   FA4_SM90_FP8_LONG_KEYS_MIN_SK  the e4m3 D 128 calls whose longest key sequence has at least
-//                          this many keys run 192-key tiles (Tile::fp8_long_keys), the others 128;
-//                          negative: never. FA3's fp8 D 128 tile is 128 x 224: at 128 keys fa4's
+//   FA4_SM90_FP8_LONG_KEYS_MIN_SK  the e4m3 D 64 / D 128 calls whose longest key sequence has at
+//                          least this many keys run the wider key tiles of Tile::fp8_long_keys (D 64
+//                          160 keys, D 128 192), the others 128; negative: never. D 64: see
+//                          FA4_SM90_FP8_D64_BLOCK_N above. FA3's fp8 D 128 tile is 128 x 224: at 128 keys fa4's
 //                          per-key-tile work (turn, waits, row max, votes) comes 1.5x as often per
 //                          key as at 192. Same-run A/B on an H100 (2026-12-06, 192 against 128 for
 //                          every call; docs/perf/h100-2026-12-06d-session.md): S 16k +3.5-4.4 %
@@ -368,9 +372,15 @@
 #ifndef FA4_SM90_FP8_LONG_KEYS_MIN_SK
 #define FA4_SM90_FP8_LONG_KEYS_MIN_SK 8192
 #endif
-//   FA4_SM90_FP8_LONG_KEYS_BLOCK_N  that tile's keys: 192, or 224 (FA3's 128 x 224; 32-key V^T chunks).
-#ifndef FA4_SM90_FP8_LONG_KEYS_BLOCK_N
-#define FA4_SM90_FP8_LONG_KEYS_BLOCK_N 192
+//   FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64 / _D128  those tiles' keys. D 128 224 (FA3's 128 x 224;
+//                          32-key V^T chunks, 16 bytes spilled outside the key loop) against 192 at
+//                          S 16k (H100 2026-12-06f, same run): 1.000 / 0.999 -- no gain, and its V^T
+//                          pad (896 columns) costs the shorter calls: 192.
+#ifndef FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64
+#define FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64 160
+#endif
+#ifndef FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128
+#define FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128 192
 #endif
 
 namespace fa4::cuda::sm90 {
@@ -497,7 +507,8 @@ constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
          ((t == Tile::split_kv || t == Tile::fp8) && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256)) ||
-         ((t == Tile::fp8_kv || t == Tile::fp8_long_keys) && dqk == dv && dqk == 128);
+         (t == Tile::fp8_kv && dqk == dv && dqk == 128) ||
+         (t == Tile::fp8_long_keys && dqk == dv && (dqk == 64 || dqk == 128));
 }
 
 constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
@@ -516,10 +527,14 @@ constexpr TileCfg tile_cfg(int dqk, int dv, Tile t = Tile::standard) {
     return {2, 128, 2};
   }
   if (t == Tile::fp8_long_keys) {
+    // D 64 with 160-key tiles (FA3's 192 x 160): V^T slots of five 32-key chunks (32-byte
+    // swizzle), registers per consumer thread S 80 + P 20 + O 32 of 160; shared memory
+    // 12 + 3 x (10 + 10) + 24 KB.
+    if (dqk <= 64) return {FA4_SM90_FP8_D64_CONSUMERS, FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64, FA4_SM90_FP8_STAGES_D64};
     // D 128 with 192-key tiles: V^T slots of three 64-key chunks (fp8_layout.h fp8_vt_chunk_keys),
     // registers per consumer thread S 96 + P 24 + O 64 of 240; shared memory 16 + 3 x (24 + 24)
     // + 32 KB.
-    return {2, FA4_SM90_FP8_LONG_KEYS_BLOCK_N, FA4_SM90_FP8_STAGES_D128};
+    return {2, FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128, FA4_SM90_FP8_STAGES_D128};
   }
   if (t == Tile::fp8_kv) {
     // D 128: the standard tile (2 consumers, 128 keys, a 16-bit ring of 2 stages) plus 2 stages

@@ -156,6 +156,7 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
   switch (dims.dqk) {
     case 64:
       if (tile == Tile::fp8) return launch_fwd_d64_fp8(P, grid, stream);
+      if (tile == Tile::fp8_long_keys) return launch_fwd_d64_fp8_long_keys(P, grid, stream);
       if (tile == Tile::split_kv) return launch_fwd_d64_split_kv(P, bf16, grid, stream);
       return tile == Tile::short_masked ? launch_fwd_d64_short_masked(P, bf16, grid, stream)
                                         : launch_fwd_d64(P, bf16, grid, stream);

@@ -54,6 +54,7 @@ cudaError_t launch_fwd_d128_split_kv_gather(const Sm90Params& P, bool bf16, dim3
 cudaError_t launch_fwd_d256_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_split_kv_gather(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d64_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d64_fp8_long_keys(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_fp8_long_keys(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
