@@ -340,10 +340,18 @@ __host__ __device__ constexpr uint64_t make_smem_desc(uint32_t smem_addr, uint32
   return (uint64_t((smem_addr & 0x3FFFFu) >> 4) & 0x3FFFull) | ((uint64_t(lbo_bytes >> 4) & 0x3FFFull) << 16) |
          ((uint64_t(sbo_bytes >> 4) & 0x3FFFull) << 32) | (uint64_t(static_cast<uint32_t>(swizzle)) << 62);
 }
+// K-major operand tile of `row_bytes`-byte rows (128, 64 or 32) in the swizzle of that width (what
+// a TMA box of row_bytes-byte rows writes with CU_TENSOR_MAP_SWIZZLE_<row_bytes>B): SBO = 8 rows,
+// LBO unused (16 by convention), starting at `smem_addr` (tile base aligned to the swizzle atom,
+// 8 x row_bytes, + 32 * k-step within a row).
+__host__ __device__ constexpr uint64_t make_smem_desc_kmajor(uint32_t smem_addr, uint32_t row_bytes) {
+  return make_smem_desc(smem_addr, 16, 8 * row_bytes,
+                        row_bytes == 128 ? SmemSwizzle::b128 : row_bytes == 64 ? SmemSwizzle::b64 : SmemSwizzle::b32);
+}
 // K-major operand tile, 16-bit elements, 128B swizzle, rows of 64 elements (128 bytes),
 // starting at `smem_addr` (a shared-window address; 1024-aligned tile base + 32 * k-step).
 __host__ __device__ constexpr uint64_t make_smem_desc_kmajor_sw128(uint32_t smem_addr) {
-  return make_smem_desc(smem_addr, 16, 1024, SmemSwizzle::b128);
+  return make_smem_desc_kmajor(smem_addr, 128);
 }
 // Moves a descriptor's start address by `bytes` (multiple of 16) without re-encoding the rest.
 __host__ __device__ constexpr uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) {

@@ -364,10 +364,10 @@
 //   FA4_SM90_FP8_LONG_KEYS_MIN_SK  the e4m3 D 64 / D 128 calls whose longest key sequence has at
 //                          least this many keys run the wider key tiles of Tile::fp8_long_keys (D 64
 //                          160 keys, D 128 192), the others 128; negative: never. D 64: see
-//                          FA4_SM90_FP8_D64_BLOCK_N above. FA3's fp8 D 128 tile is 128 x 224: at 128 keys fa4's
-//                          per-key-tile work (turn, waits, row max, votes) comes 1.5x as often per
-//                          key as at 192. Same-run A/B on an H100 (2026-12-06, 192 against 128 for
-//                          every call; docs/perf/h100-2026-12-06d-session.md): S 16k +3.5-4.4 %
+//                          FA4_SM90_FP8_D64_BLOCK_N above. FA3's fp8 D 128 tile is 128 x 224: at
+//                          128 keys fa4's per-key-tile work (turn, waits, row max, votes) comes 1.5x
+//                          as often per key as at 192. Same-run A/B on an H100 (2026-12-06, 192
+//                          against 128 for every call; docs/perf/h100-2026-12-06d-session.md): S 16k +3.5-4.4 %
 //                          (causal and not), 4k +0.3-0.6 %, 1k -8-10 % (1024 keys are 5 1/3 tiles of
 //                          192: the last one a third full). 256 keys did not fit the registers (C7512).
 #ifndef FA4_SM90_FP8_LONG_KEYS_MIN_SK

@@ -96,20 +96,13 @@ struct Consumer {
   // ring slot moves only the start address, so each GEMM adds compile-time offsets to these
   // instead of re-encoding a descriptor per wgmma (7 -> 2 instructions in the GEMM turn).
   uint32_t q_lo, k_lo, v_lo;
-  // Q / K: K-major, 128-byte swizzle rows (SBO: 8 rows = 1024 bytes); e4m3 D 64: 64-byte rows
-  // and swizzle (SBO 512). V: N-major (16-bit); V^T (e4m3): K-major like K, rows = value dims.
-  static constexpr bool kQK64B = T::kChunk * sizeof(Elem) == 64;
-  static constexpr uint64_t kKMajorSw64Desc0 = ptx::make_smem_desc(0, 16, 512, ptx::SmemSwizzle::b64);
-  static constexpr uint64_t kQKDesc0 = kQK64B ? kKMajorSw64Desc0 : ptx::make_smem_desc_kmajor_sw128(0);
-  // (e4m3) V^T chunks of 64 keys (fp8_layout.h fp8_vt_chunk_keys: key blocks that are no multiple
-  // of 128) are 64-byte rows with 64-byte swizzle, as the e4m3 D 64 Q / K chunks.
+  // Q / K: K-major, rows of one chunk (128 bytes; e4m3 D 64: 64) in the swizzle of their width.
+  // V: N-major (16-bit); V^T (e4m3): K-major like K, rows = value dims, one V^T chunk of kVtKeys
+  // bytes each (fp8_layout.h fp8_vt_chunk_keys: 128, 64 or 32).
+  static constexpr uint64_t kQKDesc0 = ptx::make_smem_desc_kmajor(0, T::kChunk * sizeof(Elem));
   static constexpr int kVtKeys = T::Smem::kVtKeys;
-  // V^T chunks of 32 keys (160-key tiles): 32-byte rows and swizzle (SBO: 8 rows = 256 bytes).
-  static constexpr uint64_t kKMajorSw32Desc0 = ptx::make_smem_desc(0, 16, 256, ptx::SmemSwizzle::b32);
   static constexpr uint64_t kVDesc0 = !kFp8 ? ptx::make_smem_desc(0, kBlockN * 128, 1024, ptx::SmemSwizzle::b128)
-                                      : kVtKeys == 64 ? kKMajorSw64Desc0
-                                      : kVtKeys == 32 ? kKMajorSw32Desc0
-                                                      : ptx::make_smem_desc_kmajor_sw128(0);
+                                            : ptx::make_smem_desc_kmajor(0, kVtKeys);
   // 16-byte units: a Q / K chunk (T::kChunk columns), a K / V ring slot (fwd_smem.cuh: dense
   // arrays of 1024-byte multiples), a V^T chunk (kVtKeys keys)
   static constexpr uint32_t kQChunk16 = T::Smem::kQChunk * sizeof(Elem) / 16;
