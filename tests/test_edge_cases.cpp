@@ -871,5 +871,42 @@ TEST(EdgeCases, KeyLengthsBeyondInt32AreRejected) {
   EXPECT_EQ(st.argument, "page_table") << st.message;
 }
 
+// An empty tensor's strides address nothing, so validation leaves them unbounded (any value is
+// legal). The backends must not form offsets from them: the CI fuzzer found the cpu backend's
+// V row offset of kv head 2 at 2 * 2^62 (signed overflow) for a [B, 0, Hkv, D] v. Under the
+// sanitizer build this fails on such arithmetic; in every build the rows without keys are 0.
+TEST(EdgeCases, EmptyKeysWithHugeStridesGiveZeroRows) {
+  constexpr int64_t kHuge = int64_t{1} << 62;
+  std::vector<float> q(2 * 3 * 6 * 2, 1.0f), out(q.size()), lse(2 * 6 * 3);
+  for (const bool paged : {false, true})
+    for (const Backend be : {Backend::reference, Backend::cpu}) {
+      AttentionParams p;
+      p.q = TensorView::contiguous(q.data(), DType::float32, {2, 3, 6, 2});  // [B, Sq, Hq, D]
+      p.out = TensorView::contiguous(out.data(), DType::float32, {2, 3, 6, 2});
+      p.lse = TensorView::contiguous(lse.data(), DType::float32, {2, 6, 3});  // [B, Hq, Sq]
+      int32_t table = 0;
+      if (paged) {
+        // [pages, page_size, Hkv, D] with real rows; a [B, 0] page table: no key is reachable.
+        p.k = TensorView::contiguous(fake(0x2000), DType::float32, {4, 16, 3, 2});
+        p.page_table = TensorView::contiguous(&table, DType::int32, {2, 0});
+        p.page_table.stride[0] = kHuge;
+      } else {
+        p.k = TensorView::contiguous(fake(0x2000), DType::float32, {2, 0, 3, 2});  // [B, 0, Hkv, D]
+        p.k.stride[0] = p.k.stride[2] = kHuge;
+      }
+      p.v = p.k;
+      p.v.data = fake(0x3000);
+      p.backend = be;
+      std::fill(out.begin(), out.end(), kNaN);
+      std::fill(lse.begin(), lse.end(), kNaN);
+      const Status st = fa4::attention_forward(p);
+      ASSERT_TRUE(st.ok()) << backend_name(be) << (paged ? " paged: " : ": ") << st.message;
+      for (float x : out) ASSERT_EQ(x, 0.0f) << backend_name(be) << (paged ? " paged" : "");
+      for (float x : lse) ASSERT_EQ(x, -kInfF) << backend_name(be) << (paged ? " paged" : "");
+      fa4::PlanInfo plan;
+      EXPECT_TRUE(fa4::describe_plan(p, &plan).ok());
+    }
+}
+
 }  // namespace
 }  // namespace fa4test

@@ -73,7 +73,37 @@ Status guarded(const char* what, F&& f) noexcept {
   }
 }
 
-Status forward(const AttentionParams& params) {
+// An empty tensor (a 0 in its shape) addresses no element, so validation leaves its strides
+// unbounded, yet a backend may form a base offset before it finds no rows to visit: the fuzzer
+// reached b * 2^62 in the cpu backend's V row offset of a [B, 0, Hkv, D] v. The backends
+// therefore only ever see 0 strides on empty tensors; the copy lives for the whole call (the
+// Problem points into it).
+TensorView zero_empty_strides(TensorView t) {
+  if (!t.present()) return t;
+  bool empty = false;
+  for (int i = 0; i < t.ndim && i < kMaxDims; ++i) empty = empty || t.shape[i] == 0;
+  if (empty)
+    for (int i = 0; i < kMaxDims; ++i) t.stride[i] = 0;
+  return t;
+}
+
+AttentionParams canonical(const AttentionParams& p) {
+  AttentionParams c = p;
+  for (TensorView* t : {&c.q, &c.k, &c.v, &c.out, &c.lse, &c.sinks, &c.q_descale, &c.k_descale, &c.v_descale,
+                        &c.cu_seqlens_q, &c.cu_seqlens_k, &c.seqused_k, &c.cache_seqlens, &c.cache_batch_idx,
+                        &c.page_table, &c.k_new, &c.v_new})
+    *t = zero_empty_strides(*t);
+  return c;
+}
+
+CombineParams canonical(const CombineParams& p) {
+  CombineParams c = p;
+  for (TensorView* t : {&c.out_partials, &c.lse_partials, &c.out, &c.lse}) *t = zero_empty_strides(*t);
+  return c;
+}
+
+Status forward(const AttentionParams& raw) {
+  const AttentionParams params = canonical(raw);
   core::Problem pb;
   Status st = core::normalize(params, &pb);
   if (!st) return st;
@@ -94,7 +124,8 @@ Status forward(const AttentionParams& params) {
   return Status::Error(StatusCode::internal, "unresolved backend");
 }
 
-Status combine(const CombineParams& params) {
+Status combine(const CombineParams& raw) {
+  const CombineParams params = canonical(raw);
   Backend b = Backend::cpu;
   int64_t rows = 0;
   Status st = core::validate_combine(params, &b, &rows);
@@ -120,7 +151,8 @@ Status combine_partials(const CombineParams& params) {
   return guarded("combine_partials", [&] { return combine(params); });
 }
 
-Status describe_plan(const AttentionParams& params, PlanInfo* info) {
+Status describe_plan(const AttentionParams& raw, PlanInfo* info) {
+  const AttentionParams params = canonical(raw);
   core::Problem pb;
   Status st = core::normalize(params, &pb);
   if (!st) return st;
@@ -141,8 +173,9 @@ Status describe_plan(const AttentionParams& params, PlanInfo* info) {
   return Status::Ok();
 }
 
-size_t attention_workspace_size(const AttentionParams& params) {
+size_t attention_workspace_size(const AttentionParams& raw) {
   try {
+    const AttentionParams params = canonical(raw);
     core::Problem pb;
     if (!core::normalize(params, &pb).ok() || pb.backend != Backend::cuda || !core::cuda_available()) return 0;
     return core::cuda_workspace_size(pb);
