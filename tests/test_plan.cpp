@@ -267,6 +267,20 @@ TEST(CudaPlan, ForcedSplitsAndTheGridZClamp) {
   pl = Planned({.hq = 8, .hkv = 1, .sq = 1, .sk = 100000, .num_splits = 1}).on(h200());
   EXPECT_EQ(pl.splits, 1);
   EXPECT_EQ(pl.workspace, 0u);
+  // Forced splits whose partials would pass 2^63 bytes (a claimed problem of broadcast views):
+  // 100 x (2^31 - 1) rows x 65535 heads x 257 x 4 bytes wrapped size_t to a small workspace;
+  // the call runs unsplit instead.
+  const int64_t len = (int64_t{1} << 31) - 1;
+  for (const DeviceLimits& dl : {h200(), h200_auto()}) {
+    pl = Planned({.hq = 65535, .hkv = 65535, .dqk = 256, .dv = 256, .sq = len, .sk = len, .num_splits = 100}).on(dl);
+    EXPECT_EQ(pl.splits, 1);
+    EXPECT_EQ(pl.grid.z, 1);
+    EXPECT_EQ(pl.workspace, 0u);
+  }
+  // Just below: 100 splits of 2^20 rows x 65535 heads x 129 x 4 bytes = 3.5e15 bytes, kept.
+  pl = Planned({.hq = 65535, .hkv = 65535, .sq = 1 << 20, .sk = len, .num_splits = 100}).on(h200());
+  EXPECT_EQ(pl.splits, 100);
+  EXPECT_EQ(pl.workspace, size_t{100} * (size_t{1} << 20) * 65535 * 129 * 4);
 }
 
 TEST(CudaPlan, Fp32RunsTheSimtKernel) {

@@ -202,6 +202,36 @@ TEST(StageRows, AnAppendedCacheMustBeAlignedItself) {
   EXPECT_EQ(pb.gpu_stage, core::kStageQ | core::kStageOut | core::kStageKNew | core::kStageVNew);
 }
 
+// Broadcast views (stride 0: no memory behind them) may claim any shape whose strided extent fits,
+// and a misaligned pointer stages them: the aligned copy of q [2^20, 2^20, 2^20, 59] would take
+// 2^67 bytes. The copy sizes are overflow-checked (rows x pitch x bytes was formed unchecked, a
+// signed overflow) and beyond kMaxStagedBytes the call is refused, naming the tensor.
+TEST(StageRows, CopiesBeyondAnyMemoryAreRefusedWithoutOverflow) {
+  constexpr int64_t kBig = int64_t{1} << 20;
+  AttentionParams p = params(59, 1);
+  for (TensorView* t : {&p.q, &p.k, &p.v}) {
+    t->shape[0] = t->shape[1] = t->shape[2] = kBig;
+    t->stride[0] = t->stride[1] = t->stride[2] = 0;
+  }
+  p.q.data = fake((1 << 20) + 2);  // bf16-aligned, not 16-byte aligned: staged
+  // out [2^20, 2^20, 2^20, 1] bf16, contiguous: 2^61 bytes, an extent that fits int64
+  p.out = dev4(4 << 20, kBig, kBig, kBig, 1);
+  core::Problem pb;
+  ASSERT_TRUE(core::normalize(p, &pb));
+  ASSERT_NE(pb.gpu_stage & core::kStageQ, 0u);
+  fa4::cuda::StagedCall sc;
+  const fa4::Status st = sc.build(pb, nullptr);
+  EXPECT_EQ(st.code, fa4::StatusCode::unsupported) << st.message;
+  EXPECT_EQ(st.argument, "q") << st.message;
+  // q aligned: out's copy (2^60 rows of 1 element, padded to 8: 2^64 bytes) is the one refused.
+  p.q.data = fake(1 << 20);
+  ASSERT_TRUE(core::normalize(p, &pb));
+  ASSERT_EQ(pb.gpu_stage & core::kStageQ, 0u);
+  const fa4::Status so = sc.build(pb, nullptr);
+  EXPECT_EQ(so.code, fa4::StatusCode::unsupported) << so.message;
+  EXPECT_EQ(so.argument, "out") << so.message;
+}
+
 }  // namespace
 
 TEST(StageRows, RowWalkMatchesTheDivisions) {

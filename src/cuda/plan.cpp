@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/checked.h"
 #include "core/splits.h"
 #include "cuda/simt/fwd_f32_config.h"
 #include "cuda/sm90/fp8_layout.h"
@@ -333,8 +334,19 @@ void plan_splits(const Problem& pb, const DeviceLimits& dl, int64_t slots_per_sm
                                        .tiles = tiles});
   if (zs > 0) pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.splits, 65535 / zs)));
   pl.grid.z = zs * pl.splits;
-  if (pl.splits > 1)
-    pl.workspace = static_cast<size_t>(pl.splits) * pl.rows_total * pb.hq * (pl.dv + 1) * sizeof(float);
+  // The partials: splits x rows x Hq x (Dv + 1) fp32. A forced split count on a problem claimed
+  // beyond any memory (broadcast q, an output of ~2^60 bytes) made this product wrap size_t to
+  // a small buffer the kernels would overrun; such a call runs unsplit (the same result).
+  int64_t bytes = 0;
+  if (pl.splits > 1) {
+    if (core::checked_mul(pl.splits, pl.rows_total, &bytes) && core::checked_mul(bytes, pb.hq, &bytes) &&
+        core::checked_mul(bytes, pl.dv + 1, &bytes) && core::checked_mul(bytes, int64_t{sizeof(float)}, &bytes)) {
+      pl.workspace = static_cast<size_t>(bytes);
+    } else {
+      pl.splits = 1;
+      pl.grid.z = zs;
+    }
+  }
 }
 
 // Resident sm80 CTAs per SM: by registers (255 per thread for prefill / compact tiles, 128 for

@@ -2,11 +2,16 @@
 
 #include <string>
 
+#include "core/checked.h"
 
 namespace fa4::cuda {
 namespace {
 
 constexpr size_t kAlign = 256;
+// Largest copy staged for one tensor (256 TiB, beyond any GPU's memory). Broadcast views (stride
+// 0) may claim shapes whose copies no memory holds, or whose byte counts overflow int64; such a
+// call is refused before any size is formed.
+constexpr int64_t kMaxStagedBytes = int64_t{1} << 48;
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // The packed copy of `t` at `dst`: same shape, rows padded to 16 bytes.
@@ -55,12 +60,16 @@ Status StagedCall::build(const core::Problem& pb, uint8_t* base) {
   size_t off = 0;
   struct Item {
     uint32_t bit;
+    const char* name;
     TensorView* view;
     bool output;
   };
-  const Item items[] = {{core::kStageQ, &params_.q, false},        {core::kStageK, &params_.k, false},
-                        {core::kStageV, &params_.v, false},        {core::kStageKNew, &params_.k_new, false},
-                        {core::kStageVNew, &params_.v_new, false}, {core::kStageOut, &params_.out, true}};
+  const Item items[] = {{core::kStageQ, "q", &params_.q, false},
+                        {core::kStageK, "k", &params_.k, false},
+                        {core::kStageV, "v", &params_.v, false},
+                        {core::kStageKNew, "k_new", &params_.k_new, false},
+                        {core::kStageVNew, "v_new", &params_.v_new, false},
+                        {core::kStageOut, "out", &params_.out, true}};
   // out is gathered too, not only scattered back: the copy-back writes every row of the copy, and
   // rows the kernels leave alone (varlen_q tokens past cu_seqlens_q[batch]: the caller's bytes
   // must survive) must then carry the caller's own values (the device tests' unwritten-bytes
@@ -69,12 +78,21 @@ Status StagedCall::build(const core::Problem& pb, uint8_t* base) {
     if ((pb.gpu_stage & it.bit) == 0) continue;
     const TensorView orig = *it.view;
     const int64_t elem = static_cast<int64_t>(dtype_size(orig.dtype));
+    // The copy's bytes, rows x padded row (a row is <= 256 elements: the head dim bound):
+    // normalize() bounded the strided extent, not this (a stride-0 view has no extent). Staged
+    // tensors are never empty (validation stages only tensors with elements), so once the whole
+    // fits, so do the partial products packed_view and row_copy form.
+    const int64_t pitch_elems = round_up(static_cast<size_t>(orig.shape[orig.ndim - 1]), static_cast<size_t>(16 / elem));
+    int64_t bytes = pitch_elems * elem;
+    bool fits = true;
+    for (int i = 0; i + 1 < orig.ndim && fits; ++i) fits = core::checked_mul(bytes, orig.shape[i], &bytes);
+    if (!fits || bytes > kMaxStagedBytes)
+      return Status::Unsupported(it.name, std::string(it.name) +
+                                              ": its rows break the 16-byte rules and their aligned copy would take "
+                                              "more than 2^48 bytes (a broadcast view of that shape?)");
     int64_t pitch = 0;
     const TensorView packed = packed_view(orig, elem, at + off, &pitch);
-    // normalize() bounded every extent (extent_fits), so rows * pitch * elem fits in int64.
-    int64_t rows = 1;
-    for (int i = 0; i + 1 < orig.ndim; ++i) rows *= orig.shape[i];
-    off += round_up(static_cast<size_t>(rows * pitch * elem), kAlign);
+    off += round_up(static_cast<size_t>(bytes), kAlign);
     *it.view = packed;
     gathers_.push_back(row_copy(orig, packed, elem, pitch, /*gather=*/true));
     if (it.output) scatters_.push_back(row_copy(orig, packed, elem, pitch, /*gather=*/false));
