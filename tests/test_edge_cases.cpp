@@ -908,5 +908,74 @@ TEST(EdgeCases, EmptyKeysWithHugeStridesGiveZeroRows) {
     }
 }
 
+// Varlen token tensors: cu_seqlens (int32) address fewer than 2^31 tokens, so a longer q / k (a
+// broadcast view costs no memory) is refused as dense lengths beyond int32 are.
+TEST(EdgeCases, VarlenTokenCountsBeyondInt32AreRejected) {
+  std::vector<int32_t> cu = {0, 3, 7};
+  for (const bool on_k : {false, true}) {
+    AttentionParams p;
+    p.q = TensorView::contiguous(fake(0x1000), DType::float16, {8, 2, 64});
+    p.out = p.q;
+    p.out.data = fake(0x2000);
+    p.k = TensorView::contiguous(fake(0x3000), DType::float16, {8, 2, 64});
+    p.v = p.k;
+    p.v.data = fake(0x4000);
+    p.cu_seqlens_q = TensorView::contiguous(cu.data(), DType::int32, {3});
+    p.cu_seqlens_k = p.cu_seqlens_q;
+    fa4::core::Problem pb;
+    ASSERT_TRUE(fa4::core::normalize(p, &pb).ok());
+    TensorView& t = on_k ? p.k : p.q;
+    t.shape[0] = int64_t{1} << 31;
+    t.stride[0] = t.stride[1] = 0;  // broadcast: the extent fits
+    if (!on_k) p.out.shape[0] = t.shape[0];  // (contiguous: 2^39 bytes)
+    if (on_k) p.v.shape[0] = t.shape[0], p.v.stride[0] = p.v.stride[1] = 0;
+    const Status st = fa4::core::normalize(p, &pb);
+    EXPECT_EQ(st.code, StatusCode::invalid_argument);
+    EXPECT_EQ(st.argument, on_k ? "k" : "q") << st.message;
+  }
+}
+
+// Sequences and heads are int32-indexed: 2^31 of either is refused, even as an empty problem of
+// broadcast views (the cuda planner's batch x Sq overflowed for a [2^62, 64, 0, 8] q).
+TEST(EdgeCases, BatchAndHeadCountsBeyondInt32AreRejected) {
+  const int64_t big = int64_t{1} << 31;
+  for (int which = 0; which < 3; ++which) {
+    AttentionParams p;
+    p.q = TensorView::contiguous(fake(0x1000), DType::float16, {2, 3, 4, 64});
+    p.k = TensorView::contiguous(fake(0x3000), DType::float16, {2, 5, 4, 64});
+    p.v = p.k;
+    p.v.data = fake(0x4000);
+    p.out = p.q;
+    p.out.data = fake(0x2000);
+    fa4::core::Problem pb;
+    ASSERT_TRUE(fa4::core::normalize(p, &pb).ok());
+    std::vector<int32_t> cu(4, 0);
+    const char* named = "q";
+    if (which == 0) {  // dense batch, empty (no heads): no extent bounds it
+      for (TensorView* t : {&p.q, &p.out, &p.k, &p.v}) t->shape[0] = big, t->shape[2] = 0;
+    } else if (which == 1) {  // heads, B = 1, one row each: broadcast q, a 2^31 x 64 out
+      p.q.shape[0] = p.out.shape[0] = p.k.shape[0] = p.v.shape[0] = 1;
+      p.q.shape[1] = p.out.shape[1] = 1;
+      p.q.shape[2] = p.out.shape[2] = big;
+      p.q.stride[0] = p.q.stride[1] = p.q.stride[2] = 0;
+      p.out.stride[0] = p.out.stride[1] = big * 64, p.out.stride[2] = 64;
+      p.k.shape[2] = p.v.shape[2] = 1;
+      p.k.stride[2] = p.v.stride[2] = 0;
+    } else {  // varlen: a broadcast cu_seqlens_q of 2^31 + 1 entries on the GPU (not read here)
+      for (TensorView* t : {&p.q, &p.out, &p.k, &p.v}) t->device = fa4::DeviceType::cuda;
+      p.q = TensorView::contiguous(fake(0x1000), DType::float16, {6, 4, 64}, fa4::DeviceType::cuda);
+      p.out = TensorView::contiguous(fake(0x2000), DType::float16, {6, 4, 64}, fa4::DeviceType::cuda);
+      p.cu_seqlens_q = TensorView::contiguous(fake(0x5000), DType::int32, {big + 1}, fa4::DeviceType::cuda);
+      p.cu_seqlens_q.stride[0] = 0;
+      p.k.shape[0] = p.v.shape[0] = big;
+      p.k.stride[0] = p.v.stride[0] = 0;
+      named = "cu_seqlens_q";
+    }
+    const Status st = fa4::core::normalize(p, &pb);
+    EXPECT_EQ(st.code, StatusCode::invalid_argument) << which;
+    EXPECT_EQ(st.argument, named) << which << ": " << st.message;
+  }
+}
+
 }  // namespace
 }  // namespace fa4test

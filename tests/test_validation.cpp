@@ -859,11 +859,17 @@ TEST(Validation, EmptyProblemsStillCheckTheIndexTensors) {
 }
 
 TEST(Validation, EmptyProblemWithAHugeBroadcastBatchChecksOneSequence) {
-  // B = 2^40 sequences of nothing, seqused_k a broadcast (stride 0) of one entry: every sequence
-  // is alike, so the check reads that entry once (a walk over B would run for hours).
+  // B = 2^31 - 1 sequences of nothing (the most sequences there may be: 2^40 is refused, naming
+  // q), seqused_k a broadcast (stride 0) of one entry: every sequence is alike, so the check
+  // reads that entry once.
   std::vector<float> kv(4 * 8, 1.0f);
   std::vector<int32_t> used{5};
-  const int64_t B = int64_t{1} << 40;
+  AttentionParams big;
+  big.q = big.out = TensorView::contiguous(nullptr, DType::float32, {int64_t{1} << 40, 0, 1, 8});
+  big.k = big.v = TensorView::contiguous(kv.data(), DType::float32, {int64_t{1} << 40, 4, 1, 8});
+  big.k.stride[0] = big.v.stride[0] = 0;
+  expect_invalid_raw(big, "q");
+  const int64_t B = (int64_t{1} << 31) - 1;
   AttentionParams p;
   p.q = TensorView::contiguous(nullptr, DType::float32, {B, 0, 1, 8});
   p.out = TensorView::contiguous(nullptr, DType::float32, {B, 0, 1, 8});

@@ -17,6 +17,8 @@
 //              cache_seqlens; not combined with varlen q.
 // Varlen q combines with varlen k, with a KV cache or with paged KV (serving with ragged
 // prefill chunks); B is then len(cu_seqlens_q) - 1.
+// Counts are int32-indexed: B, Hq, every sequence length and the token counts Tq / Tk are below
+// 2^31 (a larger one is refused naming its tensor, even where a broadcast view costs no memory).
 //
 // Dtypes: q, k, v all float32, float16 or bfloat16 (out: q's dtype); all float8_e4m3 (out
 // bfloat16; q/k/v_descale [B, Hkv]); or an fp8 KV cache: q float16 / bfloat16 with k and v both

@@ -53,7 +53,8 @@ bool tma_fits(int64_t cols, int64_t heads, int64_t rows, int64_t bl, int64_t s_h
   if (cols < 1 || cols > INT32_MAX) return false;
   for (int i = 0; i < 3; ++i) {
     if (ext[i] < 1 || ext[i] > INT32_MAX) return false;  // a tensor map has no empty dimension (sk = 0: sm80)
-    if (ext[i] > 1 && (st[i] <= 0 || (st[i] * eb) % 16 != 0 || st[i] * eb >= (int64_t(1) << 40))) return false;
+    // (The bound first: a stride near 2^62 -- a broadcast-sized view -- overflowed st * eb.)
+    if (ext[i] > 1 && (st[i] <= 0 || st[i] >= (int64_t(1) << 40) / eb || (st[i] * eb) % 16 != 0)) return false;
   }
   return true;
 }
