@@ -165,6 +165,7 @@ TEST(Fp8LseBound, HoldsForATruncatingFp8Accumulator) {
                           {256, Dist::uniform, true, true, false},  {256, Dist::normal, false, true, true}};
   int k = 0;
   double worst[2] = {0.0, 0.0};  // group 32, 8: the largest (|error| - 1e-3) / (scale ||q|| max ||k||)
+  int beyond_plain = 0;          // D 256, group 8 cases whose lse error the plain 1e-3 refuses
   for (const Shape& sh : shapes) {
     CaseConfig cfg;
     cfg.batch = 2, cfg.hq = 4, cfg.hkv = 2, cfg.dqk = cfg.dv = sh.d, cfg.sq = 48, cfg.sk = 200;
@@ -181,13 +182,17 @@ TEST(Fp8LseBound, HoldsForATruncatingFp8Accumulator) {
       if (sh.d == 256 && group == 8 && !sh.softcap_sinks) {
         Tol plain = fp8_tol();
         plain.lse_qk = 0.0;
-        EXPECT_FALSE(compare_runs(t, ref, plain)) << "the emulated error fits 1e-3: the bound would not be needed";
+        beyond_plain += !compare_runs(t, ref, plain);
       }
     }
   }
+  // Whether one such case stays within 1e-3 depends on the random inputs (uniform causal D 256
+  // came to 1.0009e-3 in one seed of CI, within 2 ulp of the plain tolerance); over the three
+  // D 256 cases the bound is needed every time.
+  EXPECT_GE(beyond_plain, 1) << "every emulated D 256 error fits 1e-3: the bound would not be needed";
   std::printf("largest lse error beyond 1e-3 / (scale ||q|| max ||k||): 2^%.1f (a truncation per 32 products), "
-              "2^%.1f (per 8); the bound: 2^%.1f\n",
-              std::log2(worst[0]), std::log2(worst[1]), std::log2(kFp8MmaLseQk));
+              "2^%.1f (per 8); the bound: 2^%.1f; D 256 cases beyond the plain 1e-3: %d of 3\n",
+              std::log2(worst[0]), std::log2(worst[1]), std::log2(kFp8MmaLseQk), beyond_plain);
 }
 
 // What the bound must still catch, on normal inputs of ||q|| max ||k|| scale ~ 50 (lse ~ 10-30).
