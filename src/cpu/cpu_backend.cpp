@@ -794,12 +794,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   const int64_t kds = pb.ks.dim, vds = pb.vs.dim;
   const char* kbase = static_cast<const char*>(p.k.data);
   const char* vbase = static_cast<const char*>(p.v.data);
-  // Bytes of one key / value row. Only when the range has keys: then k and v hold them and
-  // validation checked their extents; an empty k / v may carry any strides (a dim stride of
-  // INT64_MAX on a zero-row v overflowed here, found by the fuzzer).
-  const bool any_keys = hi > lo;
-  const int64_t k_span = any_keys ? ((dqk - 1) * pb.ks.dim + 1) * esz : 0;
-  const int64_t v_span = any_keys ? ((dv - 1) * pb.vs.dim + 1) * esz : 0;
+  // Bytes of one key / value row: within k's / v's checked extents, or 0-strided when k / v are
+  // empty (dispatch.cpp hands the backends 0 strides on empty tensors; a dim stride of INT64_MAX
+  // on a zero-row v overflowed here before, found by the fuzzer).
+  const int64_t k_span = ((dqk - 1) * pb.ks.dim + 1) * esz;
+  const int64_t v_span = ((dv - 1) * pb.vs.dim + 1) * esz;
   std::vector<KvRowOffsets> kv_rows;
   std::vector<KvTokenFactors> kv_tok;  // fp8 KV per-token factors (empty without them)
   const bool tok_k = pb.kv_fp8 && pb.k_sc.data && pb.k_sc.per_token;
@@ -1577,10 +1576,10 @@ Status cpu_combine(const CombineParams& c) {
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t h = row % H, i = (row / H) % Sq, b = row / (H * Sq);
-      // An empty partials view (no splits, or Dv = 0 for out_partials) may carry any strides:
-      // no offset is formed from them (they may overflow). No splits: nothing seen, O = 0.
-      const float* lrow = S > 0 ? l + (b * lp.stride[1] + h * lp.stride[2] + i * lp.stride[3]) : l;
-      const float* orow = S > 0 && D > 0 ? o + (b * op.stride[1] + i * op.stride[2] + h * op.stride[3]) : o;
+      // An empty partials view (no splits, or Dv = 0 for out_partials) arrives with 0 strides
+      // (dispatch.cpp), so these offsets are 0 there. No splits: nothing seen, O = 0.
+      const float* lrow = l + (b * lp.stride[1] + h * lp.stride[2] + i * lp.stride[3]);
+      const float* orow = o + (b * op.stride[1] + i * op.stride[2] + h * op.stride[3]);
       const float lse = merge_partial_row(S, lrow, lp.stride[0], orow, op.stride[0], op.stride[4], D, acc.data());
       if (any_nonfinite_f32(acc.data(), D)) {
         // +-inf / NaN partials, or finite ones within the weights' rounding of FLT_MAX that
