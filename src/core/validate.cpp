@@ -33,6 +33,9 @@ struct Msg {
 };
 
 constexpr int64_t kMaxHeadDim = 256;
+// Sequences, heads, lengths and token counts are int32-indexed (cu_seqlens, cache_seqlens,
+// cache_batch_idx, the kernels' grids): each below 2^31.
+constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
 constexpr int32_t kMaxSplits = 1024;
 
 std::string shape_str(const TensorView& t) {
@@ -261,7 +264,7 @@ Status check_cu_seqlens(const TensorView& t, const char* name, int64_t total, co
   // cost bounded by memory the caller has (a stride-0 tensor of 2^33 entries is 4 bytes).
   // Sequences are int32-indexed everywhere (the kernels' sequence ids, cache_batch_idx), which
   // also bounds this walk: 2^31 or more entries are refused before any is read.
-  if (t.shape[0] > std::numeric_limits<int32_t>::max())
+  if (t.shape[0] > kMaxCount)
     return Status::Invalid(name, std::string(name) + ": " + std::to_string(t.shape[0]) +
                                      " entries (2^31 or more sequences) exceed the int32 range of sequence indices");
   const int64_t n = t.stride[0] == 0 ? 1 : t.shape[0];
@@ -453,14 +456,14 @@ Status normalize(const AttentionParams& p, Problem* out) {
     return Status::Invalid("k", s.str());
   }
   pb.group = pb.hkv > 0 ? pb.hq / pb.hkv : 1;
-  // Sequences and heads are int32-indexed (cu_seqlens, cache_batch_idx, the kernels' grids), and
-  // with both below 2^31 every product of two counts the backends form (rows x group, batch x
-  // length) fits int64. Broadcast views could claim more at no memory cost (the cuda planner's
-  // batch x Sq overflowed for an empty [2^62, 64, 0, 8] q).
-  constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
-  if (pb.batch > kMaxCount)
-    return Status::Invalid(pb.varlen_q ? "cu_seqlens_q" : "q", std::string(pb.varlen_q ? "cu_seqlens_q" : "q") + ": batch " +
-                                                                   std::to_string(pb.batch) + " exceeds the int32 range of sequence indices");
+  // With batch and heads below 2^31 (kMaxCount) every product of two counts the backends form
+  // (rows x group, batch x length) fits int64. Broadcast views could claim more at no memory cost
+  // (the cuda planner's batch x Sq overflowed for an empty [2^62, 64, 0, 8] q).
+  if (pb.batch > kMaxCount) {
+    const char* name = pb.varlen_q ? "cu_seqlens_q" : "q";
+    return Status::Invalid(name, std::string(name) + ": batch " + std::to_string(pb.batch) +
+                                     " exceeds the int32 range of sequence indices");
+  }
   if (pb.hq > kMaxCount)
     return Status::Invalid("q", "q: " + std::to_string(pb.hq) + " heads exceed the int32 range of head indices");
   if (pb.varlen_q) FA4_TRY(expect_shape(p.out, "out", "[Tq, Hq, Dv]", {p.q.shape[0], pb.hq, pb.dv}));
@@ -507,16 +510,15 @@ Status normalize(const AttentionParams& p, Problem* out) {
   }
   // Sequence lengths are int32 everywhere else (cu_seqlens, cache_seqlens, seqused_k), so the
   // lengths implied by tensor shapes must fit too; this also bounds validation's page walk.
-  constexpr int64_t kMaxLen = std::numeric_limits<int32_t>::max();
-  if (pb.sq_dense > kMaxLen) return Status::Invalid("q", "q: sequence length " + std::to_string(pb.sq_dense) + " exceeds the int32 range");
+  if (pb.sq_dense > kMaxCount) return Status::Invalid("q", "q: sequence length " + std::to_string(pb.sq_dense) + " exceeds the int32 range");
   // Varlen token tensors: cu_seqlens entries (int32) address at most 2^31 - 1 tokens, and the
   // token count is the length bound of device-resident lengths (a broadcast q of 2^62 tokens
   // overflowed the cuda planner's rows x group).
-  if (pb.varlen_q && p.q.shape[0] > kMaxLen)
+  if (pb.varlen_q && p.q.shape[0] > kMaxCount)
     return Status::Invalid("q", "q: " + std::to_string(p.q.shape[0]) + " tokens exceed the int32 range of cu_seqlens_q");
-  if (pb.kv == KvLayout::varlen && p.k.shape[0] > kMaxLen)
+  if (pb.kv == KvLayout::varlen && p.k.shape[0] > kMaxCount)
     return Status::Invalid("k", "k: " + std::to_string(p.k.shape[0]) + " tokens exceed the int32 range of cu_seqlens_k");
-  if (pb.kv_slot > kMaxLen)
+  if (pb.kv_slot > kMaxCount)
     return Status::Invalid(pb.kv == KvLayout::paged ? "page_table" : "k",
                            std::string(pb.kv == KvLayout::paged ? "page_table: max_pages * page_size" : "k: sequence length") + " (" +
                                std::to_string(pb.kv_slot) + ") exceeds the int32 range");

@@ -338,8 +338,8 @@ void plan_splits(const Problem& pb, const DeviceLimits& dl, int64_t slots_per_sm
   // The partials: splits x rows x Hq x (Dv + 1) fp32. A forced split count on a problem claimed
   // beyond any memory (broadcast q, an output of ~2^60 bytes) made this product wrap size_t to
   // a small buffer the kernels would overrun; such a call runs unsplit (the same result).
-  int64_t bytes = 0;
   if (pl.splits > 1) {
+    int64_t bytes = 0;
     if (core::checked_mul(pl.splits, pl.rows_total, &bytes) && core::checked_mul(bytes, pb.hq, &bytes) &&
         core::checked_mul(bytes, pl.dv + 1, &bytes) && core::checked_mul(bytes, int64_t{sizeof(float)}, &bytes)) {
       pl.workspace = static_cast<size_t>(bytes);

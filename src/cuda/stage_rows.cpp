@@ -14,14 +14,18 @@ constexpr size_t kAlign = 256;
 constexpr int64_t kMaxStagedBytes = int64_t{1} << 48;
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-// The packed copy of `t` at `dst`: same shape, rows padded to 16 bytes.
-TensorView packed_view(const TensorView& t, int64_t elem, uint8_t* dst, int64_t* pitch) {
+// Elements of one row of `t`'s packed copy: its last dim padded to 16 bytes.
+int64_t packed_pitch(const TensorView& t, int64_t elem) {
+  return static_cast<int64_t>(round_up(static_cast<size_t>(t.shape[t.ndim - 1]), static_cast<size_t>(16 / elem)));
+}
+
+// The packed copy of `t` at `dst`: same shape, rows of `pitch` elements.
+TensorView packed_view(const TensorView& t, uint8_t* dst, int64_t pitch) {
   TensorView v = t;
   v.data = dst;
   const int last = t.ndim - 1;
-  *pitch = round_up(static_cast<size_t>(t.shape[last]), static_cast<size_t>(16 / elem));
   v.stride[last] = 1;
-  int64_t s = *pitch;
+  int64_t s = pitch;
   for (int i = last - 1; i >= 0; --i) {
     v.stride[i] = s;
     s *= t.shape[i];
@@ -82,16 +86,15 @@ Status StagedCall::build(const core::Problem& pb, uint8_t* base) {
     // normalize() bounded the strided extent, not this (a stride-0 view has no extent). Staged
     // tensors are never empty (validation stages only tensors with elements), so once the whole
     // fits, so do the partial products packed_view and row_copy form.
-    const int64_t pitch_elems = round_up(static_cast<size_t>(orig.shape[orig.ndim - 1]), static_cast<size_t>(16 / elem));
-    int64_t bytes = pitch_elems * elem;
+    const int64_t pitch = packed_pitch(orig, elem);
+    int64_t bytes = pitch * elem;
     bool fits = true;
     for (int i = 0; i + 1 < orig.ndim && fits; ++i) fits = core::checked_mul(bytes, orig.shape[i], &bytes);
     if (!fits || bytes > kMaxStagedBytes)
       return Status::Unsupported(it.name, std::string(it.name) +
                                               ": its rows break the 16-byte rules and their aligned copy would take "
                                               "more than 2^48 bytes (a broadcast view of that shape?)");
-    int64_t pitch = 0;
-    const TensorView packed = packed_view(orig, elem, at + off, &pitch);
+    const TensorView packed = packed_view(orig, at + off, pitch);
     off += round_up(static_cast<size_t>(bytes), kAlign);
     *it.view = packed;
     gathers_.push_back(row_copy(orig, packed, elem, pitch, /*gather=*/true));
