@@ -27,6 +27,7 @@ ap.add_argument("--s", type=int, default=512)
 ap.add_argument("--causal", action="store_true")
 ap.add_argument("--reps", type=int, default=4)
 ap.add_argument("--dtype", choices=("bf16", "e4m3", "fp8kv"), default="bf16")
+ap.add_argument("--cudnn", action="store_true", help="also PyTorch SDPA's cuDNN backend (bf16 only)")
 a = ap.parse_args()
 fa4 = peers.Fa4(os.path.abspath(a.lib))
 if a.dtype == "fp8kv":
@@ -51,6 +52,9 @@ for _ in range(a.reps):
 if not ds:
     for _ in range(a.reps):
         peers.sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), a.causal, SDPBackend.FLASH_ATTENTION)
+    if a.cudnn:
+        for _ in range(a.reps):
+            peers.sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), a.causal, SDPBackend.CUDNN_ATTENTION)
 if peers.FA3 is not None:  # FlashAttention-3 where its wheel is installed (../shared/PEERS.md)
     for _ in range(a.reps):
         peers.FA3.flash_attn_func(q, k, v, causal=a.causal, **ds)
