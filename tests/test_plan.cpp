@@ -6,6 +6,7 @@
 #include "cuda/plan.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <random>
 #include <vector>
@@ -340,7 +341,8 @@ TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
   EXPECT_EQ(pl.grid.y, 16);
   EXPECT_EQ(pl.grid.z, 2);
   EXPECT_EQ(pl.splits, 1);
-  EXPECT_EQ(pl.workspace, 0u);
+  // (1024 tiles on 132 SMs: the balanced walk's piece states, where it is built in)
+  EXPECT_EQ(pl.workspace, FA4_SM90_BALANCED ? size_t{132} * 2 * 2 * (64 + 4) * 128 * 4 : 0u);
   auto tile = [](int64_t d) {
     const Plan p = Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = d, .dv = d, .sq = 1024, .sk = 1024}).on(h200_auto());
     return std::make_tuple(p.kernel, p.dqk, p.n, p.smem);
@@ -784,6 +786,81 @@ TEST(TileSchedule, RoundsCoverEveryTileOnce) {
         }
       for (int v : seen) EXPECT_EQ(v, 1);
     }
+}
+
+// The balanced walk (common/tile_schedule.h piece): the shares partition the grid's key tiles in
+// tile order, each CTA's pieces ascend, and a tile is whole in one share or cut once into two
+// pieces [0, s) and [s, n) of neighbouring CTAs that name the same boundary.
+TEST(TileSchedule, BalancedSharesCutEachTileAtMostOnce) {
+  for (int64_t n : {1, 2, 7, 8, 128})
+    for (int64_t ctas : {2, 7, 132})
+      for (int64_t tiles : {ctas, ctas + 1, 2 * ctas - 1, int64_t{2048}, 3 * ctas + 5}) {
+        if (tiles < ctas) continue;
+        fa4::cuda::TileSchedule s{tiles, 1, 1, 1, 0};
+        s.balanced_n = n;
+        std::vector<std::vector<std::array<int64_t, 4>>> by_tile(static_cast<size_t>(tiles));  // {lo, hi, cut, cta}
+        int64_t work_min = INT64_MAX, work_max = 0;
+        for (int64_t b = 0; b < ctas; ++b) {
+          int64_t work = 0, prev = -1;
+          for (int64_t r = 0;; ++r) {
+            int64_t t = -1, cut = -2;
+            int lo = -1, hi = -1;
+            if (!s.piece(r, b, ctas, &t, &lo, &hi, &cut)) break;
+            ASSERT_GT(t, prev);  // tile order
+            ASSERT_LT(t, tiles);
+            ASSERT_LE(0, lo);
+            ASSERT_LT(lo, hi);
+            ASSERT_LE(hi, n);
+            EXPECT_EQ(cut, lo > 0 ? b : hi < n ? b + 1 : -1);
+            by_tile[static_cast<size_t>(t)].push_back({lo, hi, cut, b});
+            work += hi - lo, prev = t;
+          }
+          work_min = std::min(work_min, work), work_max = std::max(work_max, work);
+        }
+        EXPECT_LE(work_max - work_min, 1) << "n " << n << " ctas " << ctas << " tiles " << tiles;  // equal shares
+        for (const auto& ps : by_tile) {
+          ASSERT_FALSE(ps.empty());
+          if (ps.size() == 1) {
+            EXPECT_EQ(ps[0][0], 0);
+            EXPECT_EQ(ps[0][1], n);
+            EXPECT_EQ(ps[0][2], -1);
+            continue;
+          }
+          ASSERT_EQ(ps.size(), 2u);  // cut once
+          EXPECT_EQ(ps[0][0], 0);
+          EXPECT_EQ(ps[0][1], ps[1][0]);
+          EXPECT_EQ(ps[1][1], n);
+          EXPECT_EQ(ps[0][2], ps[1][2]);  // one boundary
+          EXPECT_EQ(ps[0][3] + 1, ps[1][3]);  // neighbouring CTAs
+          EXPECT_EQ(ps[1][2], ps[1][3]);      // the boundary is where the upper piece's share begins
+        }
+      }
+}
+
+// The planner walks balanced (FA4_SM90_BALANCED) only unmasked dense problems of the instances
+// that have it whose whole tiles leave the last round partly idle, and sizes the workspace for
+// the pieces' states: [ctas boundaries][2 pieces][2 consumers][Dv / 2 + 4][128] floats.
+TEST(CudaPlan, Sm90BalancedWalkWhereTheLastRoundIsPartial) {
+  const Plan d128 = Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384}).on(h200_auto());
+  ASSERT_EQ(d128.kernel, Kernel::sm90);
+  ASSERT_EQ(d128.sched.total(), 2048);
+  ASSERT_EQ(d128.ctas, 132);
+  if (FA4_SM90_BALANCED) {
+    EXPECT_EQ(d128.sched.balanced_n, 16384 / 128);
+    EXPECT_EQ(d128.piece_state_offset, 0u);
+    EXPECT_EQ(d128.workspace, size_t{132} * 2 * 2 * (64 + 4) * 128 * 4);
+  } else {
+    EXPECT_EQ(d128.sched.balanced_n, 0);
+    EXPECT_EQ(d128.workspace, 0u);
+  }
+  // Not: a causal mask, a sliding window, whole rounds (132 x 16 tiles), another head dim.
+  EXPECT_EQ(Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384, .causal = true}).on(h200_auto()).sched.balanced_n, 0);
+  EXPECT_EQ(Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384, .window_right = 64}).on(h200_auto()).sched.balanced_n, 0);
+  EXPECT_EQ(Planned({.batch = 1, .hq = 33, .hkv = 33, .sq = 8192, .sk = 8192}).on(h200_auto()).sched.balanced_n, 0);
+  EXPECT_EQ(Planned({.batch = 1, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 16384, .sk = 16384}).on(h200_auto()).sched.balanced_n, 0);
+  // A ragged key count: every tile still has ceil(sk / 128) key tiles.
+  const Plan ragged = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4000, .sk = 1000}).on(h200_auto());
+  EXPECT_EQ(ragged.sched.balanced_n, FA4_SM90_BALANCED && ragged.kernel == Kernel::sm90 ? 8 : 0);
 }
 
 // Paged KV on sm90 (FA4_SM90_PAGED): only page sizes that are multiples of the tile's key block,

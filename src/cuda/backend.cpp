@@ -573,6 +573,13 @@ Status cuda_forward(const Problem& pb) {
           fused_combine = P.split_counter != nullptr;
         }
       }
+      // The balanced walk's arrival counters (one per share boundary and consumer), from the
+      // split counters' pool; without them the CTAs walk whole tiles (the same static schedule).
+      if (P.sched.balanced_n > 0) {
+        P.piece_counter = tile_counter_for(p, &split_counters, true);
+        if (P.piece_counter == nullptr) P.sched.balanced_n = 0;
+        else P.piece_state = reinterpret_cast<float*>(work + pl.piece_state_offset);
+      }
       // (FA4_SM90_PAGED_GATHER: the tile's gather instance, sm90/fwd_gather.h)
       e = (pl.sm90_gather ? cuda::sm90::launch_fwd_gather : cuda::sm90::launch_fwd)(
           P, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, dim3(static_cast<unsigned>(pl.ctas)), stream);

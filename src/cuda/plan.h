@@ -75,6 +75,9 @@ struct Plan {
   // aligned).
   sm90::Fp8VtLayout fp8_vt;
   size_t fp8_vt_offset = 0;
+  // kernel == sm90, sched.balanced_n > 0: the balanced walk's piece states (sm90/fwd_params.h
+  // piece_state) at this byte of the workspace, after everything else there.
+  size_t piece_state_offset = 0;
   Grid grid;               // the tiles; sm90 launches `ctas` persistent CTAs that walk them
   TileSchedule sched;      // sm90: the order they walk them in (common/tile_schedule.h)
   int64_t ctas = 0;        // sm90: CTAs launched (grid.x, with grid.y = grid.z = 1)

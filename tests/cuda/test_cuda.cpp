@@ -455,6 +455,42 @@ TEST(CudaBackend, LongMaskedSequences) {
   EXPECT_TRUE(bitwise_equal(again, first));
 }
 
+// Unmasked sequences with more query tiles than SMs and a partial last round: where the sm90
+// kernel walks balanced shares of the key tiles (FA4_SM90_BALANCED, D 128), tiles are cut
+// between two CTAs and the second piece to finish merges both (fwd_epilogue.cuh merge_piece).
+// GQA, ragged last key tiles, sinks (joined once, by the merging piece), softcap, LSE, fp16 and
+// bf16, one key tile per tile (never cut). Then one call 4097 more times on a stream: each launch
+// must leave the pieces' counters at zero for the next (a stale one would let both pieces of a
+// tile believe they were first, and its rows stay poisoned), so the last run equals the first.
+TEST(CudaBackend, UnmaskedSequencesOnSharedTiles) {
+  int k = 0;
+  for (int64_t sk : {3300, 1000, 100})
+    for (int variant = 0; variant < 2; ++variant) {
+      const uint64_t seed = derive_seed(5400 + k++);
+      CaseConfig c;
+      c.dtype = variant ? DType::float16 : DType::bfloat16;
+      c.batch = 1, c.hkv = 2, c.hq = 8, c.dqk = c.dv = 128;
+      c.sq = 3300, c.sk = sk;  // 26 tiles x 8 heads = 208 on 132 SMs
+      c.sinks = variant == 1;
+      c.softcap = variant == 1 && sk == 1000 ? 30.0f : 0.0f;
+      c.lse = true;
+      check_case(c, seed, false, Backend::cpu);  // the reference takes minutes at this size
+    }
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 2, c.hkv = 4, c.hq = 4, c.dqk = c.dv = 128;
+  c.sq = c.sk = 2200;  // 18 tiles x 8 (batch, head) = 144
+  const uint64_t seed = derive_seed(5499);
+  Case first = make_gpu_case(c, seed), again = make_gpu_case(c, seed);
+  DeviceCase d1(first), d2(again);
+  ASSERT_TRUE(d1.run().ok());
+  d1.download();
+  for (int i = 0; i <= 4096; ++i) ASSERT_TRUE(d2.run().ok());
+  CUDA_OK(cudaDeviceSynchronize());
+  d2.download();
+  EXPECT_TRUE(bitwise_equal(again, first));
+}
+
 // Decode: one query token, GQA, long caches, paged at many page sizes, split heuristic.
 // Rows the kernels cannot load directly (odd head dims, padded rows, a strided last dim) run on
 // aligned copies: every kernel class (prefill on sm90 / sm80, decode, split-KV, paged, varlen),

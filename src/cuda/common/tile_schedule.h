@@ -22,6 +22,13 @@
 // D 256 4k / 8k +3.1 / +2.3 % over the global snake, docs/perf/sm90-notes.md).
 // dynamic != 0: the CTAs do not deal the tiles round-robin; each takes the next unclaimed one
 // from a device counter (sm90 fwd_producer.cuh) -- tile_for still gives every CTA's first.
+// balanced_n > 0 (the sm90 kernel's FA4_SM90_BALANCED, unmasked problems whose tiles all have
+// balanced_n key tiles): the CTAs do not deal whole tiles either. The total() x balanced_n key
+// tiles of the grid, in tile order, are cut into `ctas` equal contiguous shares; CTA b walks
+// share b (piece). Whole tiles dealt round-robin leave ceil(total / ctas) - total / ctas of a
+// tile idle on the CTAs of the last round: 2048 tiles on 132 SMs (D 128, B S 16k, H 16) run 16
+// rounds for 15.5 tiles of work, 3 % of the kernel (bench/sm90_trace.py end_idle, 2026-12-06). A
+// tile two shares cut runs as two pieces whose (O, m, l) the second to finish merges.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +43,7 @@ struct TileSchedule {
   int32_t snake = 0;               // odd rounds walk the CTAs backwards
   int64_t heavy_x = 0;             // x < heavy_x form the first phase (0: one phase)
   int32_t dynamic = 0;             // tiles claimed from a counter (the sm90 kernel's dynamic walk)
+  int64_t balanced_n = 0;          // key tiles per tile of the balanced walk (0: whole tiles)
 
   FA4_HD int64_t total() const { return gx * gy * gz; }
   FA4_HD int64_t rounds(int64_t ctas) const { return (total() + ctas - 1) / ctas; }
@@ -43,6 +51,29 @@ struct TileSchedule {
   FA4_HD int64_t tile_for(int64_t r, int64_t cta, int64_t ctas) const {
     const int64_t t = r * ctas + ((snake != 0 && (r & 1) != 0) ? ctas - 1 - cta : cta);
     return t < total() ? t : -1;
+  }
+
+  // The balanced walk: the first key tile of CTA b's share (b = ctas: the end of the last share).
+  // In 32-bit arithmetic: the planner walks balanced only where total() x balanced_n < 2^31 (the
+  // sm90 producer has 24 registers; 64-bit divisions spilled it).
+  FA4_HD uint32_t share_begin(uint32_t b, uint32_t ctas) const {
+    const uint32_t u = static_cast<uint32_t>(total() * balanced_n), q = u / ctas, rem = u - q * ctas;
+    return q * b + rem * b / ctas;  // (rem x b < ctas^2 <= 2^32 for ctas <= 65536)
+  }
+  // Step r of CTA b's share: linear tile *t, its key tiles [*lo, *hi) (0 .. balanced_n), and *cut
+  // = the share boundary that cuts the tile (b where the share begins inside it, b + 1 where it
+  // ends inside it) or -1 for a whole tile. False past the share. A tile is cut at most once
+  // when every share holds >= balanced_n key tiles, i.e. total() >= ctas (the planner's rule):
+  // then it runs as exactly two pieces, [0, s) by one CTA and [s, balanced_n) by the next.
+  FA4_HD bool piece(int64_t r, int64_t b, int64_t ctas, int64_t* t, int* lo, int* hi, int64_t* cut) const {
+    const uint32_t n = static_cast<uint32_t>(balanced_n), ub = static_cast<uint32_t>(b), uc = static_cast<uint32_t>(ctas);
+    const uint32_t begin = share_begin(ub, uc), end = share_begin(ub + 1, uc);
+    const uint32_t tile = begin / n + static_cast<uint32_t>(r), k0 = tile * n;
+    if (r >= static_cast<int64_t>(end) || k0 >= end) return false;
+    const uint32_t l = begin > k0 ? begin - k0 : 0, h = end < k0 + n ? end - k0 : n;
+    *t = tile, *lo = static_cast<int>(l), *hi = static_cast<int>(h);
+    *cut = l > 0 ? b : h < n ? b + 1 : -1;
+    return true;
   }
 
   // Linear tile t in [0, total()) -> virtual block (x, y, z). In 32-bit arithmetic when the grid

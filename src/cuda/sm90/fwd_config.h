@@ -241,6 +241,16 @@
 #ifndef FA4_SM90_DYNAMIC
 #define FA4_SM90_DYNAMIC 1
 #endif
+//   FA4_SM90_BALANCED      1: unmasked dense problems on the instances that have it (balanced_walk
+//                          below) walk equal shares of the grid's key tiles instead of whole tiles
+//                          (common/tile_schedule.h balanced_n): the last round's idle CTAs -- 3 % of
+//                          the kernel at D 128 (2048 tiles on 132 SMs) -- get work, and a tile cut
+//                          by two shares is merged by its second piece (fwd_kernel.cuh). 0 until
+//                          a device A/B decides (written 2026-12-06 from bench/sm90_trace.py's
+//                          end_idle; compiled, not yet run).
+#ifndef FA4_SM90_BALANCED
+#define FA4_SM90_BALANCED 0
+#endif
 //   FA4_SM90_HEAVY_PCT     the dynamic walk's first phase: this percentage of every dense
 //                          sequence's query tiles, the heaviest (cuda/plan.cpp schedule_sm90).
 //                          Same-run A/Bs against 50 (H200, two calls, h200-2026-12-03b-session.md):
@@ -504,6 +514,12 @@ constexpr bool uniform_consumer_index(int dqk, Tile t) {
 // dynamic walk's claimed tile index is broadcast within warp 0 only, as in the gather instances.)
 constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
   return FA4_SM90_DYNAMIC && t != Tile::fp8_kv && (dqk > 64 || (FA4_SM90_DYNAMIC_SHORT_D64 && t == Tile::short_masked));
+}
+// Instances that can walk the balanced shares (FA4_SM90_BALANCED): the standard D 128 tile, whose
+// O has its own staging tile and whose Q is released after the last S (a piece that hands its
+// state over skips the epilogue, with nothing staged to give back).
+constexpr bool balanced_walk(int dqk, int dv, Tile t) {
+  return FA4_SM90_BALANCED && FA4_SM90_PERSISTENT && t == Tile::standard && dqk == 128 && dv == 128;
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||

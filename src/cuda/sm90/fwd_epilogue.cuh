@@ -136,6 +136,66 @@ __device__ __forceinline__ void merge_splits_if_last(const Sm90Params& P, Consum
   merge_split_rows<typename T::OutElem, T::kDv>(p, w, row0, tid);
 }
 
+// (Balanced walk, common/tile_schedule.h) The end of a piece of a tile two shares cut (w.split =
+// -1 - boundary; n_lo > 0: the upper key tiles). Each piece stores its consumer threads' (O, m, l)
+// -- the accumulator registers as they are, m and l per row half -- then arrives on the
+// (boundary, consumer) counter; the second to arrive reads the other's state and merges it into
+// its own: m = max(m_a, m_b), O = O_a 2^((m_a - m) sc) + O_b 2^((m_b - m) sc), l likewise (per
+// thread: the quad's sum of l comes in the epilogue). True: this consumer holds the tile's
+// merged state and runs the epilogue; false: the other piece will (it zeroed the counter).
+// Nobody waits on another CTA, so no CTA order is assumed.
+template <class T>
+__device__ __forceinline__ bool merge_piece(const Sm90Params& P, Consumer<T>& cs) {
+  constexpr int kORegs = Consumer<T>::kORegs, kRegs = kORegs + 4;
+  const TileWork& w = cs.w;
+  const int64_t boundary = -1 - static_cast<int64_t>(w.split);
+  const int half = w.n_lo > 0 ? 1 : 0;
+  auto state = [&](int hf) {
+    return P.piece_state + ((boundary * 2 + hf) * T::kConsumers + cs.c) * (kRegs * 128) + cs.tid;
+  };
+  float* mine = state(half);
+#pragma unroll
+  for (int i = 0; i < kORegs; ++i) __stcg(mine + i * 128, cs.o[i]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __stcg(mine + (kORegs + h) * 128, cs.m_run[h]);
+    __stcg(mine + (kORegs + 2 + h) * 128, cs.l_run[h]);
+  }
+  __threadfence();  // this thread's state, device-wide before the arrival
+  const uint32_t bar = bar_id(Bar::epilogue0) + cs.c;
+  ptx::named_barrier_sync(bar, 128);
+  bool second = false;
+  if (cs.tid == 0) {
+    uint32_t* ctr = P.piece_counter + boundary * T::kConsumers + cs.c;
+    second = atomicAdd(ctr, 1u) == 1u;
+    if (second) atomicExch(ctr, 0u);
+  }
+  if (!ptx::named_barrier_sync_or(bar, 128, second)) return false;
+  __threadfence();  // the other piece's state, published before its arrival
+  const float* other = state(1 - half);
+  float a[2], b[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float mo = __ldcg(other + (kORegs + h) * 128), lo = __ldcg(other + (kORegs + 2 + h) * 128);
+    const float m = fmaxf(cs.m_run[h], mo);
+    // (a row no key reached in either piece: m = -inf, both O and l are 0)
+    a[h] = m == -INFINITY ? 1.f : ptx::exp2_approx((cs.m_run[h] - m) * cs.sc);
+    b[h] = m == -INFINITY ? 0.f : ptx::exp2_approx((mo - m) * cs.sc);
+    cs.m_run[h] = m;
+    cs.l_run[h] = __fmul_rn(cs.l_run[h], a[h]) + __fmul_rn(lo, b[h]);
+  }
+  // (Each product rounded on its own, no FMA: the sum is then the same bits whichever piece
+  // merges, so the launch is deterministic though the order the pieces finish in is not.)
+  // (16 loads in flight at a time: all of them hoisted at once would hold kORegs registers more)
+#pragma unroll
+  for (int i = 0; i < kORegs; ++i) {
+    const int h = (i >> 1) & 1;
+    if (i % 16 == 0) asm volatile("" ::: "memory");
+    cs.o[i] = __fmul_rn(cs.o[i], a[h]) + __fmul_rn(__ldcg(other + i * 128), b[h]);
+  }
+  return true;
+}
+
 template <class T>
 __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   using Elem = typename T::OutElem;  // (e4m3 inputs: bf16)
@@ -147,7 +207,8 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   // Split-KV: this split's normalized O and lse go to the fp32 partials (o_part / lse_part, one
   // row per (split, token, head)), merged by cuda/combine; the sinks join once, in split 0.
   const bool partials = p.num_splits > 1;
-  const bool sinks = p.sinks != nullptr && w.split == 0;
+  // (split < 0: a balanced walk's piece, fwd_kernel.cuh -- the tile's one epilogue)
+  const bool sinks = p.sinks != nullptr && w.split <= 0;
   const float sink_head = sinks ? p.sinks[w.head * p.sinks_st] * kLog2e : -INFINITY;
   // (e4m3 v: the fp8 tiles, fp8_kv) v_descale of the tile's (batch, kv head): O = (P V_e4m3) x v_descale.
   [[maybe_unused]] float v_descale = 1.f;

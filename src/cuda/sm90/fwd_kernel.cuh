@@ -71,6 +71,8 @@ struct FwdTraits {
   // (-3 to -20 %, docs/perf/h200-2026-12-03-session.md).
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   static constexpr bool kDynamicWalk = dynamic_walk(kDqk, kTile);  // the producer can claim tiles
+  static constexpr bool kBalanced = balanced_walk(kDqk, kDv, kTile);  // equal shares of key tiles
+  static_assert(!kBalanced || (kOStaging == OStaging::own && !kFp8), "a piece skips the epilogue: nothing staged");
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   static constexpr bool kFusedMerge = fused_merge(kDqk, kDv, kTile);  // split-KV merged in-kernel
   using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk, kCfg.byte_stages>;
@@ -162,6 +164,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     trace::key_tiles(tr, 1 + c, tiles_done, w.n_tiles());
     cs.mainloop(st);
     trace::stamp(tr, 1 + c, tiles_done, trace::main_done);
+    // (Balanced walk) A piece of a cut tile: the first of its two pieces to finish leaves its
+    // (O, m, l) for the second, which merges them and runs the epilogue.
+    if constexpr (T::kBalanced && !gathers_kv<T>()) {
+      if (w.split < 0 && !merge_piece<T>(P, cs)) {
+        ++tiles_done;
+        continue;
+      }
+    }
     if constexpr (one_q_capable(T::kTile, T::kDqk, T::kDv)) {
       if (one_q) {
         // (1Q) Consumer 1's (O, m, l) into consumer 0's, which alone runs the epilogue. Consumer 1

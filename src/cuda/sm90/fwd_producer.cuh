@@ -55,10 +55,25 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
   uint32_t tiles_done = 0;       // tiles whose Q was loaded: the q_full / q_empty phase
   uint64_t* const tr = leader ? P.trace : nullptr;
   // Loads tile t of the schedule (nothing for a tile without rows).
+  // Balanced walk (T::kBalanced instances, sched.balanced_n > 0): step r of this CTA's share of
+  // the key tiles (common/tile_schedule.h piece) is tile t's key tiles [lo, hi), cut by share
+  // boundary `cut` or whole (-1); published as split = -1 - cut, which the kernel's consumers
+  // read. (Recomputed from r here, not carried across the tile's loads: the producer has 24
+  // registers.)
+  constexpr bool kBalanced = T::kBalanced && !kGather;
+  bool balanced = false;
+  if constexpr (kBalanced) balanced = P.sched.balanced_n > 0;
+  int64_t r = 0;  // the walk's step
   auto run_tile = [&](int64_t t) {
     trace::stamp(tr, 0, tiles_done, trace::walk_start);
     TileWork w;
     if (!w.template init<T::kDynamicWalk>(P.a, P.sched, t, T::kBlockM, kBlockN)) return;
+    if constexpr (kBalanced) {
+      int64_t t2, cut;
+      int lo, hi;
+      if (balanced && P.sched.piece(r, blockIdx.x, gridDim.x, &t2, &lo, &hi, &cut))
+        w.n_lo = lo, w.n_hi = hi, w.split = cut >= 0 ? -1 - static_cast<int>(cut) : 0;
+    }
     const int n = w.n_tiles();
     trace::stamp(tr, 0, tiles_done, trace::tile_start);
     trace::key_tiles(tr, 0, tiles_done, n);
@@ -217,10 +232,17 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
   // the consumers finish it, so the atomic's round trip hides under them, and late enough that
   // CTAs which drew heavy tiles take fewer (claimed when a tile starts, the CTAs took tiles in
   // start order, a static round robin: -5 to -14 %; docs/perf/sm90-notes.md).
+  // Balanced: the pieces of this CTA's share, in tile order.
   bool dynamic = false;
   if constexpr (T::kDynamicWalk) dynamic = P.sched.dynamic != 0;
-  // One loop for both walks (run_tile inlined once: the producer has 24 registers).
-  int64_t r = 0, t = P.sched.tile_for(0, blockIdx.x, gridDim.x);  // the first round: blockIdx.x
+  // One loop for every walk (run_tile inlined once: the producer has 24 registers).
+  int64_t t = P.sched.tile_for(0, blockIdx.x, gridDim.x);  // the first round: blockIdx.x
+  auto next_piece = [&]() {  // the tile of step r of the share, or -1 past it
+    int64_t tt, cut;
+    int lo, hi;
+    return P.sched.piece(r, blockIdx.x, gridDim.x, &tt, &lo, &hi, &cut) ? tt : int64_t{-1};
+  };
+  if (balanced) t = next_piece();
   for (;;) {
     if (t >= 0) run_tile(t);
     if (dynamic) {
@@ -228,6 +250,9 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       if (threadIdx.x == 0) c = atomicAdd(P.tile_counter, 1u);
       t = gridDim.x + static_cast<int64_t>(__shfl_sync(0xffffffffu, c, 0));  // warp-uniform
       if (t >= P.sched.total()) break;
+    } else if (balanced) {
+      ++r;
+      if (t < 0 || (t = next_piece()) < 0) break;
     } else {
       if (++r >= P.sched.rounds(gridDim.x)) break;
       t = P.sched.tile_for(r, blockIdx.x, gridDim.x);
