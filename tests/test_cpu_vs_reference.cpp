@@ -555,6 +555,49 @@ TEST(CpuVsReference, LargerShapesWithManyTiles) {
   for (const CaseConfig& c : cfgs) check_cpu_vs_ref(c, derive_seed(13000 + n++), {true, false});
 }
 
+// Kv heads whose 16-bit K / V panels exceed LowpKernels::big_panel_bytes (1 MB on AMX): the
+// plan takes big_key_tile (256-key) tiles and prefetches each next panel during the products;
+// causal diagonal tiles cut short (keys past the rows' last visible one), several query tiles
+// per head (the prefetch after a unit's last tile guesses the next unit's first), GQA, fp16's
+// two planes.
+TEST(CpuVsReference, KvHeadsWithPanelsBeyondL2) {
+  std::vector<CaseConfig> cfgs;
+  {
+    CaseConfig c;  // bf16 D 256: 1100 keys x (256 + 256) dims x 2 bytes = 1.1 MB a head
+    c.batch = 1;
+    c.hq = 2;
+    c.hkv = 2;
+    c.dqk = c.dv = 256;
+    c.sq = 230;
+    c.sk = 1100;
+    c.causal = true;
+    c.num_splits = 1;
+    c.dtype = DType::bfloat16;
+    cfgs.push_back(c);
+  }
+  {
+    CaseConfig c;  // fp16 D 128, GQA: 1100 keys x 256 dims x 2 planes x 2 bytes
+    c.batch = 1;
+    c.hq = 4;
+    c.hkv = 2;
+    c.dqk = c.dv = 128;
+    c.sq = 120;
+    c.sk = 1100;
+    c.num_splits = 1;
+    c.dtype = DType::float16;
+    c.dist = Dist::outliers;
+    cfgs.push_back(c);
+  }
+  int n = 0;
+  for (const CaseConfig& c : cfgs) {
+    Case t = make_case(c, derive_seed(13500 + n));
+    fa4::PlanInfo info;
+    ASSERT_TRUE(fa4::describe_plan(t.params(Backend::cpu), &info));
+    if (info.kernel == "amx") EXPECT_EQ(info.tile_n, 256) << c.describe();
+    check_cpu_vs_ref(c, derive_seed(13500 + n++), {true, true});
+  }
+}
+
 // ---- fp8 KV cache: 16-bit q, e4m3 k / v with per-head or per-token factors (every layout,
 // mask, split count, page size, append; the reference's cache bytes are compared bytewise).
 TEST(CpuVsReference, Fp8KvCacheEveryLayoutScaleModeMaskAndSplit) {

@@ -82,6 +82,56 @@
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_merge.h"
 
+// In-call timing of the pieces (panels, unit setup, qk / softmax / pv, finish): rdtsc
+// accumulators over all threads, printed to stderr at exit (cycles of the TSC). Only in builds
+// with -DFA4_CPU_PROFILE=1 (e.g. cmake -DCMAKE_CXX_FLAGS=-DFA4_CPU_PROFILE=1); no code otherwise.
+#if defined(FA4_CPU_PROFILE) && FA4_CPU_PROFILE && (defined(__x86_64__) || defined(_M_X64))
+#include <x86intrin.h>
+
+#include <cstdio>
+namespace fa4::core::cpu {
+namespace {
+// kPrLoop (a unit's whole key loop) overlaps the tile pieces and is left out of the total.
+enum ProfPiece { kPrPanels, kPrUnitSetup, kPrQk, kPrSoftmax, kPrPv, kPrTileOther, kPrFinishT, kPrFinishStore, kPrLoop, kPrN };
+struct Prof {
+  std::atomic<uint64_t> c[kPrN]{}, n[kPrN]{};
+  ~Prof() {
+    static const char* names[kPrN] = {"panels", "unit_setup", "qk", "softmax", "pv", "tile_other", "finish_T",
+                                      "finish_store", "(loop)"};
+    uint64_t tot = 0;
+    for (int i = 0; i < kPrLoop; ++i) tot += c[i];
+    for (int i = 0; i < kPrN; ++i)
+      std::fprintf(stderr, "fa4prof %-12s %14llu cyc %5.1f%%  n %10llu  %9.0f cyc/each\n", names[i],
+                   static_cast<unsigned long long>(c[i].load()), tot ? 100.0 * c[i] / tot : 0.0,
+                   static_cast<unsigned long long>(n[i].load()), n[i] ? double(c[i]) / n[i] : 0.0);
+  }
+};
+Prof g_prof;
+// Times the piece i from construction to lap(j) (which starts piece j) or destruction (kPrN: none).
+struct ProfScope {
+  int i;
+  uint64_t t;
+  explicit ProfScope(int i) : i(i), t(__rdtsc()) {}
+  void lap(int j) {
+    const uint64_t u = __rdtsc();
+    if (i < kPrN) {
+      g_prof.c[i].fetch_add(u - t, std::memory_order_relaxed);
+      g_prof.n[i].fetch_add(1, std::memory_order_relaxed);
+    }
+    i = j;
+    t = u;
+  }
+  ~ProfScope() { lap(kPrN); }
+};
+}  // namespace
+}  // namespace fa4::core::cpu
+#define FA4_PROF(name, i) ::fa4::core::cpu::ProfScope name(i)
+#define FA4_PROF_LAP(name, j) name.lap(j)
+#else
+#define FA4_PROF(name, i) ((void)0)
+#define FA4_PROF_LAP(name, j) ((void)0)
+#endif
+
 namespace fa4::core {
 namespace cpu {
 namespace {
@@ -236,6 +286,7 @@ struct Plan {
   float* part_lse = nullptr;  // [nsplit][total_rows]
   uint8_t* part_redo = nullptr;  // [nsplit][total_rows]: 1 = that split saw an extreme score (the merge recomputes the row)
   const Panels* panels = nullptr;  // pre-packed K / V (lowp or f32p), or nullptr: units pack their own
+  bool prefetch_panels = false;    // LowpKernels::prefetch_next on the panels (big_panels)
 };
 
 // The key range [lo, hi) of split s of a tile whose rows see [klo, khi): equal shares of whole
@@ -661,6 +712,7 @@ void scale_keys(float* st, int64_t mp, int64_t r0, int64_t r1, int64_t n, const 
 }
 
 void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
+  FA4_PROF(pu, kPrUnitSetup);
   Workspace& ws = *wss[0];
   const int nh = u.nh;
   const Problem& pb = *plan.pb;
@@ -961,6 +1013,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         vf = L->pack_v(ws.vraw, kvt, n, dv, plan.terms, ws.vt);
       }
       if (!((kf | vf) & LowpKernels::kTiny)) {
+        FA4_PROF(pt, kPrQk);
         // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
         // are left out, in whole 32-key steps of the panel: on the diagonal tiles of a causal
         // mask that is up to half the tile.
@@ -971,6 +1024,10 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         // (LowpKernels::qk_max; per-token K factors would change the max, a key count off the
         // 16-key blocks would count padding keys).
         const bool fold_max = L->qk_max && kind != TileKind::partial && !cap && !tok_k && ne % 16 == 0;
+        // The panel the next product reads, into L2 while this one runs (LowpKernels::
+        // prefetch_next): this tile's V during qk, and during pv the next key tile's K (see there).
+        const bool pf_next = tp && plan.prefetch_panels;
+        if (pf_next) L->prefetch_next(vt, tp->slot - tp->k_bytes);
         bool extreme = false;
         if (fold_max) L->qk_max(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, ws.st + ra, ws.raw_max + ra, ws.raw_min + ra);
         else extreme = L->qk(ws.qv + ra * 2, mp, m, dqk, kb, ld, ne, plan.terms, qpost, ws.st + ra);
@@ -991,7 +1048,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
           step.raw_max = ws.raw_max + ra;
           step.raw_min = ws.raw_min + ra;
         }
+        FA4_PROF_LAP(pt, kPrSoftmax);
         K.softmax(step);
+        FA4_PROF_LAP(pt, kPrTileOther);
         step.raw_max = step.raw_min = nullptr;
         step.pp = nullptr;
         step.scale = 1.0f;
@@ -1008,6 +1067,14 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
                           ws.ot + ra);
           ws.o_nonfinite = true;
         } else {
+          // The next key tile's K: this unit's next tile or, after its last one, the first of its
+          // range, where the unit this thread runs next (usually the same (batch, kv head)'s next
+          // query tile) starts.
+          if (pf_next) {
+            const int64_t next = j0 + ws.nk < hi ? pan_tile + 1 : pan->first[b * pb.hkv + hk] + lo / ws.nk;
+            L->prefetch_next(tp->kb(next), tp->k_bytes);
+          }
+          FA4_PROF_LAP(pt, kPrPv);
           L->pv(tok_v ? ws.st + ra : nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
         }
         return;
@@ -1087,6 +1154,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       K.pv(ws.st + ra, mp, m, n, ws.vrows, dv, ws.alpha + ra, ws.ot + ra);
     }
   };
+  FA4_PROF_LAP(pu, kPrLoop);
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
     const int64_t n = pan ? std::min(ws.nk, sm.sk - j0) : std::min(ws.nk, hi - j0);
     const TileKind kind = sm.classify(i0, i1, j0, j0 + n);
@@ -1130,7 +1198,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
 
   // ---- finalize: sink (split 0 only), normalization, empty rows, lse ----
   // Row r's output is ot row r times f[r] (in alpha, free now); lse[r] in l_run.
+  FA4_PROF_LAP(pu, kPrN);
   auto finish = [&](Workspace& ws, int64_t hk) {
+    FA4_PROF(pf, kPrFinishT);
     const float fv_head = kv_head_factor(pb, pb.v_sc, b, hk);
     const float dvs = pb.descale_v(b, hk) * fv_head;
     const bool sink = pb.has_sinks && u.split == 0;
@@ -1185,6 +1255,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
                             (pb.out_dtype == DType::float32 || pb.out_dtype == DType::float16 ||
                              pb.out_dtype == DType::bfloat16);
     const int64_t oesz = static_cast<int64_t>(dtype_size(pb.out_dtype));
+    FA4_PROF_LAP(pf, kPrFinishStore);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
       const float* o = orow + r * or_s;
@@ -1366,7 +1437,16 @@ const F32Panels* f32p_for(const Problem& pb, const Kernels& k, const LowpKernels
                                                                                                         : nullptr;
 }
 
-int64_t tile_keys_for(const LowpKernels* l, const F32Panels* f) { return l ? l->key_tile : f ? f->key_tile : kTileKeys; }
+// A kv head's K / V panels beyond LowpKernels::big_panel_bytes (terms: bf16 planes per value).
+bool big_panels(const Problem& pb, const LowpKernels* l, int terms) {
+  return l && l->big_panel_bytes > 0 &&
+         2 * terms * pb.max_sk * (round_up(pb.dqk, 32) + round_up(pb.dv, 16)) > l->big_panel_bytes;
+}
+
+int64_t tile_keys_for(const Problem& pb, const LowpKernels* l, const F32Panels* f, int terms) {
+  if (big_panels(pb, l, terms) && l->big_key_tile > 0) return l->big_key_tile;
+  return l ? l->key_tile : f ? f->key_tile : kTileKeys;
+}
 
 // 0 = the OpenMP default (all cores, or OMP_NUM_THREADS). More threads than processors only
 // oversubscribe the cores, and a huge request made libgomp abort the process ("Thread creation
@@ -1402,7 +1482,8 @@ Status forward(const Problem& pb) {
   const int64_t g = pb.group;
   plan.lowp = lowp_for(pb, *plan.kern, &plan.terms);
   plan.f32p = f32p_for(pb, *plan.kern, plan.lowp);
-  plan.tile_keys = tile_keys_for(plan.lowp, plan.f32p);
+  plan.tile_keys = tile_keys_for(pb, plan.lowp, plan.f32p, plan.terms);
+  plan.prefetch_panels = big_panels(pb, plan.lowp, plan.terms) && plan.lowp->prefetch_next;
   plan.tile_rows = tile_rows_for(pb, *plan.kern, plan.lowp, plan.f32p);
   plan.rows_kernels = rows_kernels_ok(pb, *plan.kern);
   const int64_t unit_heads = unit_heads_for(pb, *plan.kern);
@@ -1481,8 +1562,11 @@ Status forward(const Problem& pb) {
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
   Panels panels;
-  if ((plan.lowp || plan.f32p) && g * pb.max_sq > plan.tile_rows && build_panels(plan, pairs, nt, &panels))
-    plan.panels = &panels;
+  {
+    FA4_PROF(pp, kPrPanels);
+    if ((plan.lowp || plan.f32p) && g * pb.max_sq > plan.tile_rows && build_panels(plan, pairs, nt, &panels))
+      plan.panels = &panels;
+  }
   bool oom = false;
 #pragma omp parallel num_threads(workers)
   {
@@ -1605,7 +1689,7 @@ void cpu_describe(const Problem& pb, PlanInfo* info) {
   const F32Panels* f32p = f32p_for(pb, k, lowp);
   info->kernel = k.name;
   info->tile_m = tile_rows_for(pb, k, lowp, f32p);
-  info->tile_n = tile_keys_for(lowp, f32p);
+  info->tile_n = tile_keys_for(pb, lowp, f32p, terms);
   info->pack_gqa = pb.group > 1;  // the cpu tiles always pack the group's heads
   info->splits = num_splits(pb, resolve_threads(pb.p->num_threads), info->tile_m, info->tile_n, unit_heads_for(pb, k));
 }

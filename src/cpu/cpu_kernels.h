@@ -126,6 +126,15 @@ struct LowpKernels {
   // pass (SoftmaxStep::raw_max) folded into the product, on blocks still in L1. nullptr = none.
   void (*qk_max)(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16_t* kb, int64_t ld, int64_t n,
                  int terms, float* st, float* raw_max, float* raw_min) = nullptr;
+  // Lines the next qk / pv call of this thread pulls into L2 (prefetcht1), spread evenly over
+  // its tile products: the driver names the panel the following product will read (V of this
+  // key tile before qk, K of the next one before pv), which otherwise streams from L3 on the
+  // first pass of its 32-row blocks (K / V panels of a head outgrow L2 at D 256). nullptr: none.
+  void (*prefetch_next)(const void* p, int64_t bytes) = nullptr;
+  // Kv heads whose K / V panels (both, all keys) exceed big_panel_bytes do not keep them in L2
+  // from one query tile to the next: the driver then uses key tiles of big_key_tile keys and has
+  // the next panel prefetched (prefetch_next). 0: never.
+  int64_t big_panel_bytes = 0, big_key_tile = 0;
 };
 
 // fp32 products on packed fp32 panels (AVX-512; fp32 inputs, and 16-bit / fp8 inputs where the

@@ -58,6 +58,33 @@ void amx_begin() {
 }
 void amx_end() { _tile_release(); }
 
+// LowpKernels::prefetch_next: the lines the next qk / pv call of this thread prefetches into L2,
+// a few after each k-step (Prefetcher), so they arrive while the tile unit works on operands
+// already in L2 instead of in one burst that would hold the L1 miss buffers the tile loads need.
+struct PrefetchStream {
+  const char* p = nullptr;
+  int64_t lines = 0;
+};
+thread_local PrefetchStream t_prefetch;
+void amx_prefetch_next(const void* p, int64_t bytes) { t_prefetch = {static_cast<const char*>(p), (bytes + 63) / 64}; }
+
+// Takes this thread's stream for a call of `steps` k-steps: per_step lines after each.
+struct Prefetcher {
+  const char* p;
+  const char* end;
+  int64_t per_step;
+  explicit Prefetcher(int64_t steps) {
+    PrefetchStream& s = t_prefetch;
+    p = s.p;
+    end = s.p + s.lines * 64;
+    per_step = steps > 0 ? (s.lines + steps - 1) / steps : 0;
+    s = {};
+  }
+  inline void step() {
+    for (int64_t i = 0; i < per_step && p < end; ++i, p += 64) _mm_prefetch(p, _MM_HINT_T1);
+  }
+};
+
 // Running max / min over keys of a 32-query column block of S^T, updated from the block of 32
 // (or 16) keys a qk_block just stored (in L1 then): the softmax step's first pass, which read
 // the 192 KB S^T back from L2, moved here where part of it overlaps the tile unit's work. One
@@ -106,7 +133,7 @@ struct ColumnMax {
 
 template <bool N2, bool M2>
 inline void qk_block(const uint16_t* qv, int64_t mp, int64_t dqk_p, int64_t qplane, const uint16_t* kb, int64_t kplane,
-                     int terms, float* st) {
+                     int terms, float* st, Prefetcher& pf) {
   _tile_zero(0);
   if constexpr (M2) _tile_zero(1);
   if constexpr (N2) _tile_zero(2);
@@ -124,6 +151,7 @@ inline void qk_block(const uint16_t* qv, int64_t mp, int64_t dqk_p, int64_t qpla
       if constexpr (M2) _tile_dpbf16ps(1, 4, 7);
       if constexpr (N2) _tile_dpbf16ps(2, 5, 6);
       if constexpr (N2 && M2) _tile_dpbf16ps(3, 5, 7);
+      pf.step();
     }
   }
   _tile_stored(0, st, qb);
@@ -140,6 +168,7 @@ void qk_max_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const ui
                 int terms, float* st, float* raw_max, float* raw_min) {
   const int64_t dqk_p = rup(dqk, 32), n16 = rup(n, 16), qplane = dqk_p * mp, kplane = ld * dqk_p;
   ColumnMax cm;
+  Prefetcher pf((m + 31) / 32 * ((n16 + 31) / 32) * (dqk_p / 32) * num_products_exact(terms));
   for (int64_t m0 = 0; m0 < m; m0 += 32) {
     const bool m2 = m - m0 >= 32;
     cm.reset();
@@ -148,10 +177,10 @@ void qk_max_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const ui
       const uint16_t* q = qv + m0 * 2;
       const uint16_t* k = kb + n0 * dqk_p;
       float* s = st + n0 * mp + m0;
-      if (n2 && m2) qk_block<true, true>(q, mp, dqk_p, qplane, k, kplane, terms, s);
-      else if (n2) qk_block<true, false>(q, mp, dqk_p, qplane, k, kplane, terms, s);
-      else if (m2) qk_block<false, true>(q, mp, dqk_p, qplane, k, kplane, terms, s);
-      else qk_block<false, false>(q, mp, dqk_p, qplane, k, kplane, terms, s);
+      if (n2 && m2) qk_block<true, true>(q, mp, dqk_p, qplane, k, kplane, terms, s, pf);
+      else if (n2) qk_block<true, false>(q, mp, dqk_p, qplane, k, kplane, terms, s, pf);
+      else if (m2) qk_block<false, true>(q, mp, dqk_p, qplane, k, kplane, terms, s, pf);
+      else qk_block<false, false>(q, mp, dqk_p, qplane, k, kplane, terms, s, pf);
       // (Taking each block's max one block later, after the next block's tile work was issued,
       // measured the same: the loads of a just-stored block do not hold the tile unit up.)
       if (raw_max) {
@@ -173,7 +202,7 @@ bool qk_amx(const uint16_t* qv, int64_t mp, int64_t m, int64_t dqk, const uint16
 // the accumulators start from zero instead of a load.
 template <bool E2, bool M2>
 inline void pv_block(const uint16_t* pp, int64_t m, int64_t nk_p, int64_t pplane, const uint16_t* vt, int64_t ld,
-                     int64_t vplane, int terms, int64_t mp, bool fresh, float* ot) {
+                     int64_t vplane, int terms, int64_t mp, bool fresh, float* ot, Prefetcher& pf) {
   const int64_t ob = mp * 4, va = ld * 2, pb = m * 4;  // byte strides
   if (fresh) {
     _tile_zero(0);
@@ -198,6 +227,7 @@ inline void pv_block(const uint16_t* pp, int64_t m, int64_t nk_p, int64_t pplane
       if constexpr (M2) _tile_dpbf16ps(1, 4, 7);
       if constexpr (E2) _tile_dpbf16ps(2, 5, 6);
       if constexpr (E2 && M2) _tile_dpbf16ps(3, 5, 7);
+      pf.step();
     }
   }
   _tile_stored(0, ot, ob);
@@ -210,6 +240,7 @@ void pv_amx(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* v
             const float* alpha, uint16_t* pp, float* ot) {
   const int64_t nk_p = rup(n, 32), dv_p = rup(dv, 16), pplane = nk_p * m, vplane = dv_p * ld;
   if (st) pack_p_avx512(st, mp, m, n, terms, pp);
+  Prefetcher pf((m + 31) / 32 * ((dv_p + 31) / 32) * (nk_p / 32) * num_products(terms));
   for (int64_t m0 = 0; m0 < m; m0 += 32) {
     const bool m2 = m - m0 >= 32;
     // A block whose rows all have alpha = 0 (the unit's first key tile: m_old = -inf) needs
@@ -224,10 +255,10 @@ void pv_amx(const float* st, int64_t mp, int64_t m, int64_t n, const uint16_t* v
       const uint16_t* b = pp + m0 * 2;
       const uint16_t* a = vt + e0 * ld;
       float* o = ot + e0 * mp + m0;
-      if (e2 && m2) pv_block<true, true>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, fresh, o);
-      else if (e2) pv_block<true, false>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, fresh, o);
-      else if (m2) pv_block<false, true>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, fresh, o);
-      else pv_block<false, false>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, fresh, o);
+      if (e2 && m2) pv_block<true, true>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, fresh, o, pf);
+      else if (e2) pv_block<true, false>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, fresh, o, pf);
+      else if (m2) pv_block<false, true>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, fresh, o, pf);
+      else pv_block<false, false>(b, m, nk_p, pplane, a, ld, vplane, terms, mp, fresh, o, pf);
     }
   }
 }
@@ -245,12 +276,23 @@ const Kernels& amx_kernels() {
   static const LowpKernels lowp = [] {
     LowpKernels k = avx512_lowp();
     k.key_tile = 512;
+    // Kv heads with more than 1 MB of panels (D 256 from S 1024 on, D 128 beyond S 2048): the
+    // panels come from L3 for every query tile (L2 holds ~1.5 MB of them beside the tile's
+    // S^T / P^T / O^T). 256-key tiles, and each tile's V and the next tile's K prefetched during
+    // the products. One thread, bf16 D 256 S 2048 (fa4 run, BSHD, taskset -c 0, GFLOP/s): 512
+    // keys 641-659, + prefetch 717-727, 256 keys 678-712, 256 keys + prefetch 803-844 (128 keys
+    // 756-789, 384 keys 679-722, with prefetch). Two threads: D 256 S 2048 1.31-1.34 TFLOP/s ->
+    // 1.48-1.49, D 128 S 4096 1.42-1.43 -> 1.55-1.60; at 1 MB (D 128 S 2048, D 256 S 1024)
+    // neither helps (0.97-1.02x), and prefetch alone at 512 keys gains less (1.38-1.42).
+    k.big_panel_bytes = int64_t{1} << 20;
+    k.big_key_tile = 256;
     k.tile_rows = 96;
     k.qk = qk_amx;
     k.qk_max = qk_max_amx;
     k.pv = pv_amx;
     k.begin = amx_begin;
     k.end = amx_end;
+    k.prefetch_next = amx_prefetch_next;
     k.raw_scores = true;
     return k;
   }();
