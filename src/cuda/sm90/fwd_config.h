@@ -515,11 +515,12 @@ constexpr bool uniform_consumer_index(int dqk, Tile t) {
 constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
   return FA4_SM90_DYNAMIC && t != Tile::fp8_kv && (dqk > 64 || (FA4_SM90_DYNAMIC_SHORT_D64 && t == Tile::short_masked));
 }
-// Instances that can walk the balanced shares (FA4_SM90_BALANCED): the standard D 128 tile, whose
-// O has its own staging tile and whose Q is released after the last S (a piece that hands its
-// state over skips the epilogue, with nothing staged to give back).
+// Instances that can walk the balanced shares (FA4_SM90_BALANCED): the standard D 128 tile and
+// (FA4_SM90_BALANCED >= 2) the D 256 ones. (A piece that hands its state over skips the
+// epilogue and hands back what it would release: fwd_epilogue.cuh hand_back.)
 constexpr bool balanced_walk(int dqk, int dv, Tile t) {
-  return FA4_SM90_BALANCED && FA4_SM90_PERSISTENT && t == Tile::standard && dqk == 128 && dv == 128;
+  return FA4_SM90_BALANCED && FA4_SM90_PERSISTENT && dqk == dv &&
+         ((t == Tile::standard && dqk == 128) || (FA4_SM90_BALANCED >= 2 && dqk == 256 && (t == Tile::standard || t == Tile::long_keys)));
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||

@@ -136,6 +136,21 @@ __device__ __forceinline__ void merge_splits_if_last(const Sm90Params& P, Consum
   merge_split_rows<typename T::OutElem, T::kDv>(p, w, row0, tid);
 }
 
+// An epilogue that staged nothing in shared memory (split partials, a balanced walk's piece that
+// handed its state over) hands back what the staged path would release: the O staging space over
+// the V ring, or the Q tile.
+template <class T>
+__device__ __forceinline__ void hand_back(Consumer<T>& cs) {
+  if (T::kOInV) {
+    // (one arrival per consumer thread, fwd_kernel.cuh; the barrier before it only keeps
+    // ptxas' allocation of the split_kv D 256 instance: without it 152 / 284 bytes spilled, with it 16 / 36)
+    ptx::named_barrier_sync(bar_id(Bar::epilogue0) + cs.c, 128);
+    ptx::mbarrier_arrive(&cs.sh.o_empty);
+  } else if (!T::kSeparateO) {
+    cs.release_q();
+  }
+}
+
 // (Balanced walk, common/tile_schedule.h) The end of a piece of a tile two shares cut (w.split =
 // -1 - boundary; n_lo > 0: the upper key tiles). Each piece stores its consumer threads' (O, m, l)
 // -- the accumulator registers as they are, m and l per row half -- then arrives on the
@@ -208,7 +223,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
   // row per (split, token, head)), merged by cuda/combine; the sinks join once, in split 0.
   const bool partials = p.num_splits > 1;
   // (split < 0: a balanced walk's piece, fwd_kernel.cuh -- the tile's one epilogue)
-  const bool sinks = p.sinks != nullptr && w.split <= 0;
+  const bool sinks = p.sinks != nullptr && (w.split == 0 || (T::kBalanced && w.split < 0));
   const float sink_head = sinks ? p.sinks[w.head * p.sinks_st] * kLog2e : -INFINITY;
   // (e4m3 v: the fp8 tiles, fp8_kv) v_descale of the tile's (batch, kv head): O = (P V_e4m3) x v_descale.
   [[maybe_unused]] float v_descale = 1.f;
@@ -262,16 +277,7 @@ __device__ __forceinline__ void epilogue(const Sm90Params& P, Consumer<T>& cs) {
         *reinterpret_cast<float2*>(dst + 8 * cb) = make_float2(cs.o[4 * cb + 2 * h] * scale[h], cs.o[4 * cb + 2 * h + 1] * scale[h]);
     }
     if (T::kFusedMerge && P.split_counter != nullptr && row0 < w.rows_seq) merge_splits_if_last<T>(P, cs, row0);
-    // Nothing was staged in shared memory; hand back what the staged path would release (the O
-    // staging space over the V ring, the Q tile).
-    if (T::kOInV) {
-      // (one arrival per consumer thread, fwd_kernel.cuh; the barrier before it only keeps
-      // ptxas' allocation of the split_kv D 256 instance: without it 152 / 284 bytes spilled, with it 16 / 36)
-      ptx::named_barrier_sync(bar_id(Bar::epilogue0) + c, 128);
-      ptx::mbarrier_arrive(&cs.sh.o_empty);
-    } else if (!T::kSeparateO) {
-      cs.release_q();
-    }
+    hand_back<T>(cs);
     return;
   }
 

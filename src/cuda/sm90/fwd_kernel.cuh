@@ -72,7 +72,6 @@ struct FwdTraits {
   static constexpr bool kTmaStore = FA4_SM90_TMA_STORE && kSeparateO;
   static constexpr bool kDynamicWalk = dynamic_walk(kDqk, kTile);  // the producer can claim tiles
   static constexpr bool kBalanced = balanced_walk(kDqk, kDv, kTile);  // equal shares of key tiles
-  static_assert(!kBalanced || (kOStaging == OStaging::own && !kFp8), "a piece skips the epilogue: nothing staged");
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   static constexpr bool kFusedMerge = fused_merge(kDqk, kDv, kTile);  // split-KV merged in-kernel
   using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk, kCfg.byte_stages>;
@@ -168,6 +167,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     // (O, m, l) for the second, which merges them and runs the epilogue.
     if constexpr (T::kBalanced && !gathers_kv<T>()) {
       if (w.split < 0 && !merge_piece<T>(P, cs)) {
+        hand_back<T>(cs);
         ++tiles_done;
         continue;
       }
