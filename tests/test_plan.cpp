@@ -384,7 +384,11 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   EXPECT_EQ(plan(256, 8192, true).sm90_tile, Tile::long_keys);
   EXPECT_EQ(plan(256, 2048, false).sm90_tile, Tile::standard);
   EXPECT_EQ(plan(128, 1024, true).sm90_tile, Tile::standard);
-  EXPECT_EQ(plan(128, 8192, false).sm90_tile, Tile::standard);
+  // (2048 tiles on 132 SMs: the balanced instance where it is built in, the standard tile's shape)
+  EXPECT_EQ(plan(128, 8192, false).sm90_tile, FA4_SM90_BALANCED ? Tile::balanced : Tile::standard);
+  EXPECT_EQ(plan(128, 8192, false).smem, plan(128, 8192, true).smem);
+  EXPECT_EQ(fa4::cuda::sm90::has_tile(Tile::balanced, 128, 128), FA4_SM90_BALANCED != 0);
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::balanced, 64, 64));
   for (auto [t, dqk, dv] : {std::tuple{Tile::short_masked, 64, 64}, std::tuple{Tile::long_keys, 256, 256}}) {
     EXPECT_TRUE(fa4::cuda::sm90::has_tile(t, dqk, dv));
     EXPECT_LE(fa4::cuda::sm90::smem_bytes(dqk, dv, t), fa4::cuda::sm90::kSmemLimit);
@@ -788,76 +792,99 @@ TEST(TileSchedule, RoundsCoverEveryTileOnce) {
     }
 }
 
-// The balanced walk (common/tile_schedule.h piece): the shares partition the grid's key tiles in
-// tile order, each CTA's pieces ascend, and a tile is whole in one share or cut once into two
-// pieces [0, s) and [s, n) of neighbouring CTAs that name the same boundary.
-TEST(TileSchedule, BalancedSharesCutEachTileAtMostOnce) {
-  for (int64_t n : {1, 2, 7, 8, 128})
+// The balanced walk (common/tile_schedule.h piece): whole rounds round-robin as tile_for deals
+// them, then the remaining tiles' key tiles in equal contiguous shares (at most two pieces per
+// CTA); every tile is covered exactly once, key by key; a cut tile's pieces are those pieces_of
+// names, each at the slot the merge reads (2 c + the CTA's remainder step).
+TEST(TileSchedule, BalancedWalkCoversEveryKeyOnceAndNamesEachTilesPieces) {
+  for (int64_t n : {1, 4, 8, 26, 128})
     for (int64_t ctas : {2, 7, 132})
-      for (int64_t tiles : {ctas, ctas + 1, 2 * ctas - 1, int64_t{2048}, 3 * ctas + 5}) {
-        if (tiles < ctas) continue;
+      for (int64_t tiles : {ctas + 1, 2 * ctas - 1, int64_t{2048}, 3 * ctas + 5, 5 * ctas + ctas / 2}) {
         fa4::cuda::TileSchedule s{tiles, 1, 1, 1, 0};
         s.balanced_n = n;
-        std::vector<std::vector<std::array<int64_t, 4>>> by_tile(static_cast<size_t>(tiles));  // {lo, hi, cut, cta}
-        int64_t work_min = INT64_MAX, work_max = 0;
+        const int64_t w = tiles / ctas, rem = tiles % ctas;
+        if (rem == 0 || rem * n < ctas) continue;  // (the planner's rules: no empty share)
+        std::vector<std::vector<int>> covered(static_cast<size_t>(tiles), std::vector<int>(static_cast<size_t>(n), 0));
+        // (remainder tile -> the (cta, slot) of each of its pieces)
+        std::vector<std::vector<std::pair<int64_t, int64_t>>> pieces(static_cast<size_t>(rem));
+        int64_t rem_min = INT64_MAX, rem_max = 0;
         for (int64_t b = 0; b < ctas; ++b) {
-          int64_t work = 0, prev = -1;
+          int64_t rem_work = 0;
           for (int64_t r = 0;; ++r) {
             int64_t t = -1, cut = -2;
             int lo = -1, hi = -1;
             if (!s.piece(r, b, ctas, &t, &lo, &hi, &cut)) break;
-            ASSERT_GT(t, prev);  // tile order
+            ASSERT_LT(r, w + 2);
             ASSERT_LT(t, tiles);
             ASSERT_LE(0, lo);
             ASSERT_LT(lo, hi);
             ASSERT_LE(hi, n);
-            EXPECT_EQ(cut, lo > 0 ? b : hi < n ? b + 1 : -1);
-            by_tile[static_cast<size_t>(t)].push_back({lo, hi, cut, b});
-            work += hi - lo, prev = t;
+            if (r < w) {
+              EXPECT_EQ(t, s.tile_for(r, b, ctas));  // the whole rounds as the round-robin deals them
+              EXPECT_EQ(cut, -1);
+            } else {
+              rem_work += hi - lo;
+              const int64_t rt = t - w * ctas;
+              if (lo == 0 && hi == n) {
+                EXPECT_EQ(cut, -1);
+              } else {
+                ASSERT_GE(cut, 0);
+                EXPECT_EQ(cut / 2, rt);
+                EXPECT_EQ(cut % 2, r - w);
+                pieces[static_cast<size_t>(rt)].push_back({b, 2 * b + cut % 2});
+              }
+            }
+            for (int k = lo; k < hi; ++k) ++covered[static_cast<size_t>(t)][static_cast<size_t>(k)];
           }
-          work_min = std::min(work_min, work), work_max = std::max(work_max, work);
+          rem_min = std::min(rem_min, rem_work), rem_max = std::max(rem_max, rem_work);
         }
-        EXPECT_LE(work_max - work_min, 1) << "n " << n << " ctas " << ctas << " tiles " << tiles;  // equal shares
-        for (const auto& ps : by_tile) {
-          ASSERT_FALSE(ps.empty());
-          if (ps.size() == 1) {
-            EXPECT_EQ(ps[0][0], 0);
-            EXPECT_EQ(ps[0][1], n);
-            EXPECT_EQ(ps[0][2], -1);
-            continue;
+        EXPECT_LE(rem_max - rem_min, 1) << "n " << n << " ctas " << ctas << " tiles " << tiles;  // equal shares
+        for (const auto& keys : covered)
+          for (int v : keys) ASSERT_EQ(v, 1) << "n " << n << " ctas " << ctas << " tiles " << tiles;
+        for (int64_t rt = 0; rt < rem; ++rt) {
+          const auto& ps = pieces[static_cast<size_t>(rt)];
+          if (ps.empty()) continue;  // whole in one share
+          uint32_t first = 0, count = 0;
+          s.pieces_of(static_cast<uint32_t>(rt), static_cast<uint32_t>(ctas), &first, &count);
+          ASSERT_EQ(count, ps.size()) << "tile " << rt;
+          for (uint32_t i = 0; i < count; ++i) {
+            EXPECT_EQ(ps[i].first, first + i);
+            const uint32_t c = first + i;
+            EXPECT_EQ(ps[i].second, 2 * c + (s.share_begin(c, static_cast<uint32_t>(ctas)) < rt * n ? 1 : 0));
           }
-          ASSERT_EQ(ps.size(), 2u);  // cut once
-          EXPECT_EQ(ps[0][0], 0);
-          EXPECT_EQ(ps[0][1], ps[1][0]);
-          EXPECT_EQ(ps[1][1], n);
-          EXPECT_EQ(ps[0][2], ps[1][2]);  // one boundary
-          EXPECT_EQ(ps[0][3] + 1, ps[1][3]);  // neighbouring CTAs
-          EXPECT_EQ(ps[1][2], ps[1][3]);      // the boundary is where the upper piece's share begins
         }
       }
 }
 
-// The planner walks balanced (FA4_SM90_BALANCED) only unmasked dense problems of the instances
-// that have it whose whole tiles leave the last round partly idle, and sizes the workspace for
-// the pieces' states: [ctas boundaries][2 pieces][2 consumers][Dv / 2 + 4][128] floats.
+// The planner runs the balanced instance (FA4_SM90_BALANCED) only for unmasked dense D 128
+// problems whose last round is partial and cut into shares of >= 4 key tiles, <= 4 pieces a tile;
+// the workspace holds the pieces' states: [2 slots x ctas][2 consumers][Dv / 2 + 4][128] floats.
 TEST(CudaPlan, Sm90BalancedWalkWhereTheLastRoundIsPartial) {
+  using fa4::cuda::sm90::Tile;
   const Plan d128 = Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384}).on(h200_auto());
   ASSERT_EQ(d128.kernel, Kernel::sm90);
   ASSERT_EQ(d128.sched.total(), 2048);
   ASSERT_EQ(d128.ctas, 132);
   if (FA4_SM90_BALANCED) {
+    EXPECT_EQ(d128.sm90_tile, Tile::balanced);
     EXPECT_EQ(d128.sched.balanced_n, 16384 / 128);
     EXPECT_EQ(d128.piece_state_offset, 0u);
     EXPECT_EQ(d128.workspace, size_t{132} * 2 * 2 * (64 + 4) * 128 * 4);
   } else {
+    EXPECT_EQ(d128.sm90_tile, Tile::standard);
     EXPECT_EQ(d128.sched.balanced_n, 0);
     EXPECT_EQ(d128.workspace, 0u);
   }
+  auto walks = [](const Plan& pl) { return pl.sched.balanced_n > 0 || pl.sm90_tile == Tile::balanced; };
   // Not: a causal mask, a sliding window, whole rounds (132 x 16 tiles), another head dim.
-  EXPECT_EQ(Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384, .causal = true}).on(h200_auto()).sched.balanced_n, 0);
-  EXPECT_EQ(Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384, .window_right = 64}).on(h200_auto()).sched.balanced_n, 0);
-  EXPECT_EQ(Planned({.batch = 1, .hq = 33, .hkv = 33, .sq = 8192, .sk = 8192}).on(h200_auto()).sched.balanced_n, 0);
-  EXPECT_EQ(Planned({.batch = 1, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 16384, .sk = 16384}).on(h200_auto()).sched.balanced_n, 0);
+  EXPECT_FALSE(walks(Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384, .causal = true}).on(h200_auto())));
+  EXPECT_FALSE(walks(Planned({.batch = 1, .hq = 16, .hkv = 16, .sq = 16384, .sk = 16384, .window_right = 64}).on(h200_auto())));
+  EXPECT_FALSE(walks(Planned({.batch = 1, .hq = 33, .hkv = 33, .sq = 8192, .sk = 8192}).on(h200_auto())));
+  EXPECT_FALSE(walks(Planned({.batch = 1, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 16384, .sk = 16384}).on(h200_auto())));
+  // Nor a last round of 2 tiles (pieces of 64 a tile) or shares under 4 key tiles (1024 tiles x 1
+  // key tile: 100 left over for 132 CTAs).
+  EXPECT_FALSE(walks(Planned({.batch = 1, .hq = 2, .hkv = 2, .sq = 134 * 128, .sk = 4096}).on(h200_auto())));
+  EXPECT_FALSE(walks(Planned({.batch = 8, .hq = 16, .hkv = 16, .sq = 1024, .sk = 100}).on(h200_auto())));
   // A ragged key count: every tile still has ceil(sk / 128) key tiles.
   const Plan ragged = Planned({.batch = 2, .hq = 16, .hkv = 16, .sq = 4000, .sk = 1000}).on(h200_auto());
   EXPECT_EQ(ragged.sched.balanced_n, FA4_SM90_BALANCED && ragged.kernel == Kernel::sm90 ? 8 : 0);

@@ -532,23 +532,31 @@ void balance_static_order(const Problem& pb, Plan& pl, int64_t lpt_l2_section = 
 //     balance of one CTA per tile without its per-tile launch and prologue); long dense ones in
 //     two phases (heavy halves in L2-sized sections, then the light halves globally).
 constexpr int64_t kMaxPersistentMaskedTiles = 16;
-// The balanced walk (FA4_SM90_BALANCED, common/tile_schedule.h balanced_n): persistent CTAs take
-// equal shares of the grid's key tiles where whole tiles dealt round-robin leave the last round
-// partly idle (total % ctas != 0) -- unmasked dense problems without splits, whose tiles all have
-// the same key tiles; every share holds at least one tile's worth (total >= ctas), so a tile is
-// cut at most once. The pieces' register states go to the workspace, after what is there.
-void plan_balanced(const Problem& pb, Plan& pl) {
+// The balanced walk (FA4_SM90_BALANCED, common/tile_schedule.h balanced_n): the launch runs the
+// balanced instance (Tile::balanced), which deals the whole rounds as before and the last round's
+// R tiles in equal shares of their key tiles -- unmasked dense D 128 problems without splits,
+// whose tiles all have the same key tiles, where the last round is partial (0 < R < ctas). Each
+// share is at least kMinShareKeyTiles key tiles (a piece costs a tile's prologue and epilogue)
+// and a tile has at most kMaxPieces pieces; every share is non-empty. The pieces' register
+// states go to the workspace, after what is there.
+constexpr int64_t kMinShareKeyTiles = 4, kMaxPieces = 4;
+void plan_balanced(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   const AttentionParams& p = *pb.p;
   const int64_t total = pl.sched.total(), ctas = pl.ctas;
   const int64_t n = pl.n > 0 ? (pb.max_sk + pl.n - 1) / pl.n : 0;
-  if (!sm90::balanced_walk(pl.dqk, pl.dv, pl.sm90_tile) || pl.sched.dynamic != 0 || pl.splits != 1 || pl.pack_gqa ||
-      pl.sm90_gather || pl.sm90_solo || pl.sm90_one_q || pb.varlen_q || pb.kv != core::KvLayout::dense ||
-      p.seqused_k.present() || p.causal || p.window_left >= 0 || p.window_right >= 0 || p.chunk_size > 0 || n < 1 ||
-      ctas <= 1 || total < ctas || total % ctas == 0 || total * n >= (int64_t{1} << 31) || ctas > 65536)
-    return;  // (the walk's arithmetic is 32-bit: TileSchedule::share_begin)
-  const int consumers = sm90::tile_cfg(pl.dqk, pl.dv, pl.sm90_tile).consumers;
-  // [boundary < ctas][2 pieces][consumer][Dv / 2 O registers + m, l of 2 row halves][128 threads]
+  const int64_t rem = ctas > 0 ? total % ctas : 0;
+  if (!FA4_SM90_BALANCED || !sm90::balanced_walk(pl.dqk, pl.dv, sm90::Tile::balanced) || pl.sm90_tile != sm90::Tile::standard ||
+      pl.sched.dynamic != 0 || pl.splits != 1 || pl.pack_gqa || pl.sm90_gather || pl.sm90_solo || pl.sm90_one_q ||
+      pb.varlen_q || pb.kv != core::KvLayout::dense || p.seqused_k.present() || p.causal || p.window_left >= 0 ||
+      p.window_right >= 0 || p.chunk_size > 0 || n < 1 || ctas <= 1 || ctas != std::min<int64_t>(total, dl.sms) ||
+      rem == 0 || rem * n < kMinShareKeyTiles * ctas || rem * kMaxPieces < ctas ||
+      total * n >= (int64_t{1} << 31) || ctas * ctas * n >= (int64_t{1} << 31))
+    return;  // (the walk's arithmetic is 32-bit: TileSchedule::share_begin, share_of)
+  const int consumers = sm90::tile_cfg(pl.dqk, pl.dv, sm90::Tile::balanced).consumers;
+  // [2 slots per CTA][consumer][Dv / 2 O registers + m, l of 2 row halves][128 threads]
   const size_t state = static_cast<size_t>(ctas) * 2 * consumers * (pl.dv / 2 + 4) * 128 * sizeof(float);
+  pl.sm90_tile = sm90::Tile::balanced;
+  pl.smem = sm90::smem_bytes(pl.dqk, pl.dv, sm90::Tile::balanced);
   pl.sched.balanced_n = n;
   pl.piece_state_offset = (pl.workspace + 255) / 256 * 256;
   pl.workspace = pl.piece_state_offset + state;
@@ -606,7 +614,7 @@ void schedule_sm90(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
     pl.sched.dynamic = 1;
     pl.ctas = std::min<int64_t>(total, dl.sms);
   }
-  plan_balanced(pb, pl);
+  plan_balanced(pb, dl, pl);
 }
 
 // sm90 (src/cuda/sm90): tiles of 64 x consumers query rows x the config's keys, persistent CTAs;

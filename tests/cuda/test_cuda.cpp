@@ -456,12 +456,13 @@ TEST(CudaBackend, LongMaskedSequences) {
 }
 
 // Unmasked sequences with more query tiles than SMs and a partial last round: where the sm90
-// kernel walks balanced shares of the key tiles (FA4_SM90_BALANCED, D 128), tiles are cut
-// between two CTAs and the second piece to finish merges both (fwd_epilogue.cuh merge_piece).
-// GQA, ragged last key tiles, sinks (joined once, by the merging piece), softcap, LSE, fp16 and
-// bf16, one key tile per tile (never cut). Then one call 4097 more times on a stream: each launch
-// must leave the pieces' counters at zero for the next (a stale one would let both pieces of a
-// tile believe they were first, and its rows stay poisoned), so the last run equals the first.
+// kernel walks balanced shares of the last round's key tiles (FA4_SM90_BALANCED, D 128; on 132
+// SMs: 208 tiles, the last 76 in shares of 14-15 / 4-5 key tiles), tiles are cut between 2-3
+// CTAs and the last piece to finish merges them (fwd_epilogue.cuh merge_piece). GQA, ragged last key tiles, sinks
+// (joined once, by the merging piece), softcap, LSE, fp16 and bf16, one key tile per tile (whole
+// tiles). Then one call 4097 more times on a stream: each launch must leave the pieces' counters
+// at zero for the next (a stale one would let no piece of a tile be the last, and its rows stay
+// poisoned), and the merge's order is fixed, so the last run equals the first bitwise.
 TEST(CudaBackend, UnmaskedSequencesOnSharedTiles) {
   int k = 0;
   for (int64_t sk : {3300, 1000, 100})
@@ -479,7 +480,7 @@ TEST(CudaBackend, UnmaskedSequencesOnSharedTiles) {
   CaseConfig c;
   c.dtype = DType::bfloat16;
   c.batch = 2, c.hkv = 4, c.hq = 4, c.dqk = c.dv = 128;
-  c.sq = c.sk = 2200;  // 18 tiles x 8 (batch, head) = 144
+  c.sq = 3300, c.sk = 2200;  // 26 tiles x 8 (batch, head) = 208, 18 key tiles each
   const uint64_t seed = derive_seed(5499);
   Case first = make_gpu_case(c, seed), again = make_gpu_case(c, seed);
   DeviceCase d1(first), d2(again);

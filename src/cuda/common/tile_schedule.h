@@ -23,12 +23,15 @@
 // dynamic != 0: the CTAs do not deal the tiles round-robin; each takes the next unclaimed one
 // from a device counter (sm90 fwd_producer.cuh) -- tile_for still gives every CTA's first.
 // balanced_n > 0 (the sm90 kernel's FA4_SM90_BALANCED, unmasked problems whose tiles all have
-// balanced_n key tiles): the CTAs do not deal whole tiles either. The total() x balanced_n key
-// tiles of the grid, in tile order, are cut into `ctas` equal contiguous shares; CTA b walks
-// share b (piece). Whole tiles dealt round-robin leave ceil(total / ctas) - total / ctas of a
-// tile idle on the CTAs of the last round: 2048 tiles on 132 SMs (D 128, B S 16k, H 16) run 16
-// rounds for 15.5 tiles of work, 3 % of the kernel (bench/sm90_trace.py end_idle, 2026-12-06). A
-// tile two shares cut runs as two pieces whose (O, m, l) the second to finish merges.
+// balanced_n key tiles): whole tiles dealt round-robin leave ceil(total / ctas) - total / ctas of
+// a tile idle on the CTAs of the last round: 2048 tiles on 132 SMs (D 128, B S 16k, H 16) run 16
+// rounds for 15.5 tiles of work, 3 % of the kernel (bench/sm90_trace.py end_idle, 2026-12-06).
+// The balanced walk deals the W = total / ctas whole rounds as tile_for does, then cuts the
+// R = total - W ctas remaining tiles' R x balanced_n key tiles into `ctas` equal contiguous
+// shares (stream-K over the last round only: its tiles are consecutive, so the K / V in flight
+// stay those of a few heads, as in the round-robin -- shares over the whole grid put every head's
+// K / V in flight and ran at 0.56-0.89x, H100 2026-12-06). A share is at most one tile's keys,
+// so it makes at most two pieces; a tile cut into k pieces is merged by the last to finish.
 #pragma once
 
 #include <cstdint>
@@ -53,27 +56,54 @@ struct TileSchedule {
     return t < total() ? t : -1;
   }
 
-  // The balanced walk: the first key tile of CTA b's share (b = ctas: the end of the last share).
-  // In 32-bit arithmetic: the planner walks balanced only where total() x balanced_n < 2^31 (the
-  // sm90 producer has 24 registers; 64-bit divisions spilled it).
-  FA4_HD uint32_t share_begin(uint32_t b, uint32_t ctas) const {
-    const uint32_t u = static_cast<uint32_t>(total() * balanced_n), q = u / ctas, rem = u - q * ctas;
-    return q * b + rem * b / ctas;  // (rem x b < ctas^2 <= 2^32 for ctas <= 65536)
+  // The balanced walk (all in 32-bit arithmetic: the planner walks balanced only where the
+  // remainder's key tiles x ctas < 2^31; the sm90 producer has 24 registers and 64-bit divisions
+  // spilled it). Whole rounds, the remaining tiles' first linear index, their key tiles:
+  FA4_HD uint32_t whole_rounds(uint32_t ctas) const { return static_cast<uint32_t>(total()) / ctas; }
+  FA4_HD uint32_t remainder_base(uint32_t ctas) const { return whole_rounds(ctas) * ctas; }
+  FA4_HD uint32_t remainder_keys(uint32_t ctas) const {
+    return (static_cast<uint32_t>(total()) - remainder_base(ctas)) * static_cast<uint32_t>(balanced_n);
   }
-  // Step r of CTA b's share: linear tile *t, its key tiles [*lo, *hi) (0 .. balanced_n), and *cut
-  // = the share boundary that cuts the tile (b where the share begins inside it, b + 1 where it
-  // ends inside it) or -1 for a whole tile. False past the share. A tile is cut at most once
-  // when every share holds >= balanced_n key tiles, i.e. total() >= ctas (the planner's rule):
-  // then it runs as exactly two pieces, [0, s) by one CTA and [s, balanced_n) by the next.
+  // The first remainder key tile of CTA b's share (b = ctas: the end of the last share).
+  FA4_HD uint32_t share_begin(uint32_t b, uint32_t ctas) const {
+    const uint32_t u = remainder_keys(ctas), q = u / ctas, rem = u - q * ctas;
+    return q * b + rem * b / ctas;  // (rem x b < ctas^2)
+  }
+  // The CTA whose share holds remainder key tile x (x < remainder_keys): the last b with
+  // share_begin(b) <= x (empty shares before it begin there too).
+  FA4_HD uint32_t share_of(uint32_t x, uint32_t ctas) const {
+    const uint32_t u = remainder_keys(ctas);
+    uint32_t b = static_cast<uint32_t>(static_cast<uint64_t>(x) * ctas / u);
+    while (b + 1 < ctas && share_begin(b + 1, ctas) <= x) ++b;
+    while (b > 0 && share_begin(b, ctas) > x) --b;
+    return b;
+  }
+  // Step r of CTA b: linear tile *t, its key tiles [*lo, *hi) (0 .. balanced_n), and *cut = -1 for
+  // a whole tile, else 2 x the remainder tile's index (0 .. R - 1) + which of the CTA's two
+  // remainder steps this is -- the piece's state slot is 2 b + *cut % 2. False past the walk.
   FA4_HD bool piece(int64_t r, int64_t b, int64_t ctas, int64_t* t, int* lo, int* hi, int64_t* cut) const {
-    const uint32_t n = static_cast<uint32_t>(balanced_n), ub = static_cast<uint32_t>(b), uc = static_cast<uint32_t>(ctas);
-    const uint32_t begin = share_begin(ub, uc), end = share_begin(ub + 1, uc);
-    const uint32_t tile = begin / n + static_cast<uint32_t>(r), k0 = tile * n;
-    if (r >= static_cast<int64_t>(end) || k0 >= end) return false;
+    const uint32_t uc = static_cast<uint32_t>(ctas), ub = static_cast<uint32_t>(b), n = static_cast<uint32_t>(balanced_n);
+    const uint32_t w = whole_rounds(uc);
+    if (r < static_cast<int64_t>(w)) {
+      *t = static_cast<int64_t>(r) * ctas + b, *lo = 0, *hi = static_cast<int>(n), *cut = -1;
+      return true;
+    }
+    const uint32_t rr = static_cast<uint32_t>(r - w), begin = share_begin(ub, uc), end = share_begin(ub + 1, uc);
+    if (rr > 1) return false;
+    const uint32_t tile = begin / n + rr, k0 = tile * n;
+    if (k0 >= end) return false;
     const uint32_t l = begin > k0 ? begin - k0 : 0, h = end < k0 + n ? end - k0 : n;
-    *t = tile, *lo = static_cast<int>(l), *hi = static_cast<int>(h);
-    *cut = l > 0 ? b : h < n ? b + 1 : -1;
+    *t = static_cast<int64_t>(remainder_base(uc)) + tile, *lo = static_cast<int>(l), *hi = static_cast<int>(h);
+    *cut = l == 0 && h == n ? -1 : static_cast<int64_t>(2 * tile + rr);
     return true;
+  }
+  // The pieces of remainder tile `tile`: *first = the first CTA whose share cuts it, *count = how
+  // many CTAs' shares do (the planner keeps every share non-empty). CTA c = first + i's piece of
+  // the tile is its step whole_rounds + (tile - share_begin(c) / balanced_n), slot 2 c + that - W.
+  FA4_HD void pieces_of(uint32_t tile, uint32_t ctas, uint32_t* first, uint32_t* count) const {
+    const uint32_t n = static_cast<uint32_t>(balanced_n), x0 = tile * n;
+    const uint32_t b0 = share_of(x0, ctas), b1 = share_of(x0 + n - 1, ctas);
+    *first = b0, *count = b1 - b0 + 1;
   }
 
   // Linear tile t in [0, total()) -> virtual block (x, y, z). In 32-bit arithmetic when the grid

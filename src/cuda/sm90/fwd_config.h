@@ -241,13 +241,16 @@
 #ifndef FA4_SM90_DYNAMIC
 #define FA4_SM90_DYNAMIC 1
 #endif
-//   FA4_SM90_BALANCED      1: unmasked dense problems on the instances that have it (balanced_walk
-//                          below) walk equal shares of the grid's key tiles instead of whole tiles
-//                          (common/tile_schedule.h balanced_n): the last round's idle CTAs -- 3 % of
-//                          the kernel at D 128 (2048 tiles on 132 SMs) -- get work, and a tile cut
-//                          by two shares is merged by its second piece (fwd_kernel.cuh). 0 until
-//                          a device A/B decides (written 2026-12-06 from bench/sm90_trace.py's
-//                          end_idle; compiled, not yet run).
+//   FA4_SM90_BALANCED      1: unmasked dense D 128 problems whose whole tiles leave the last round
+//                          partly idle run the balanced instance (Tile::balanced): whole rounds
+//                          round-robin, then the last round's tiles in equal shares of key tiles
+//                          (common/tile_schedule.h balanced_n), a tile's pieces merged by the last
+//                          to finish (fwd_epilogue.cuh merge_piece). The first form (shares over
+//                          the whole grid, merge code in the standard instance) was correct and
+//                          lost: 0.56-0.89x unmasked (every head's K / V in flight), 0.94-0.97x
+//                          causal (the code's presence) -- H100 2026-12-06,
+//                          docs/perf/h100-2026-12-06g-session.md. This form: compiled, host-tested,
+//                          not yet run on a GPU. 0 until an A/B.
 #ifndef FA4_SM90_BALANCED
 #define FA4_SM90_BALANCED 0
 #endif
@@ -454,7 +457,11 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 // 16-bit K / V ring, fed by converter warps from e4m3 byte rings (fwd_fp8_kv.cuh); k_descale
 // folds into the score scale, v_descale into O, as Tile::fp8 folds them. Static walk only, no
 // in-kernel split merge (split launches take the combine kernel).
-enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_long_keys, fp8_kv };
+// balanced: (FA4_SM90_BALANCED, D 128) the standard tile walking the balanced shares (common/
+// tile_schedule.h balanced_n), with the merge of a cut tile's pieces -- an instance of its own:
+// compiled into the standard one, that code slowed its launches 3-6 % where it never ran (H100
+// 2026-12-06, causal D 128), as the split merge had (split_kv above).
+enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_long_keys, fp8_kv, balanced };
 // The all-fp8 tiles (e4m3 q / k / v, a V^T pre-pass): 128-key tiles, and 192-key ones at D 128
 // for long key sequences (FA4_SM90_FP8_LONG_KEYS_MIN_SK).
 constexpr bool is_fp8_tile(Tile t) { return t == Tile::fp8 || t == Tile::fp8_long_keys; }
@@ -515,15 +522,15 @@ constexpr bool uniform_consumer_index(int dqk, Tile t) {
 constexpr bool dynamic_walk(int dqk, Tile t = Tile::standard) {
   return FA4_SM90_DYNAMIC && t != Tile::fp8_kv && (dqk > 64 || (FA4_SM90_DYNAMIC_SHORT_D64 && t == Tile::short_masked));
 }
-// Instances that can walk the balanced shares (FA4_SM90_BALANCED): the standard D 128 tile and
-// (FA4_SM90_BALANCED >= 2) the D 256 ones. (A piece that hands its state over skips the
-// epilogue and hands back what it would release: fwd_epilogue.cuh hand_back.)
+// Instances that walk the balanced shares (FA4_SM90_BALANCED): Tile::balanced. (A piece that hands
+// its state over skips the epilogue and hands back what it would release: fwd_epilogue.cuh
+// hand_back.)
 constexpr bool balanced_walk(int dqk, int dv, Tile t) {
-  return FA4_SM90_BALANCED && FA4_SM90_PERSISTENT && dqk == dv &&
-         ((t == Tile::standard && dqk == 128) || (FA4_SM90_BALANCED >= 2 && dqk == 256 && (t == Tile::standard || t == Tile::long_keys)));
+  return FA4_SM90_BALANCED && FA4_SM90_PERSISTENT && t == Tile::balanced && dqk == 128 && dv == 128;
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
+         balanced_walk(dqk, dv, t) ||
          ((t == Tile::split_kv || t == Tile::fp8) && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256)) ||
          (t == Tile::fp8_kv && dqk == dv && dqk == 128) ||
          (t == Tile::fp8_long_keys && dqk == dv && (dqk == 64 || dqk == 128));

@@ -151,24 +151,24 @@ __device__ __forceinline__ void hand_back(Consumer<T>& cs) {
   }
 }
 
-// (Balanced walk, common/tile_schedule.h) The end of a piece of a tile two shares cut (w.split =
-// -1 - boundary; n_lo > 0: the upper key tiles). Each piece stores its consumer threads' (O, m, l)
-// -- the accumulator registers as they are, m and l per row half -- then arrives on the
-// (boundary, consumer) counter; the second to arrive reads the other's state and merges it into
-// its own: m = max(m_a, m_b), O = O_a 2^((m_a - m) sc) + O_b 2^((m_b - m) sc), l likewise (per
-// thread: the quad's sum of l comes in the epilogue). True: this consumer holds the tile's
-// merged state and runs the epilogue; false: the other piece will (it zeroed the counter).
+// (Balanced walk, common/tile_schedule.h) The end of a piece of a remainder tile cut into k
+// pieces (w.split = -1 - piece code: TileSchedule::piece's cut, 2 x the remainder tile + the
+// CTA's remainder step, which names the piece's state slot). Each
+// piece stores its consumer threads' (O, m, l) -- the accumulator registers as they are, m and l
+// per row half -- then arrives on the (tile, consumer) counter; the last of the k to arrive
+// reads all k states in CTA order and merges them: m = max, O = sum O_j 2^((m_j - m) sc), l
+// likewise (per thread: the quad's sum of l comes in the epilogue). In that fixed order, the
+// bits do not depend on which piece merged. True: this consumer holds the tile's merged state and
+// runs the epilogue; false: another piece will (the last zeroes the counter for the next launch).
 // Nobody waits on another CTA, so no CTA order is assumed.
 template <class T>
 __device__ __forceinline__ bool merge_piece(const Sm90Params& P, Consumer<T>& cs) {
   constexpr int kORegs = Consumer<T>::kORegs, kRegs = kORegs + 4;
   const TileWork& w = cs.w;
-  const int64_t boundary = -1 - static_cast<int64_t>(w.split);
-  const int half = w.n_lo > 0 ? 1 : 0;
-  auto state = [&](int hf) {
-    return P.piece_state + ((boundary * 2 + hf) * T::kConsumers + cs.c) * (kRegs * 128) + cs.tid;
-  };
-  float* mine = state(half);
+  const uint32_t code = static_cast<uint32_t>(-1 - w.split), tile = code / 2, ctas = gridDim.x;
+  const uint32_t slot = 2 * blockIdx.x + code % 2;
+  auto state = [&](uint32_t sl) { return P.piece_state + (static_cast<int64_t>(sl) * T::kConsumers + cs.c) * (kRegs * 128) + cs.tid; };
+  float* mine = state(slot);
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) __stcg(mine + i * 128, cs.o[i]);
 #pragma unroll
@@ -176,38 +176,51 @@ __device__ __forceinline__ bool merge_piece(const Sm90Params& P, Consumer<T>& cs
     __stcg(mine + (kORegs + h) * 128, cs.m_run[h]);
     __stcg(mine + (kORegs + 2 + h) * 128, cs.l_run[h]);
   }
+  uint32_t first, count;
+  P.sched.pieces_of(tile, ctas, &first, &count);
   __threadfence();  // this thread's state, device-wide before the arrival
   const uint32_t bar = bar_id(Bar::epilogue0) + cs.c;
   ptx::named_barrier_sync(bar, 128);
-  bool second = false;
+  bool last = false;
   if (cs.tid == 0) {
-    uint32_t* ctr = P.piece_counter + boundary * T::kConsumers + cs.c;
-    second = atomicAdd(ctr, 1u) == 1u;
-    if (second) atomicExch(ctr, 0u);
+    uint32_t* ctr = P.piece_counter + static_cast<int64_t>(tile) * T::kConsumers + cs.c;
+    last = atomicAdd(ctr, 1u) == count - 1;
+    if (last) atomicExch(ctr, 0u);
   }
-  if (!ptx::named_barrier_sync_or(bar, 128, second)) return false;
-  __threadfence();  // the other piece's state, published before its arrival
-  const float* other = state(1 - half);
-  float a[2], b[2];
+  if (!ptx::named_barrier_sync_or(bar, 128, last)) return false;
+  __threadfence();  // the other pieces' states, published before their arrivals
+  const uint32_t n = static_cast<uint32_t>(P.sched.balanced_n), x0 = tile * n;
+  auto slot_of = [&](uint32_t i) {  // CTA first + i's piece of the tile
+    const uint32_t c = first + i;
+    return 2 * c + (P.sched.share_begin(c, ctas) < x0 ? 1u : 0u);
+  };
+  float m[2] = {-INFINITY, -INFINITY};
+  for (uint32_t i = 0; i < count; ++i) {
+    const float* st = state(slot_of(i));
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float mo = __ldcg(other + (kORegs + h) * 128), lo = __ldcg(other + (kORegs + 2 + h) * 128);
-    const float m = fmaxf(cs.m_run[h], mo);
-    // (a row no key reached in either piece: m = -inf, both O and l are 0)
-    a[h] = m == -INFINITY ? 1.f : ptx::exp2_approx((cs.m_run[h] - m) * cs.sc);
-    b[h] = m == -INFINITY ? 0.f : ptx::exp2_approx((mo - m) * cs.sc);
-    cs.m_run[h] = m;
-    cs.l_run[h] = __fmul_rn(cs.l_run[h], a[h]) + __fmul_rn(lo, b[h]);
+    for (int h = 0; h < 2; ++h) m[h] = fmaxf(m[h], __ldcg(st + (kORegs + h) * 128));
   }
-  // (Each product rounded on its own, no FMA: the sum is then the same bits whichever piece
-  // merges, so the launch is deterministic though the order the pieces finish in is not.)
-  // (16 loads in flight at a time: all of them hoisted at once would hold kORegs registers more)
 #pragma unroll
-  for (int i = 0; i < kORegs; ++i) {
-    const int h = (i >> 1) & 1;
-    if (i % 16 == 0) asm volatile("" ::: "memory");
-    cs.o[i] = __fmul_rn(cs.o[i], a[h]) + __fmul_rn(__ldcg(other + i * 128), b[h]);
+  for (int i = 0; i < kORegs; ++i) cs.o[i] = 0.f;
+  cs.l_run[0] = cs.l_run[1] = 0.f;
+  for (uint32_t j = 0; j < count; ++j) {
+    const float* st = state(slot_of(j));
+    float a[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mj = __ldcg(st + (kORegs + h) * 128);
+      // (a row no key of this piece reached: its O and l are 0)
+      a[h] = mj == -INFINITY ? 0.f : ptx::exp2_approx((mj - m[h]) * cs.sc);
+      cs.l_run[h] += __ldcg(st + (kORegs + 2 + h) * 128) * a[h];
+    }
+    // (16 loads in flight at a time: all of them hoisted at once would hold kORegs registers more)
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) {
+      if (i % 16 == 0) asm volatile("" ::: "memory");
+      cs.o[i] += __ldcg(st + i * 128) * a[(i >> 1) & 1];
+    }
   }
+  cs.m_run[0] = m[0], cs.m_run[1] = m[1];
   return true;
 }
 

@@ -40,6 +40,8 @@ cudaError_t launch_fwd_d256_long_keys(const Sm90Params& P, bool bf16, dim3 grid,
 cudaError_t launch_fwd_d128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d64_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+// (FA4_SM90_BALANCED builds; cudaErrorNotSupported otherwise -- the planner never picks it then)
+cudaError_t launch_fwd_d128_balanced(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d192_128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
