@@ -249,8 +249,9 @@
 //                          the whole grid, merge code in the standard instance) was correct and
 //                          lost: 0.56-0.89x unmasked (every head's K / V in flight), 0.94-0.97x
 //                          causal (the code's presence) -- H100 2026-12-06,
-//                          docs/perf/h100-2026-12-06g-session.md. This form: compiled, host-tested,
-//                          not yet run on a GPU. 0 until an A/B.
+//                          docs/perf/h100-2026-12-06g-session.md. This form (H100, same day):
+//                          correct, other launches unchanged, the balanced ones 0.94-0.96x (the
+//                          instance's key loop runs slower, as the split merge's did): 0.
 #ifndef FA4_SM90_BALANCED
 #define FA4_SM90_BALANCED 0
 #endif
