@@ -540,6 +540,9 @@ constexpr int64_t kMaxPersistentMaskedTiles = 16;
 // and a tile has at most kMaxPieces pieces; every share is non-empty. The pieces' register
 // states go to the workspace, after what is there.
 constexpr int64_t kMinShareKeyTiles = 4, kMaxPieces = 4;
+#ifndef FA4_SM90_BALANCED_WHOLE_TILES
+#define FA4_SM90_BALANCED_WHOLE_TILES 0
+#endif
 void plan_balanced(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   const AttentionParams& p = *pb.p;
   const int64_t total = pl.sched.total(), ctas = pl.ctas;
@@ -557,6 +560,9 @@ void plan_balanced(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   const size_t state = static_cast<size_t>(ctas) * 2 * consumers * (pl.dv / 2 + 4) * 128 * sizeof(float);
   pl.sm90_tile = sm90::Tile::balanced;
   pl.smem = sm90::smem_bytes(pl.dqk, pl.dv, sm90::Tile::balanced);
+  // (FA4_SM90_BALANCED_WHOLE_TILES, an A/B build: the balanced instance on the whole-tile walk,
+  // which measures what the instance itself costs)
+  if (FA4_SM90_BALANCED_WHOLE_TILES) return;
   pl.sched.balanced_n = n;
   pl.piece_state_offset = (pl.workspace + 255) / 256 * 256;
   pl.workspace = pl.piece_state_offset + state;
