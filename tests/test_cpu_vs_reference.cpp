@@ -598,6 +598,70 @@ TEST(CpuVsReference, KvHeadsWithPanelsBeyondL2) {
   }
 }
 
+// Per-thread panels (run_plan's local_panels: >= 4 (batch, kv head) pairs per thread, one
+// split, several query tiles per pair, panels within 1 MB a head): a thread packs each pair's
+// K / V into its own buffer before that pair's units. Ragged key lengths (varlen, paged cache),
+// GQA, causal and sinks, odd head dims (the 16-bit output transpose's masked edge), 1 and 2
+// threads, determinism.
+TEST(CpuVsReference, PerThreadPanelsPerKvHead) {
+  std::vector<CaseConfig> cfgs;
+  {
+    CaseConfig c;
+    c.dtype = DType::bfloat16;
+    c.batch = 2;
+    c.hq = 16;
+    c.hkv = 8;
+    c.dqk = c.dv = 128;
+    c.sq = 150;
+    c.sk = 300;
+    c.causal = true;
+    c.num_threads = 2;
+    cfgs.push_back(c);
+  }
+  {
+    CaseConfig c;
+    c.dtype = DType::float16;
+    c.kv = KvMode::varlen;
+    c.varlen_q = true;
+    c.batch = 3;
+    c.hq = c.hkv = 4;
+    c.dqk = c.dv = 64;
+    c.sq = 200;
+    c.sk = 700;
+    c.num_threads = 2;
+    c.dist = Dist::outliers;
+    cfgs.push_back(c);
+  }
+  {
+    CaseConfig c;
+    c.dtype = DType::bfloat16;
+    c.kv = KvMode::paged;
+    c.batch = 2;
+    c.hq = 8;
+    c.hkv = 4;
+    c.dqk = 96;
+    c.dv = 80;
+    c.sq = 130;
+    c.sk = 400;
+    c.sinks = true;
+    c.num_threads = 2;
+    cfgs.push_back(c);
+  }
+  {
+    CaseConfig c;
+    c.dtype = DType::bfloat16;
+    c.batch = 1;
+    c.hq = c.hkv = 8;
+    c.dqk = c.dv = 256;
+    c.sq = c.sk = 200;
+    c.num_threads = 2;
+    c.lse = false;
+    cfgs.push_back(c);
+  }
+  int n = 0;
+  for (const CaseConfig& c : cfgs) check_cpu_vs_ref(c, derive_seed(13600 + n++), {true, true});
+}
+
 // ---- fp8 KV cache: 16-bit q, e4m3 k / v with per-head or per-token factors (every layout,
 // mask, split count, page size, append; the reference's cache bytes are compared bytewise).
 TEST(CpuVsReference, Fp8KvCacheEveryLayoutScaleModeMaskAndSplit) {

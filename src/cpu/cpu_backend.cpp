@@ -91,15 +91,17 @@
 #include <cstdio>
 namespace fa4::core::cpu {
 namespace {
-// kPrLoop (a unit's whole key loop) overlaps the tile pieces and is left out of the total.
-enum ProfPiece { kPrPanels, kPrUnitSetup, kPrQk, kPrSoftmax, kPrPv, kPrTileOther, kPrFinishT, kPrFinishStore, kPrLoop, kPrN };
+// kPrLoop (a unit's whole key loop) overlaps the tile pieces and is left out of the total, as
+// are kPrPackK / kPrPackV (inside panels). kPrQk0 / kPrPv0: qk / pv of the units at row 0 of a
+// kv head (the first to read its panels), the other units' in kPrQk / kPrPv.
+enum ProfPiece { kPrPanels, kPrUnitSetup, kPrQpack, kPrQk, kPrSoftmax, kPrPv, kPrTileOther, kPrFinishT, kPrFinishStore, kPrQk0, kPrPv0, kPrFinishPre, kPrPackK, kPrPackV, kPrLoop, kPrN };
 struct Prof {
   std::atomic<uint64_t> c[kPrN]{}, n[kPrN]{};
   ~Prof() {
-    static const char* names[kPrN] = {"panels", "unit_setup", "qk", "softmax", "pv", "tile_other", "finish_T",
-                                      "finish_store", "(loop)"};
+    static const char* names[kPrN] = {"panels", "unit_setup", "q_pack", "qk", "softmax", "pv", "tile_other", "finish_T",
+                                      "finish_store", "qk(r0=0)", "pv(r0=0)", "finish_pre", "(pack_k)", "(pack_v)", "(loop)"};
     uint64_t tot = 0;
-    for (int i = 0; i < kPrLoop; ++i) tot += c[i];
+    for (int i = 0; i < kPrPackK; ++i) tot += c[i];
     for (int i = 0; i < kPrN; ++i)
       std::fprintf(stderr, "fa4prof %-12s %14llu cyc %5.1f%%  n %10llu  %9.0f cyc/each\n", names[i],
                    static_cast<unsigned long long>(c[i].load()), tot ? 100.0 * c[i] / tot : 0.0,
@@ -645,7 +647,9 @@ void pack_panel_tile(const Plan& plan, const Panels& pn, int64_t tile, int64_t n
   char* slot = static_cast<char*>(pn.data->p) + tile * pn.slot;
   if (plan.lowp) {
     const LowpKernels& L = *plan.lowp;
+    FA4_PROF(pk, kPrPackK);
     const int kf = L.pack_k(kr, kvt, n, pb.dqk, plan.terms, reinterpret_cast<uint16_t*>(slot));
+    FA4_PROF_LAP(pk, kPrPackV);
     const int vf = L.pack_v(vr, kvt, n, pb.dv, plan.terms, reinterpret_cast<uint16_t*>(slot + pn.k_bytes));
     pn.flags[tile] = static_cast<uint8_t>(kf | vf);
   } else {
@@ -777,7 +781,9 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       const int64_t pr = u.r0 + r, i = pr / g, h = hk * g + pr % g;
       ws.qraw[r] = static_cast<const char*>(p.q.data) + pb.q_offset(b, i, h) * qesz;
     }
+    FA4_PROF_LAP(pu, kPrQpack);
     qflags = L->pack_q_rows(ws.qraw, pb.dtype, rows, mp, dqk, qpow2, plan.terms, ws.qv);
+    FA4_PROF_LAP(pu, kPrUnitSetup);
   } else if (fast_q) {
     if (L) {
       fill_qrow();
@@ -1013,7 +1019,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         vf = L->pack_v(ws.vraw, kvt, n, dv, plan.terms, ws.vt);
       }
       if (!((kf | vf) & LowpKernels::kTiny)) {
-        FA4_PROF(pt, kPrQk);
+        FA4_PROF(pt, u.r0 == 0 ? kPrQk0 : kPrQk);
         // Keys past the last one any row of [ra, rb) can see (hi is non-decreasing in the row)
         // are left out, in whole 32-key steps of the panel: on the diagonal tiles of a causal
         // mask that is up to half the tile.
@@ -1074,7 +1080,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
             const int64_t next = j0 + ws.nk < hi ? pan_tile + 1 : pan->first[b * pb.hkv + hk] + lo / ws.nk;
             L->prefetch_next(tp->kb(next), tp->k_bytes);
           }
-          FA4_PROF_LAP(pt, kPrPv);
+          FA4_PROF_LAP(pt, u.r0 == 0 ? kPrPv0 : kPrPv);
           L->pv(tok_v ? ws.st + ra : nullptr, mp, m, ne, vt, ld, dv, plan.terms, ws.alpha + ra, ws.pp, ws.ot + ra);
         }
         return;
@@ -1200,13 +1206,24 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // Row r's output is ot row r times f[r] (in alpha, free now); lse[r] in l_run.
   FA4_PROF_LAP(pu, kPrN);
   auto finish = [&](Workspace& ws, int64_t hk) {
-    FA4_PROF(pf, kPrFinishT);
+    FA4_PROF(pf, kPrFinishPre);
     const float fv_head = kv_head_factor(pb, pb.v_sc, b, hk);
     const float dvs = pb.descale_v(b, hk) * fv_head;
     const bool sink = pb.has_sinks && u.split == 0;
     float* const fr = ws.alpha;
-    // O overflowed (|V| near FLT_MAX) or V was not finite: those rows go to the fp64 path.
-    flag_nonfinite_o_rows(ws.ot, rowwise ? rows * dv : dv * mp, o_rs, o_es, rows, dv, ws.redo);
+    const bool want_lse = pb.has_lse || plan.nsplit > 1;  // the lse (l_run) is stored
+    // fp32 / 16-bit output rows a constant stride apart: O^T transposed straight into them (the
+    // rows with an extreme score are overwritten below).
+    const int64_t o_step = packed_row_step(g, pb.varlen_q ? pb.os.s0 : pb.os.s1, pb.os.head);
+    const bool direct_o = !rowwise && K.transpose && plan.nsplit == 1 && pb.out_dtype == DType::float32 &&
+                          pb.os.dim == 1 && o_step != 0;
+    const bool direct_o16 = !rowwise && K.transpose_store16 && plan.nsplit == 1 &&
+                            (pb.out_dtype == DType::bfloat16 || pb.out_dtype == DType::float16) && pb.os.dim == 1 &&
+                            o_step != 0;
+    // O overflowed (|V| near FLT_MAX) or V was not finite: those rows go to the fp64 path
+    // (direct_o16: flagged after the transpose, which scans O^T as it reads it; the rows whose
+    // factor underflows below keep +-inf and NaN as they are, so the flags are the same).
+    if (!direct_o16) flag_nonfinite_o_rows(ws.ot, rowwise ? rows * dv : dv * mp, o_rs, o_es, rows, dv, ws.redo);
     // A non-finite per-head fp8 KV factor (inf x an e4m3 0 is NaN in the reference, where the
     // folded factor would give inf or 0): every row in fp64.
     if (!std::isfinite(fv_head) || !std::isfinite(kv_head_factor(pb, pb.k_sc, b, hk))) std::fill(ws.redo, ws.redo + rows, 1);
@@ -1229,20 +1246,21 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         for (int64_t e = 0; e < dv; ++e) ws.ot[r * o_rs + e * o_es] = exact_scale(ws.ot[r * o_rs + e * o_es], 0.0f);
         fr[r] = 1.0f;
       }
-      // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers).
-      ws.l_run[r] = empty ? kNegInf : static_cast<float>(m_f + std::log(l));
+      // In double, rounded once: m_f may be large (|logit| ~ 1e4 with outliers). Only where
+      // someone reads it (a double log per row was ~1/4 of this loop).
+      if (want_lse) ws.l_run[r] = empty ? kNegInf : static_cast<float>(m_f + std::log(l));
     }
     // Normalized rows, row-major: transposed by the table's kernel when O^T is transposed.
     const float* orow = ws.orow;
     int64_t or_s = dv, oe_s = 1;
-    // fp32 output rows a constant stride apart: O^T transposed straight into them (the rows
-    // with an extreme score are overwritten below).
-    const int64_t o_step = packed_row_step(g, pb.varlen_q ? pb.os.s0 : pb.os.s1, pb.os.head);
-    const bool direct_o = !rowwise && K.transpose && plan.nsplit == 1 && pb.out_dtype == DType::float32 &&
-                          pb.os.dim == 1 && o_step != 0;
+    FA4_PROF_LAP(pf, kPrFinishT);
     if (direct_o) {
       float* o0 = static_cast<float*>(p.out.data) + pb.out_offset(b, u.r0 / g, hk * g + u.r0 % g);
       K.transpose(ws.ot, mp, dv, rows, fr, 1.0f, o0, o_step);
+    } else if (direct_o16) {
+      char* o0 = static_cast<char*>(p.out.data) + pb.out_offset(b, u.r0 / g, hk * g + u.r0 % g) * 2;
+      if (K.transpose_store16(ws.ot, mp, dv, rows, fr, pb.out_dtype, o0, o_step))
+        flag_nonfinite_o_rows(ws.ot, dv * mp, o_rs, o_es, rows, dv, ws.redo);
     } else if (rowwise || !K.transpose) {
       orow = ws.ot;
       or_s = o_rs;
@@ -1268,7 +1286,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         if (pb.has_lse) static_cast<float*>(p.lse.data)[pb.lse_offset(b, i, h)] = lse_ref;
       } else if (plan.nsplit == 1) {
         const int64_t oo = pb.out_offset(b, i, h);
-        if (direct_o) {
+        if (direct_o || direct_o16) {
           // written by the transpose above
         } else if (fast_store)
           K.store_row(o, dv, pb.out_dtype, static_cast<char*>(p.out.data) + oo * oesz);
@@ -1359,6 +1377,17 @@ constexpr size_t kKeepWorkspaceBytes = size_t{64} << 20;
 std::vector<std::unique_ptr<Workspace>>& kept_workspaces() {
   thread_local std::vector<std::unique_ptr<Workspace>> v;
   return v;
+}
+
+// The K / V panels of a kv head (all keys) up to which a thread packs its own (run_plan's
+// local_panels): about what stays in L2 beside a 96 x 512 tile's S^T / P^T / O^T.
+constexpr int64_t kLocalPanelBytes = int64_t{1} << 20;
+
+// A thread's own K / V panels (run_plan's local_panels), kept from one call to the next while
+// at most kKeepPanelBytes (allocated per call, their pages were faulted in again every call).
+std::unique_ptr<AlignedBuffer>& kept_local_panels() {
+  thread_local std::unique_ptr<AlignedBuffer> b;
+  return b;
 }
 
 // The split partials' buffer, kept by the calling thread from one call to the next while it is
@@ -1561,12 +1590,46 @@ Status forward(const Problem& pb) {
 
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
+  // Per-thread panels (16-bit products, one split, several query tiles per kv head, a kv head's
+  // K / V panels within kLocalPanelBytes): a thread takes every unit of a (batch, kv head) in
+  // turn and first packs that head's panels into its own buffer, which stays in its L2 for those
+  // units -- where the pass over every head's panels before the units wrote them all out to L3
+  // (8 MB at B 1 H 16 S 512 D 256) and each head's first unit read them back from there, and at
+  // 2 threads both cores ran units of the same head at once. Measured (2026-12-07, bench/cpu_ab.py, 2
+  // threads, GFLOP/s ratio): bf16 H 16 S 512 D 256 1.43-1.59x, D 128 1.23-1.41x, causal
+  // 1.39-1.59x, S 2048 D 128 1.08-1.17x. Whole heads per thread: the pairs' costs must share out
+  // evenly (the largest-first greedy assignment's busiest thread at most 1/16 above an even
+  // share; 3 equal heads on 2 threads gained nothing).
+  const int64_t head_panel_bytes = plan.lowp ? 2 * plan.terms * pb.max_sk * (round_up(pb.dqk, 32) + round_up(pb.dv, 16)) : 0;
+  bool local_panels = plan.lowp && plan.nsplit == 1 && unit_heads == 1 && !plan.prefetch_panels &&
+                      head_panel_bytes <= kLocalPanelBytes && g * pb.max_sq > plan.tile_rows;
+  // Unit ranges of one (batch, kv head) each (the sort keeps a pair's units together, pairs by
+  // falling total cost).
+  std::vector<int64_t> group_at;
+  if (local_panels) {
+    std::vector<int64_t> load(static_cast<size_t>(workers), 0);
+    int64_t total = 0, cost = 0;
+    for (int64_t u = 0; u <= nunits; ++u) {
+      if (u == nunits || u == 0 || units[u].b != units[u - 1].b || units[u].hk != units[u - 1].hk) {
+        if (u > 0) *std::min_element(load.begin(), load.end()) += cost;
+        group_at.push_back(u);
+        cost = 0;
+      }
+      if (u < nunits) {
+        cost += units[u].cost;
+        total += units[u].cost;
+      }
+    }
+    const double busiest = static_cast<double>(*std::max_element(load.begin(), load.end()));
+    local_panels = busiest * workers <= 1.0625 * static_cast<double>(total);
+  }
   Panels panels;
-  {
+  if (!local_panels) {
     FA4_PROF(pp, kPrPanels);
     if ((plan.lowp || plan.f32p) && g * pb.max_sq > plan.tile_rows && build_panels(plan, pairs, nt, &panels))
       plan.panels = &panels;
   }
+  const int64_t ngroups = local_panels ? static_cast<int64_t>(group_at.size()) - 1 : 0;
   bool oom = false;
 #pragma omp parallel num_threads(workers)
   {
@@ -1594,9 +1657,55 @@ Status forward(const Problem& pb) {
 #pragma omp atomic write
       oom = true;
     }
+    if (local_panels) {
+      Panels loc;
+      Plan lp = plan;
+      const int64_t nk = plan.tile_keys, max_tiles = (pb.max_sk + nk - 1) / nk;
+      loc.nk = nk;
+      loc.k_bytes = 2 * plan.terms * nk * round_up(pb.dqk, 32);
+      loc.slot = round_up(loc.k_bytes + 2 * plan.terms * round_up(pb.dv, 16) * nk, 64);
+      loc.first.assign(static_cast<size_t>(pairs), 0);  // every pair's tiles start at 0 here
+      std::unique_ptr<AlignedBuffer>& kept = kept_local_panels();
+      if (!kept || kept->size < static_cast<size_t>(max_tiles * loc.slot))
+        kept.reset(new (std::nothrow) AlignedBuffer(static_cast<size_t>(max_tiles * loc.slot)));
+      loc.data = std::move(kept);
+      loc.flags.reset(new (std::nothrow) uint8_t[static_cast<size_t>(max_tiles)]);
+      if (!loc.data || !loc.data->ok() || !loc.flags) {
+        ok = false;
+#pragma omp atomic write
+        oom = true;
+      }
+      lp.panels = &loc;
+      std::vector<const void*> kr(static_cast<size_t>(nk)), vr(static_cast<size_t>(nk));
+      const int64_t esz = static_cast<int64_t>(dtype_size(pb.kv_dtype));
+      const char* kbase = static_cast<const char*>(pb.p->k.data);
+      const char* vbase = static_cast<const char*>(pb.p->v.data);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < nunits; ++u)
-      if (ok) run_unit(plan, units[u], wsp.data());
+      for (int64_t gi = 0; gi < ngroups; ++gi) {
+        if (!ok) continue;
+        const int64_t b = units[group_at[gi]].b, hk = units[group_at[gi]].hk;
+        {
+          FA4_PROF(pp, kPrPanels);
+          const KvRowOffsets rows(pb, b, hk);
+          for (int64_t tile = 0, j0 = 0; j0 < pb.seqlen_k[b]; ++tile, j0 += nk) {
+            const int64_t n = std::min(nk, pb.seqlen_k[b] - j0);
+            for (int64_t t = 0; t < n; ++t) {
+              int64_t ko, vo;
+              rows.at(j0 + t, &ko, &vo);
+              kr[t] = kbase + ko * esz;
+              vr[t] = vbase + vo * esz;
+            }
+            pack_panel_tile(lp, loc, tile, n, kr.data(), vr.data(), pb.kv_dtype);
+          }
+        }
+        for (int64_t u = group_at[gi]; u < group_at[gi + 1]; ++u) run_unit(lp, units[u], wsp.data());
+      }
+      if (loc.data && loc.data->ok() && loc.data->size <= kKeepPanelBytes) kept = std::move(loc.data);
+    } else {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t u = 0; u < nunits; ++u)
+        if (ok) run_unit(plan, units[u], wsp.data());
+    }
     size_t bytes = 0;
     for (const auto& w : ws) bytes += w ? w->buf.size : 0;
     if (ok && bytes <= kKeepWorkspaceBytes) kept_workspaces().swap(ws);

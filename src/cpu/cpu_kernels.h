@@ -208,6 +208,12 @@ struct Kernels {
   // separate extreme-score pass can be left out (softmax_avx512; the other tables' softmax
   // ignores redo).
   bool softmax_flags_extreme = false;
+  // O^T [dv][mp] (fp32) straight into 16-bit output rows (t: bfloat16 or float16; rows `step`
+  // elements apart): dst[r * step + e] = t(ot[e * mp + r] * col_scale[r]) with store_f32's
+  // rounding, r < rows, e < dv. transpose + store_row in one pass (nullptr: those two). Returns
+  // whether any ot[e * mp + r] it read (e < dv, r < rows) is +-inf or NaN.
+  bool (*transpose_store16)(const float* ot, int64_t mp, int64_t dv, int64_t rows, const float* col_scale, DType t,
+                            void* dst, int64_t step) = nullptr;
 };
 
 const Kernels& generic_kernels();

@@ -1164,6 +1164,93 @@ void transpose_avx512(const float* src, int64_t ld_src, int64_t nr, int64_t nc, 
   }
 }
 
+// 16 fp32 -> bf16 bits in the low half of each dword: store_f32's rounding (round to nearest
+// even on the bits, NaN -> quiet, subnormals kept; vcvtneps2bf16 would flush them).
+inline __m512i bf16_round_bits(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+
+// bf16_round_bits with the result in the high word of each dword (the low word is garbage).
+inline __m512i bf16_round_hi(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+}
+
+// Kernels::transpose_store16: O^T [dv][mp] (fp32) -> 16-bit output rows, row r at dst + r * step
+// elements: dst[r][e] = t(ot[e][r] * col_scale[r]). Per 16 rows x 32 dims, two 16 x 16
+// transposes and one 64-byte store per row. Replaces transpose (into an fp32 row buffer) +
+// store_row per row, and the driver's non-finite scan of O^T: one pass over O^T. bf16 rounds
+// first and pairs two dims per dword, so one transpose per 32 dims. Measured and not kept (one
+// thread, S 512 D 256, BSHD output): prefetchw / prefetcht0 of the next 16 output rows
+// meanwhile, or of all rows first (no faster); staging 16 rows x 256 dims in L1 and writing each
+// row's 512 bytes in order (finish 17k -> 25k cycles).
+bool transpose_store16_avx512(const float* ot, int64_t mp, int64_t dv, int64_t rows, const float* col_scale, DType t,
+                              void* dst, int64_t step) {
+  const __m512i abs_bits = _mm512_set1_epi32(0x7fffffff);
+  __m512i top = _mm512_setzero_si512();  // max |bits| of the O^T values read: >= 0x7f800000 = inf / NaN
+  uint16_t* const out = static_cast<uint16_t*>(dst);
+  const bool f16 = t == DType::float16;
+  // word j of the result: word 2j of (a, b) (the low words of a's dwords, then of b's)
+  const __m512i even_words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28,
+                                              26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+    const int64_t ni = std::min<int64_t>(16, rows - i0);
+    const __mmask16 si = head_mask(ni);
+    const __m512 cs = _mm512_maskz_loadu_ps(si, col_scale + i0);
+    for (int64_t e0 = 0; e0 < dv; e0 += 32) {
+      __m512i a[16], b[16];
+      auto load = [&](int64_t e) {
+        if (e >= dv) return _mm512_setzero_si512();
+        const __m512 x = _mm512_maskz_loadu_ps(si, ot + e * mp + i0);
+        top = _mm512_max_epu32(top, _mm512_and_si512(_mm512_castps_si512(x), abs_bits));
+        return _mm512_castps_si512(_mm512_mul_ps(cs, x));
+      };
+      if (!f16 && e0 + 32 <= dv) {
+        // bf16: round first, two dims per dword (dim e0 + 2k low, e0 + 2k + 1 high, as in
+        // memory), and one transpose of the 16 pairs x 16 rows gives each row's 64 bytes.
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; ++k) {
+          const __m512i lo = bf16_round_bits(_mm512_castsi512_ps(load(e0 + 2 * k)));
+          const __m512i hi = bf16_round_hi(_mm512_castsi512_ps(load(e0 + 2 * k + 1)));
+          a[k] = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(static_cast<int>(0xffff0000u)), 0xf8);  // lo | (hi & c)
+        }
+        transpose16_store(a, [&](int p) { return p < ni ? out + (i0 + p) * step + e0 : nullptr; });
+        continue;
+      }
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) a[k] = load(e0 + k);
+      transpose16(a);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) b[k] = load(e0 + 16 + k);
+      transpose16(b);
+      const __mmask32 se = head_mask32(dv - e0);
+      for (int64_t i = 0; i < ni; ++i) {
+        uint16_t* o = out + (i0 + i) * step + e0;
+        __m512i w;
+        if (f16) {
+          w = _mm512_inserti64x4(
+              _mm512_castsi256_si512(_mm512_cvtps_ph(_mm512_castsi512_ps(a[i]), _MM_FROUND_TO_NEAREST_INT)),
+              _mm512_cvtps_ph(_mm512_castsi512_ps(b[i]), _MM_FROUND_TO_NEAREST_INT), 1);
+        } else {
+          // the rounded bits sit in the low word of each dword: words 0, 2, .. of a then of b
+          w = _mm512_permutex2var_epi16(bf16_round_bits(_mm512_castsi512_ps(a[i])), even_words,
+                                        bf16_round_bits(_mm512_castsi512_ps(b[i])));
+        }
+        if (e0 + 32 <= dv) _mm512_storeu_si512(o, w);
+        else _mm512_mask_storeu_epi16(o, se, w);
+      }
+    }
+  }
+  return _mm512_cmpge_epu32_mask(top, _mm512_set1_epi32(0x7f800000)) != 0;
+}
+
 // The roundings of store_f32: bf16 round to nearest even on the bits (NaN -> quiet, subnormals
 // kept, where vcvtneps2bf16 would flush them), fp16 through vcvtps2ph (IEEE, nearest even).
 void store_row_avx512(const float* x, int64_t n, DType t, void* dst) {
@@ -1175,12 +1262,7 @@ void store_row_avx512(const float* x, int64_t n, DType t, void* dst) {
     } else if (t == DType::float16) {
       _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + e, k, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
     } else {
-      const __m512i u = _mm512_castps_si512(v);
-      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-      const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + e, k, _mm512_cvtepi32_epi16(r));
+      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + e, k, _mm512_cvtepi32_epi16(bf16_round_bits(v)));
     }
   }
 }
@@ -1354,6 +1436,7 @@ const Kernels& avx512_kernels(bool bf16) {
               qk_rows_avx512, pv_rows_avx512, a.convert,   &avx512_lowp(),   nullptr,
               transpose_avx512, store_row_avx512, &f32p};
     k.softmax_flags_extreme = true;
+    k.transpose_store16 = transpose_store16_avx512;
     return k;
   }();
   static const Kernels without_bf16 = [] {
