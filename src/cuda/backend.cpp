@@ -573,7 +573,7 @@ Status cuda_forward(const Problem& pb) {
           fused_combine = P.split_counter != nullptr;
         }
       }
-      // The balanced walk's arrival counters (one per share boundary and consumer), from the
+      // The balanced walk's arrival counters (one per remainder tile and consumer), from the
       // split counters' pool; without them the CTAs walk whole tiles (the same static schedule).
       if (P.sched.balanced_n > 0) {
         P.piece_counter = tile_counter_for(p, &split_counters, true);

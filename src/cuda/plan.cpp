@@ -548,7 +548,7 @@ void plan_balanced(const Problem& pb, const DeviceLimits& dl, Plan& pl) {
   const int64_t total = pl.sched.total(), ctas = pl.ctas;
   const int64_t n = pl.n > 0 ? (pb.max_sk + pl.n - 1) / pl.n : 0;
   const int64_t rem = ctas > 0 ? total % ctas : 0;
-  if (!FA4_SM90_BALANCED || !sm90::balanced_walk(pl.dqk, pl.dv, sm90::Tile::balanced) || pl.sm90_tile != sm90::Tile::standard ||
+  if (!sm90::balanced_walk(pl.dqk, pl.dv, sm90::Tile::balanced) || pl.sm90_tile != sm90::Tile::standard ||
       pl.sched.dynamic != 0 || pl.splits != 1 || pl.pack_gqa || pl.sm90_gather || pl.sm90_solo || pl.sm90_one_q ||
       pb.varlen_q || pb.kv != core::KvLayout::dense || p.seqused_k.present() || p.causal || p.window_left >= 0 ||
       p.window_right >= 0 || p.chunk_size > 0 || n < 1 || ctas <= 1 || ctas != std::min<int64_t>(total, dl.sms) ||

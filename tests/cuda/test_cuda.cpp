@@ -382,6 +382,20 @@ TEST(CudaBackend, SoftcapAcrossCaps) {
       }
 }
 
+// One call, then the same call 4097 more times on one stream: the last run equals the first
+// bitwise (per-stream counters a launch leaves behind -- the dynamic walk's pair, the balanced
+// walk's piece counters -- must be zero again for the next launch).
+void expect_relaunches_bitwise_equal(const CaseConfig& c, uint64_t seed) {
+  Case first = make_gpu_case(c, seed), again = make_gpu_case(c, seed);
+  DeviceCase d1(first), d2(again);
+  ASSERT_TRUE(d1.run().ok());
+  d1.download();
+  for (int i = 0; i <= 4096; ++i) ASSERT_TRUE(d2.run().ok());
+  CUDA_OK(cudaDeviceSynchronize());
+  d2.download();
+  EXPECT_TRUE(bitwise_equal(again, first));
+}
+
 // Long masked sequences: more query tiles per sequence than the short static orders take (> 16),
 // so the sm90 kernel walks them in its long-sequence schedule (cuda/plan.cpp schedule_sm90: the
 // dynamic walk at D > 64, the static global order at D 64), with more tiles than CTAs so tiles
@@ -444,15 +458,7 @@ TEST(CudaBackend, LongMaskedSequences) {
   c.batch = 1, c.hkv = 2, c.hq = 8, c.dqk = c.dv = 128;
   c.sq = c.sk = 2200;  // 18 tiles x 8 heads = 144
   c.causal = true;
-  const uint64_t seed = derive_seed(5299);
-  Case first = make_gpu_case(c, seed), again = make_gpu_case(c, seed);
-  DeviceCase d1(first), d2(again);
-  ASSERT_TRUE(d1.run().ok());
-  d1.download();
-  for (int i = 0; i <= 4096; ++i) ASSERT_TRUE(d2.run().ok());
-  CUDA_OK(cudaDeviceSynchronize());
-  d2.download();
-  EXPECT_TRUE(bitwise_equal(again, first));
+  expect_relaunches_bitwise_equal(c, derive_seed(5299));
 }
 
 // Unmasked sequences with more query tiles than SMs and a partial last round: where the sm90
@@ -481,15 +487,7 @@ TEST(CudaBackend, UnmaskedSequencesOnSharedTiles) {
   c.dtype = DType::bfloat16;
   c.batch = 2, c.hkv = 4, c.hq = 4, c.dqk = c.dv = 128;
   c.sq = 3300, c.sk = 2200;  // 26 tiles x 8 (batch, head) = 208, 18 key tiles each
-  const uint64_t seed = derive_seed(5499);
-  Case first = make_gpu_case(c, seed), again = make_gpu_case(c, seed);
-  DeviceCase d1(first), d2(again);
-  ASSERT_TRUE(d1.run().ok());
-  d1.download();
-  for (int i = 0; i <= 4096; ++i) ASSERT_TRUE(d2.run().ok());
-  CUDA_OK(cudaDeviceSynchronize());
-  d2.download();
-  EXPECT_TRUE(bitwise_equal(again, first));
+  expect_relaunches_bitwise_equal(c, derive_seed(5499));
 }
 
 // Decode: one query token, GQA, long caches, paged at many page sizes, split heuristic.

@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     trace::key_tiles(tr, 1 + c, tiles_done, w.n_tiles());
     cs.mainloop(st);
     trace::stamp(tr, 1 + c, tiles_done, trace::main_done);
-    // (Balanced walk) A piece of a cut tile: the first of its two pieces to finish leaves its
-    // (O, m, l) for the second, which merges them and runs the epilogue.
+    // (Balanced walk) A piece of a cut tile leaves its (O, m, l); the last of the tile's pieces to
+    // finish merges them all and runs the epilogue (fwd_epilogue.cuh merge_piece).
     if constexpr (T::kBalanced && !gathers_kv<T>()) {
       if (w.split < 0 && !merge_piece<T>(P, cs)) {
         hand_back<T>(cs);

@@ -53,10 +53,10 @@ struct Sm90Params {
   const float* k_descale = nullptr;
   const float* v_descale = nullptr;
   int64_t qd_s0 = 0, qd_sh = 0, kd_s0 = 0, kd_sh = 0, vd_s0 = 0, vd_sh = 0;
-  // The balanced walk (sched.balanced_n > 0, sm90::balanced_walk instances): per share boundary
-  // (1 .. ctas - 1) the two pieces' (O, m, l) register states, [boundary][piece][consumer]
-  // [kORegs + 4][128 threads] floats, and one arrival counter per (boundary, consumer), zero
-  // before the launch and zeroed again by the second arrival (cuda/tile_counters.h).
+  // The balanced walk (sched.balanced_n > 0, sm90::balanced_walk instances): the pieces' (O, m, l)
+  // register states, [2 slots per CTA][consumer][kORegs + 4][128 threads] floats, and one arrival
+  // counter per (remainder tile, consumer), zero before the launch and zeroed again by the tile's
+  // last arrival (cuda/tile_counters.h; fwd_epilogue.cuh merge_piece).
   float* piece_state = nullptr;
   uint32_t* piece_counter = nullptr;
 };

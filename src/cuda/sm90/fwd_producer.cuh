@@ -54,16 +54,16 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
   PipelineState<T::Smem::kTmaStages> st;  // the rings run on across tiles (fp8_kv: the byte rings)
   uint32_t tiles_done = 0;       // tiles whose Q was loaded: the q_full / q_empty phase
   uint64_t* const tr = leader ? P.trace : nullptr;
-  // Loads tile t of the schedule (nothing for a tile without rows).
-  // Balanced walk (T::kBalanced instances, sched.balanced_n > 0): step r of this CTA's share of
-  // the key tiles (common/tile_schedule.h piece) is tile t's key tiles [lo, hi), cut by share
-  // boundary `cut` or whole (-1); published as split = -1 - cut, which the kernel's consumers
-  // read. (Recomputed from r here, not carried across the tile's loads: the producer has 24
+  // Balanced walk (T::kBalanced instances, sched.balanced_n > 0): step r of this CTA's walk
+  // (common/tile_schedule.h piece) is tile t's key tiles [lo, hi), whole (cut -1) or a piece
+  // (cut = its piece code); published as split = -1 - cut, which the kernel's consumers read.
+  // (Recomputed from r in run_tile, not carried across the tile's loads: the producer has 24
   // registers.)
   constexpr bool kBalanced = T::kBalanced && !kGather;
   bool balanced = false;
   if constexpr (kBalanced) balanced = P.sched.balanced_n > 0;
   int64_t r = 0;  // the walk's step
+  // Loads tile t of the schedule (nothing for a tile without rows).
   auto run_tile = [&](int64_t t) {
     trace::stamp(tr, 0, tiles_done, trace::walk_start);
     TileWork w;
@@ -232,7 +232,7 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
   // the consumers finish it, so the atomic's round trip hides under them, and late enough that
   // CTAs which drew heavy tiles take fewer (claimed when a tile starts, the CTAs took tiles in
   // start order, a static round robin: -5 to -14 %; docs/perf/sm90-notes.md).
-  // Balanced: the pieces of this CTA's share, in tile order.
+  // Balanced: the whole rounds, then this CTA's pieces of the last round (TileSchedule::piece).
   bool dynamic = false;
   if constexpr (T::kDynamicWalk) dynamic = P.sched.dynamic != 0;
   // One loop for every walk (run_tile inlined once: the producer has 24 registers).
