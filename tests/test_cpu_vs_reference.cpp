@@ -389,7 +389,7 @@ Case run_accuracy_case(DType dt, int64_t d, bool causal, uint64_t seed, Expected
 // over all dims (the AVX-512 fp32 panels before the chunked sums of qkp_block) gave rel-L2
 // 3.6 / 5.9e-7 at D 64 / 256 (bench/cpu_peers.py --acc-seeds, S 512: torch 2.15's CPU SDPA
 // 3.8 / 4.0e-7); the two-level sum keeps D 256 at D 64's level (2.8 / 3.0e-7 here). Only the
-// tables with fp32 panel products (avx512, amx) have it: the avx2 / generic kernels still sum
+// tables with fp32 panel products (avx512, amx, avx2) have it: the generic kernels still sum
 // over all dims in one chain (4.8-5.2 / 6.5-6.7e-7 measured here) and skip this test.
 TEST(CpuVsReference, Fp32ErrorDoesNotGrowWithTheHeadDim) {
   if (!fa4::core::cpu::best_kernels().f32p)

@@ -9,6 +9,7 @@
 // load ports, so the FMA pipes set the pace.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -202,14 +203,21 @@ inline __m256 tanh_avx2(__m256 x) {
   return _mm256_or_ps(r, _mm256_and_ps(sign, x));
 }
 
+// SoftmaxStep on AVX2: scores already scaled (the fp32 tables' scale is 1: no raw_scores here),
+// in natural or (log2_units, the fp32 panel products) log2 units; with s.redo, the driver's
+// extreme-score check (a visible score NaN or of magnitude >= kExtremeScore, before softcap) on
+// the max pass, as softmax_avx512 does it (the panel path relies on it).
 void softmax_avx2(const SoftmaxStep& s) {
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  const bool cap = s.softcap_in != 0.0f;
+  const __m256 pos_inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256 big = _mm256_set1_ps(kExtremeScore), sign = _mm256_set1_ps(-0.0f);
+  const bool cap = s.softcap_in != 0.0f, check = s.redo != nullptr;
   const __m256 cap_in = _mm256_set1_ps(s.softcap_in), cap_out = _mm256_set1_ps(s.softcap_out);
+  // In log2 units s - m is the exponent itself (no rounding of (s - m) log2 e).
+  const __m256 log2e = _mm256_set1_ps(s.log2_units ? 1.0f : 1.4426950408889634f);
   for (int64_t m0 = 0; m0 < s.m; m0 += 8) {
     float* col = s.st + m0;
-    // Pass 1: softcap, mask, row max (8 query rows per vector; reduction over keys is vertical).
-    __m256 mx = neg_inf;
+    __m256 mx = neg_inf, ext = _mm256_setzero_ps();
     if (cap || s.lo) {
       __m256i lo = _mm256_setzero_si256(), hi = lo;
       if (s.lo) {
@@ -218,27 +226,32 @@ void softmax_avx2(const SoftmaxStep& s) {
       }
       for (int64_t n = 0; n < s.nk; ++n) {
         __m256 x = _mm256_loadu_ps(col + n * s.mp);
-        if (cap) x = _mm256_mul_ps(cap_out, tanh_avx2(_mm256_mul_ps(x, cap_in)));
+        __m256 vis = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
         if (s.lo) {
           const __m256i nv = _mm256_set1_epi32(static_cast<int32_t>(n));
-          // visible iff lo <= n < hi  <=>  !(lo > n) && (hi > n)
-          const __m256i vis = _mm256_andnot_si256(_mm256_cmpgt_epi32(lo, nv), _mm256_cmpgt_epi32(hi, nv));
-          x = _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(vis));
+          vis = _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(lo, nv), _mm256_cmpgt_epi32(hi, nv)));
         }
+        if (check) ext = _mm256_or_ps(ext, _mm256_and_ps(vis, _mm256_cmp_ps(_mm256_andnot_ps(sign, x), big, _CMP_NLT_UQ)));
+        if (cap) x = _mm256_mul_ps(cap_out, tanh_avx2(_mm256_mul_ps(x, cap_in)));
+        if (s.lo) x = _mm256_blendv_ps(neg_inf, x, vis);
         _mm256_storeu_ps(col + n * s.mp, x);
         mx = _mm256_max_ps(mx, x);
       }
+    } else if (check) {
+      __m256 mn = pos_inf;
+      for (int64_t n = 0; n < s.nk; ++n) {
+        const __m256 x = _mm256_loadu_ps(col + n * s.mp);
+        mx = _mm256_max_ps(mx, x);
+        mn = _mm256_min_ps(mn, x);
+      }
+      // (A NaN score is not kept by max / min: it reaches the row sum, checked below.)
+      ext = _mm256_or_ps(_mm256_cmp_ps(mx, big, _CMP_GE_OQ), _mm256_cmp_ps(mn, _mm256_set1_ps(-kExtremeScore), _CMP_LE_OQ));
     } else {
       for (int64_t n = 0; n < s.nk; ++n) mx = _mm256_max_ps(mx, _mm256_loadu_ps(col + n * s.mp));
     }
-    // NaN scores are not kept by max_ps; they poison the row through p and l instead.
     const __m256 m_old = _mm256_loadu_ps(s.m_run + m0);
     const __m256 m_new = _mm256_max_ps(mx, m_old);
     const __m256 m_use = _mm256_andnot_ps(_mm256_cmp_ps(m_new, neg_inf, _CMP_EQ_OQ), m_new);  // -inf -> 0
-    // Pass 2: p = 2^((s - m) log2 e), row sums (two accumulators to halve the add latency
-    // chain). log2(e) comes after the max is subtracted: s - m <= 0 cannot overflow, s * log2(e)
-    // could.
-    const __m256 log2e = _mm256_set1_ps(1.4426950408889634f);
     __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
     __m256 pmin = _mm256_set1_ps(1.0f);  // min_ps(p, pmin) keeps pmin where p is NaN
     int64_t n = 0;
@@ -258,9 +271,15 @@ void softmax_avx2(const SoftmaxStep& s) {
       pmin = _mm256_min_ps(p0, pmin);
     }
     if (s.zero_p && _mm256_movemask_ps(_mm256_cmp_ps(pmin, _mm256_setzero_ps(), _CMP_EQ_OQ))) *s.zero_p = 1;
+    const __m256 sum = _mm256_add_ps(sum0, sum1);
+    if (check) {
+      const int bits = _mm256_movemask_ps(_mm256_or_ps(ext, _mm256_cmp_ps(sum, sum, _CMP_UNORD_Q)));
+      for (int i = 0; i < 8; ++i)
+        if (bits >> i & 1) s.redo[m0 + i] = 1;
+    }
     const __m256 a = exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(m_old, m_use), log2e));
     _mm256_storeu_ps(s.alpha + m0, a);
-    _mm256_storeu_ps(s.l_run + m0, _mm256_fmadd_ps(_mm256_loadu_ps(s.l_run + m0), a, _mm256_add_ps(sum0, sum1)));
+    _mm256_storeu_ps(s.l_run + m0, _mm256_fmadd_ps(_mm256_loadu_ps(s.l_run + m0), a, sum));
     _mm256_storeu_ps(s.m_run + m0, m_new);
   }
 }
@@ -474,11 +493,202 @@ void convert_avx2(const void* src, DType t, int64_t stride, int64_t n, float* ds
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// fp32 panel products (F32Panels, cpu_kernels.h) on AVX2. K / V are converted once per key tile
+// (per (batch, kv head, key tile) where the driver keeps panels) into blocks of 8 keys (K) or 8
+// value dims (V), so each inner step's broadcasts come from one contiguous 32-byte run and both
+// panels stream through L1 in address order. The row-pointer kernels above broadcast from rows a
+// whole row apart instead: pv touched a new cache line per key for every 4-dim block, and K / V
+// were converted again for every query tile. The sums are the AVX-512 table's (two-level over
+// the dims for S, per key tile for O): one FMA chain over all of d put fp32's rel-L2 above torch's
+// (8.7e-7 vs 3.9e-7 at S 2048 D 64 on Zen 3, bench/cpu_peers.py, 2026-12-07).
+
+// Elements [c0, c0 + cnt) (cnt <= 8, the other lanes 0) of one storage row of dtype t, in fp32.
+inline __m256 load_f32x8(const void* row, DType t, int64_t c0, int64_t cnt) {
+  if (cnt == 8) {
+    switch (t) {
+      case DType::float32: return load8<float>(static_cast<const float*>(row) + c0);
+      case DType::bfloat16: return load8<uint16_t>(static_cast<const uint16_t*>(row) + c0);
+      case DType::float16: return load8<Half>(static_cast<const Half*>(row) + c0);
+      case DType::float8_e4m3: return load8<E4m3>(static_cast<const E4m3*>(row) + c0);
+      default: return _mm256_setzero_ps();
+    }
+  }
+  alignas(32) float x[8] = {};
+  for (int64_t i = 0; i < cnt; ++i) {
+    switch (t) {
+      case DType::float32: x[i] = static_cast<const float*>(row)[c0 + i]; break;
+      case DType::bfloat16: {
+        const uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(row)[c0 + i]) << 16;
+        std::memcpy(x + i, &u, 4);
+        break;
+      }
+      case DType::float16: x[i] = _cvtsh_ss(static_cast<const uint16_t*>(row)[c0 + i]); break;
+      case DType::float8_e4m3: x[i] = e4m3_lut()[static_cast<const uint8_t*>(row)[c0 + i]]; break;
+      default: break;
+    }
+  }
+  return _mm256_load_ps(x);
+}
+
+inline void prefetch_storage_row(const void* row, DType t, int64_t n) {
+  const int64_t bytes = n * (t == DType::float32 ? 4 : t == DType::float8_e4m3 ? 1 : 2);
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(row) + o, _MM_HINT_T0);
+}
+
+// In-register transpose of an 8 x 8 block (r[i] = row i on entry, column i on exit).
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// K panel kp [n8 / 8][dqk][8]: 8 keys x 8 dims per step through transpose8.
+void pack_k_f32_avx2(const void* const* krows, DType t, int64_t n, int64_t dqk, float* kp) {
+  for (int64_t j0 = 0; j0 < n; j0 += 8) {
+    const int64_t nj = std::min<int64_t>(8, n - j0);
+    for (int64_t j = j0 + 8; j < std::min(n, j0 + 16); ++j) prefetch_storage_row(krows[j], t, dqk);
+    float* blk = kp + j0 * dqk;
+    for (int64_t c0 = 0; c0 < dqk; c0 += 8) {
+      const int64_t nd = std::min<int64_t>(8, dqk - c0);
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = i < nj ? load_f32x8(krows[j0 + i], t, c0, nd) : _mm256_setzero_ps();
+      transpose8(r);
+      for (int64_t d = 0; d < nd; ++d) _mm256_storeu_ps(blk + (c0 + d) * 8, r[d]);
+    }
+  }
+}
+
+// V panel vp [dv8 / 8][ld][8]: each row's 8-dim pieces into their blocks. Returns
+// LowpKernels::kNonFinite when some V element is +-inf or NaN (x - x is NaN exactly there).
+int pack_v_f32_avx2(const void* const* vrows, DType t, int64_t n, int64_t ld, int64_t dv, float* vp) {
+  __m256 bad = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    if (j + 8 < n) prefetch_storage_row(vrows[j + 8], t, dv);
+    for (int64_t c0 = 0; c0 < dv; c0 += 8) {
+      const __m256 x = load_f32x8(vrows[j], t, c0, std::min<int64_t>(8, dv - c0));
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(x, x), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+      _mm256_storeu_ps(vp + (c0 / 8 * ld + j) * 8, x);
+    }
+  }
+  return _mm256_movemask_ps(bad) ? LowpKernels::kNonFinite : 0;
+}
+
+// The register block of both panel products: c[n][v] = sum_{k < kn} b[8 k + n] a[k lda + 8 v]
+// for n < NB, v < MV (b: a panel block, its 8-element run per step; a: Q^T or P^T rows), then
+// by kMode: 0 out = c, 1 out += c, 2 out = alpha out + c (alpha per query).
+// 12 accumulators + 3 row vectors + 1 broadcast fill the 16 ymm registers at NB 4, MV 3.
+template <int NB, int MV, int kMode>
+inline void panel_block(const float* a, int64_t lda, const float* b, int64_t kn, float* out, int64_t mp,
+                        const float* alpha) {
+  const __m256 zero = _mm256_setzero_ps();
+  FA4_ACC_ALL(FA4_ACC_DECL)
+  for (int64_t k = 0; k < kn; ++k) {
+    FA4_LOAD_X(a + k * lda)
+    const float* bk = b + k * 8;
+    FA4_FMA_ROW(0, bk + 0)
+    FA4_FMA_ROW(1, bk + 1)
+    FA4_FMA_ROW(2, bk + 2)
+    FA4_FMA_ROW(3, bk + 3)
+    FA4_FMA_ROW(4, bk + 4)
+    FA4_FMA_ROW(5, bk + 5)
+    FA4_FMA_ROW(6, bk + 6)
+    FA4_FMA_ROW(7, bk + 7)
+  }
+  if constexpr (kMode == 0) {
+    FA4_STORE_ROW(0, out) FA4_STORE_ROW(1, out) FA4_STORE_ROW(2, out) FA4_STORE_ROW(3, out)
+    FA4_STORE_ROW(4, out) FA4_STORE_ROW(5, out) FA4_STORE_ROW(6, out) FA4_STORE_ROW(7, out)
+  } else {
+    const __m256 a0 = kMode == 2 ? _mm256_loadu_ps(alpha) : zero;
+    const __m256 a1 = kMode == 2 && MV > 1 ? _mm256_loadu_ps(alpha + 8) : zero;
+    const __m256 a2 = kMode == 2 && MV > 2 ? _mm256_loadu_ps(alpha + 16) : zero;
+    auto fin = [&](float* o, __m256 c, __m256 av) {
+      const __m256 x = _mm256_loadu_ps(o);
+      _mm256_storeu_ps(o, kMode == 2 ? _mm256_fmadd_ps(av, x, c) : _mm256_add_ps(x, c));
+    };
+#define FA4_FIN_ROW(n)                                              \
+  if constexpr (NB > n) {                                           \
+    fin(out + n * mp, c##n##0, a0);                                 \
+    if constexpr (MV > 1) fin(out + n * mp + 8, c##n##1, a1);      \
+    if constexpr (MV > 2) fin(out + n * mp + 16, c##n##2, a2);     \
+  }
+    FA4_ACC_ALL(FA4_FIN_ROW)
+#undef FA4_FIN_ROW
+  }
+}
+
+// S^T of 8 MV queries against keys [0, n) of the K panel, in chunks of dims each summed from 0
+// and then added to st (the two-level sum of the AVX-512 table's qkp_block: 64 dims, 32 at
+// D <= 64). MV 3 / 2 take each 8-key block as two 4-key halves (12 / 8 accumulators), MV 1 whole.
+template <int MV>
+void qkp_strip_avx2(const float* qt, int64_t mp, int64_t d, const float* kp, int64_t n, float* st) {
+  const int64_t chunk = d <= 64 ? 32 : 64;
+  constexpr int NB = MV == 1 ? 8 : 4;
+  for (int64_t n0 = 0; n0 < n; n0 += 8) {
+    for (int64_t h = 0; h < 8 && n0 + h < n; h += NB) {
+      const float* kb = kp + n0 * d + h;
+      float* out = st + (n0 + h) * mp;
+      panel_block<NB, MV, 0>(qt, mp, kb, std::min(d, chunk), out, mp, nullptr);
+      for (int64_t d0 = chunk; d0 < d; d0 += chunk)
+        panel_block<NB, MV, 1>(qt + d0 * mp, mp, kb + d0 * 8, std::min(chunk, d - d0), out, mp, nullptr);
+    }
+  }
+}
+
+// Strips of 24 queries (the last one 16 or 8): each strip's Q^T stays in L1 while the K panel
+// streams past it.
+void qk_f32p_avx2(const float* qt, int64_t mp, int64_t m, int64_t dqk, const float* kp, int64_t n, float* st) {
+  for (int64_t m0 = 0; m0 < m; m0 += 24) {
+    const int64_t r = m - m0;
+    if (r >= 24) qkp_strip_avx2<3>(qt + m0, mp, dqk, kp, n, st + m0);
+    else if (r == 16) qkp_strip_avx2<2>(qt + m0, mp, dqk, kp, n, st + m0);
+    else qkp_strip_avx2<1>(qt + m0, mp, dqk, kp, n, st + m0);
+  }
+}
+
+// O^T rows of the V panel's dims x 8 MV queries: the tile's sum from 0, met with alpha O once.
+template <int MV>
+void pvp_strip_avx2(const float* pt, int64_t mp, int64_t n, const float* vp, int64_t ld, int64_t dv,
+                    const float* alpha, float* ot) {
+  constexpr int NB = MV == 1 ? 8 : 4;
+  for (int64_t e0 = 0; e0 < dv; e0 += 8)
+    for (int h = 0; h < 8; h += NB) panel_block<NB, MV, 2>(pt, mp, vp + e0 * ld + h, n, ot + (e0 + h) * mp, mp, alpha);
+}
+
+void pv_f32p_avx2(const float* pt, int64_t mp, int64_t m, int64_t n, const float* vp, int64_t ld, int64_t dv,
+                  const float* alpha, float* ot) {
+  for (int64_t m0 = 0; m0 < m; m0 += 24) {
+    const int64_t r = m - m0;
+    if (r >= 24) pvp_strip_avx2<3>(pt + m0, mp, n, vp, ld, dv, alpha + m0, ot + m0);
+    else if (r == 16) pvp_strip_avx2<2>(pt + m0, mp, n, vp, ld, dv, alpha + m0, ot + m0);
+    else pvp_strip_avx2<1>(pt + m0, mp, n, vp, ld, dv, alpha + m0, ot + m0);
+  }
+}
+
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{"avx2",       8,       qk_avx2, pv_avx2, softmax_avx2, qk_rows_avx2, pv_rows_avx2,
-                         convert_avx2, nullptr, nullptr};
+  // (fp32 panels: 128-key tiles as the AVX-512 table's; strips of 24 queries, three vectors.)
+  static const F32Panels f32p{128, 0, 24, pack_k_f32_avx2, pack_v_f32_avx2, qk_f32p_avx2, pv_f32p_avx2};
+  static const Kernels k = [] {
+    Kernels t{"avx2", 8, qk_avx2, pv_avx2, softmax_avx2, qk_rows_avx2, pv_rows_avx2, convert_avx2, nullptr, nullptr};
+    t.f32p = &f32p;
+    return t;
+  }();
   return k;
 }
 
