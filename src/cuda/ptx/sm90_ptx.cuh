@@ -662,7 +662,9 @@ __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threa
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // bar.sync that also returns the OR of every participating thread's `pred` (bar.red.or.pred):
-// one thread's decision reaches the others without a shared-memory slot.
+// one thread's decision reaches the others without a shared-memory slot. (Every thread gets the
+// same value, but ptxas does not know that: a branch on it can make the code after it divergent
+// for ptxas -- uniform_from_lane0 below.)
 __device__ __forceinline__ bool named_barrier_sync_or(uint32_t id, uint32_t threads, bool pred) {
   uint32_t r;
   asm volatile(
@@ -672,5 +674,13 @@ __device__ __forceinline__ bool named_barrier_sync_or(uint32_t id, uint32_t thre
       : "memory");
   return r != 0;
 }
+// A flag every lane of the (whole, converged) warp already holds, returned from lane 0
+// (__shfl_sync), which ptxas treats as warp-uniform (as CUTLASS's canonical_warp_group_idx).
+// Branching on named_barrier_sync_or's result directly made ptxas compile the consumer's whole
+// key loop as divergent: every K descriptor went through vector registers and R2UR before its
+// wgmma, and BRA.DIV guarded the rescale votes (the balanced D 128 instance: 46 R2UR and 3 BRA.DIV
+// in the loop, 0 and 0 with this; it had run 5-6 % slower than the standard instance on the same
+// walk, H100 2026-12-07).
+__device__ __forceinline__ bool uniform_from_lane0(bool v) { return __shfl_sync(0xffffffffu, v ? 1u : 0u, 0) != 0; }
 
 }  // namespace fa4::cuda::ptx

@@ -179,6 +179,17 @@
 #ifndef FA4_SM90_FUSED_COMBINE
 #define FA4_SM90_FUSED_COMBINE 1
 #endif
+//   FA4_SM90_CALLED_MERGE  1: the split_kv instance calls merge_split_rows instead of inlining it.
+//                          Inlined, its per-thread row loops make ptxas compile the whole
+//                          consumer loop as divergent: SASS of the D 128 / D 64 split_kv key loops
+//                          46 / 32 R2UR feeding the wgmma descriptors and 3 BRA.DIV before the
+//                          rescale votes in every key tile, 0 / 0 called (bench/sass_loop.py;
+//                          docs/perf/h100-2026-12-07-session.md). A call has its own price (in the
+//                          standard tile it cost 3-9 %, fwd_epilogue.cuh), so 0 until the decode
+//                          A/B and the device suite have run on it (compiled only so far).
+#ifndef FA4_SM90_CALLED_MERGE
+#define FA4_SM90_CALLED_MERGE 0
+#endif
 //   FA4_SM90_TILE_SPLITS   1: the split count of a decode counts whole key tiles (core/splits.h
 //                          tile_granular_splits): the fewest tiles per split that one wave of
 //                          CTAs holds. The waves rule gave B 1 kv 2k / 8k 7 / 14 splits of 3 / 5

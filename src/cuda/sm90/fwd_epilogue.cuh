@@ -99,8 +99,15 @@ __device__ __forceinline__ void merge_rows_by(const FwdArgs& p, const TileWork& 
 // the split_kv instance (fwd_config.h fused_merge): inlined into the three-consumer D 64 tile it
 // spilled 106 local ops into the key loop; called (not inlined) from the standard D 128 tile it
 // cost that tile's prefill 3-4.5 % and the Sq 4 decode 4-9 % against inlined (H200 2026-12-05).
+// FA4_SM90_CALLED_MERGE (fwd_config.h) calls it instead: inlined, its per-thread row loops make
+// ptxas compile the split_kv instance's whole consumer loop as divergent.
+#if FA4_SM90_CALLED_MERGE
+#define FA4_SM90_MERGE_INLINING __noinline__
+#else
+#define FA4_SM90_MERGE_INLINING __forceinline__
+#endif
 template <class Elem, int kDv>
-__device__ __forceinline__ void merge_split_rows(const FwdArgs& p, const TileWork& w, const int row0, const int tid) {
+__device__ FA4_SM90_MERGE_INLINING void merge_split_rows(const FwdArgs& p, const TileWork& w, const int row0, const int tid) {
   const int rows = w.rows_seq - row0 < kRowsPerConsumer ? w.rows_seq - row0 : kRowsPerConsumer;
   if (rows * kDv <= 128 * 4) merge_rows_by<Elem, kDv, 4>(p, w, row0, tid);
   else if (rows * kDv <= 128 * 8) merge_rows_by<Elem, kDv, 8>(p, w, row0, tid);
@@ -131,7 +138,9 @@ __device__ __forceinline__ void merge_splits_if_last(const Sm90Params& P, Consum
     last = atomicAdd(P.split_counter + slot, 1u) == static_cast<uint32_t>(p.num_splits - 1);
     if (last) atomicExch(P.split_counter + slot, 0u);
   }
-  if (!ptx::named_barrier_sync_or(bar, 128, last)) return;
+  bool merge = ptx::named_barrier_sync_or(bar, 128, last);
+  if constexpr (FA4_SM90_CALLED_MERGE) merge = ptx::uniform_from_lane0(merge);
+  if (!merge) return;
   __threadfence();  // the other splits' rows, published before their arrivals
   merge_split_rows<typename T::OutElem, T::kDv>(p, w, row0, tid);
 }
@@ -187,7 +196,7 @@ __device__ __forceinline__ bool merge_piece(const Sm90Params& P, Consumer<T>& cs
     last = atomicAdd(ctr, 1u) == count - 1;
     if (last) atomicExch(ctr, 0u);
   }
-  if (!ptx::named_barrier_sync_or(bar, 128, last)) return false;
+  if (!ptx::uniform_from_lane0(ptx::named_barrier_sync_or(bar, 128, last))) return false;
   __threadfence();  // the other pieces' states, published before their arrivals
   const uint32_t n = static_cast<uint32_t>(P.sched.balanced_n), x0 = tile * n;
   auto slot_of = [&](uint32_t i) {  // CTA first + i's piece of the tile
