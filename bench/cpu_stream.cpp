@@ -20,21 +20,59 @@
 #include <immintrin.h>
 #endif
 
-static double sum_range(const float* p, int64_t n) {
+// 16 floats as one AVX-512 register, two AVX2 ones, or plain floats: the tool builds with
+// -march=native on any x86 machine (an AVX2-only one failed to compile the AVX-512 intrinsics).
 #if defined(__AVX512F__)
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+using V16 = __m512;
+static inline V16 v16_zero() { return _mm512_setzero_ps(); }
+static inline V16 v16_load(const float* p) { return _mm512_load_ps(p); }
+static inline V16 v16_add(V16 a, V16 b) { return _mm512_add_ps(a, b); }
+static inline double v16_sum(V16 a) { return _mm512_reduce_add_ps(a); }
+#elif defined(__AVX2__)
+struct V16 {
+  __m256 lo, hi;
+};
+static inline V16 v16_zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline V16 v16_load(const float* p) { return {_mm256_load_ps(p), _mm256_load_ps(p + 8)}; }
+static inline V16 v16_add(V16 a, V16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+static inline double v16_sum(V16 a) {
+  alignas(32) float x[8];
+  _mm256_store_ps(x, _mm256_add_ps(a.lo, a.hi));
+  double s = 0;
+  for (float f : x) s += f;
+  return s;
+}
+#else
+struct V16 {
+  float x[16];
+};
+static inline V16 v16_zero() { return V16{}; }
+static inline V16 v16_load(const float* p) {
+  V16 v;
+  std::memcpy(v.x, p, sizeof v.x);
+  return v;
+}
+static inline V16 v16_add(V16 a, V16 b) {
+  for (int i = 0; i < 16; ++i) a.x[i] += b.x[i];
+  return a;
+}
+static inline double v16_sum(V16 a) {
+  double s = 0;
+  for (float f : a.x) s += f;
+  return s;
+}
+#endif
+
+static double sum_range(const float* p, int64_t n) {
+  V16 a0 = v16_zero(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+    a0 = v16_add(a0, v16_load(p + i));
+    a1 = v16_add(a1, v16_load(p + i + 16));
+    a2 = v16_add(a2, v16_load(p + i + 32));
+    a3 = v16_add(a3, v16_load(p + i + 48));
   }
-  double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#else
-  double s = 0;
-  int64_t i = 0;
-#endif
+  double s = v16_sum(v16_add(v16_add(a0, a1), v16_add(a2, a3)));
   for (; i < n; ++i) s += p[i];
   return s;
 }
@@ -47,18 +85,18 @@ static double sum_range(const float* p, int64_t n) {
 //   order 2: per tile, per block of 4 keys, every head's K rows (8 KB contiguous), then V;
 //   order 3: per tile, the tile's K (64 KB contiguous) then its V;
 //   order N >= 4: per tile, K then V, each in blocks of N keys x every head (N must divide 32).
-inline void row4(const float* r, __m512* a0, __m512* a1) {
-  *a0 = _mm512_add_ps(*a0, _mm512_add_ps(_mm512_load_ps(r), _mm512_load_ps(r + 16)));
-  *a1 = _mm512_add_ps(*a1, _mm512_add_ps(_mm512_load_ps(r + 32), _mm512_load_ps(r + 48)));
+inline void row4(const float* r, V16* a0, V16* a1) {
+  *a0 = v16_add(*a0, v16_add(v16_load(r), v16_load(r + 16)));
+  *a1 = v16_add(*a1, v16_add(v16_load(r + 32), v16_load(r + 48)));
 }
 // pf > 0 (orders 0 / 1): each row read also prefetches (prefetcht0) the same row pf
 // (head, tile) steps later, as fa4's row kernels do since 9baea55.
 inline void pf_row(const float* r) {
-  for (int i = 0; i < 4; ++i) _mm_prefetch(reinterpret_cast<const char*>(r) + 64 * i, _MM_HINT_T0);
+  for (int i = 0; i < 4; ++i) __builtin_prefetch(reinterpret_cast<const char*>(r) + 64 * i, 0, 3);
 }
 static double decode_walk(const float* k, const float* v, int64_t keys, int order, int pf) {
   constexpr int64_t kRow = 64, kHeads = 8, kTile = 32;  // floats per 256-byte row
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  V16 a0 = v16_zero(), a1 = a0;
   for (int64_t j0 = 0; j0 + kTile <= keys; j0 += kTile) {
     if (order == 0 || order == 1) {
       for (int64_t h = 0; h < kHeads; ++h) {
@@ -89,7 +127,7 @@ static double decode_walk(const float* k, const float* v, int64_t keys, int orde
       }
     }
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  return v16_sum(v16_add(a0, a1));
 }
 
 int main(int argc, char** argv) {
