@@ -1558,7 +1558,9 @@ TEST(DescribePlan, EachBackendDescribesItself) {
   EXPECT_TRUE(info.kernel == "amx" || info.kernel == "avx512" || info.kernel == "avx2" || info.kernel == "generic")
       << info.kernel;
   EXPECT_EQ(info.tile_m, 64);  // 20 rows x group 3 = 60, whole 8-row (16-row on AVX-512) groups
-  EXPECT_EQ(info.tile_n, info.kernel == "amx" ? 512 : 32);  // AMX: 512-key bf16 tiles
+  // Keys per bf16 tile: AMX 512, the AVX2 fp32 panels 128 (F32Panels::key_tile), AVX-512 /
+  // generic 32.
+  EXPECT_EQ(info.tile_n, info.kernel == "amx" ? 512 : info.kernel == "avx2" ? 128 : 32);
   EXPECT_TRUE(info.pack_gqa);
   EXPECT_EQ(info.splits, 1);  // 2 x 2 tiles fill both threads
   // One kv head, one token, 2 threads: two splits (700 keys allow 5 of 4 x 32 keys).

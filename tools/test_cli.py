@@ -33,6 +33,9 @@ def expect(cond, what, detail=""):
 
 
 # Small shapes: the cpu backend and the reference both run in milliseconds.
+# Keys per tile of a bf16 prefill on each cpu kernel table: AMX 512-key tiles, the AVX-512
+# vdpbf16ps panels 32, the AVX2 fp32 panels 128 (F32Panels::key_tile), the generic kernels 32.
+BF16_KEY_TILE = {"amx": 512, "avx512": 32, "avx2": 128, "generic": 32}
 SMALL = ["-b", "2", "--seqlen", "48", "--heads", "4", "--head-dim", "32"]
 
 RUN_CASES = [
@@ -109,16 +112,18 @@ def test_run():
                "fa4 " + " ".join(args), out + err)
     rc, out, _ = fa4("run", *SMALL, "--reps", "3", "--warmup", "0")
     expect(rc == 0 and "(3 reps, 0 warmup)" in out, "run --reps 3 --warmup 0", out)
-    # The plan line: the cpu tiles 48 query rows (whole 8- or 16-row groups) x 32 keys (512 on
-    # AMX for bf16); one token x a GQA group of 4 packs into one 8-row tile and, with one kv head,
-    # splits 7 * 32 keys in two.
-    plan_re = r"^plan: kernel (amx|avx512|avx2|generic), tile %s, PackGQA %s, splits %d$"
-    for extra, tile, pack, splits in (([], "48x(32|512)", "no", 1),
-                                      (["--kv-heads", "1", "--seqlen-q", "1", "--seqlen-k", "900", "-b", "1",
-                                        "--threads", "2"], "8x32", "yes", 2)):
+    # The plan line: the cpu tiles 48 query rows (whole 8- or 16-row groups) x the bf16 key tile of
+    # its kernel (BF16_KEY_TILE); one token x a GQA group of 4 packs into one 8-row tile (the
+    # row-major decode kernels, 32 keys on every path) and, with one kv head, splits 7 * 32 keys in two.
+    plan_re = r"^plan: kernel (amx|avx512|avx2|generic), tile (\d+)x(\d+), PackGQA %s, splits %d$"
+    for extra, rows, keys, pack, splits in (([], 48, None, "no", 1),
+                                            (["--kv-heads", "1", "--seqlen-q", "1", "--seqlen-k", "900", "-b", "1",
+                                              "--threads", "2"], 8, 32, "yes", 2)):
         rc, out, _ = fa4("run", *SMALL, "--backend", "cpu", *extra)
-        expect(rc == 0 and re.search(plan_re % (tile, pack, splits), out, re.M),
-               f"run {' '.join(extra)}: plan line tile {tile}, PackGQA {pack}, splits {splits}", out)
+        m = re.search(plan_re % (pack, splits), out, re.M)
+        want = keys if keys is not None else BF16_KEY_TILE.get(m.group(1)) if m else None
+        expect(rc == 0 and m is not None and int(m.group(2)) == rows and int(m.group(3)) == want,
+               f"run {' '.join(extra)}: plan line tile {rows}x{want}, PackGQA {pack}, splits {splits}", out)
     rc, out, _ = fa4("run", *SMALL, "--backend", "reference")
     expect(rc == 0 and re.search(r"^plan: kernel fp64, tile 0x0, PackGQA no, splits 1$", out, re.M),
            "run --backend reference: plan line", out)
@@ -172,8 +177,8 @@ def test_run_json(tmp):
             doc = json.load(f)
         expect(doc["layout"] == "paged(16)" and doc["check"]["pass"] is True and doc["flops"] > 0
                and doc["median_s"] > 0, "run JSON fields", json.dumps(doc))
-        expect(doc["plan"]["tile_m"] == 48 and doc["plan"]["tile_n"] in (32, 512) and doc["plan"]["splits"] >= 1
-               and doc["plan"]["kernel"], "run JSON plan", json.dumps(doc))
+        expect(doc["plan"]["tile_m"] == 48 and doc["plan"]["tile_n"] == BF16_KEY_TILE.get(doc["plan"]["kernel"])
+               and doc["plan"]["splits"] >= 1, "run JSON plan", json.dumps(doc))
     except (OSError, ValueError, KeyError) as e:
         expect(False, f"run JSON unreadable: {e}")
     rc, out, err = fa4("run", *SMALL, "--kv-dtype", "e4m3", "--kv-scale", "per-token", "--paged", "16", "--check",
