@@ -504,6 +504,9 @@ void convert_avx2(const void* src, DType t, int64_t stride, int64_t n, float* ds
 // the dims for S, per key tile for O): one FMA chain over all of d put fp32's rel-L2 above torch's
 // (8.7e-7 vs 3.9e-7 at S 2048 D 64 on Zen 3, bench/cpu_peers.py, 2026-12-07).
 
+// Bytes of one element of a floating storage dtype (no core/*.h helper here: top of this file).
+inline int64_t storage_bytes(DType t) { return t == DType::float32 ? 4 : t == DType::float8_e4m3 ? 1 : 2; }
+
 // Elements [c0, c0 + cnt) (cnt <= 8, the other lanes 0) of one storage row of dtype t, in fp32.
 inline __m256 load_f32x8(const void* row, DType t, int64_t c0, int64_t cnt) {
   if (cnt == 8) {
@@ -516,24 +519,12 @@ inline __m256 load_f32x8(const void* row, DType t, int64_t c0, int64_t cnt) {
     }
   }
   alignas(32) float x[8] = {};
-  for (int64_t i = 0; i < cnt; ++i) {
-    switch (t) {
-      case DType::float32: x[i] = static_cast<const float*>(row)[c0 + i]; break;
-      case DType::bfloat16: {
-        const uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(row)[c0 + i]) << 16;
-        std::memcpy(x + i, &u, 4);
-        break;
-      }
-      case DType::float16: x[i] = _cvtsh_ss(static_cast<const uint16_t*>(row)[c0 + i]); break;
-      case DType::float8_e4m3: x[i] = e4m3_lut()[static_cast<const uint8_t*>(row)[c0 + i]]; break;
-      default: break;
-    }
-  }
+  convert_avx2(static_cast<const char*>(row) + c0 * storage_bytes(t), t, 1, cnt, x);
   return _mm256_load_ps(x);
 }
 
 inline void prefetch_storage_row(const void* row, DType t, int64_t n) {
-  const int64_t bytes = n * (t == DType::float32 ? 4 : t == DType::float8_e4m3 ? 1 : 2);
+  const int64_t bytes = n * storage_bytes(t);
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(row) + o, _MM_HINT_T0);
 }
 
