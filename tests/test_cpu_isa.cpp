@@ -220,25 +220,29 @@ TEST(CpuIsa, Fp32PanelTilesWithSplitsPagesSinksSoftcapAndLse) {
 }
 
 // bf16 subnormals (|x| < 2^-126) read as zero in the matrix units and vdpbf16ps; with a huge
-// scale they still carry the scores, so such tiles must take the fp32 kernels.
+// scale they still carry the scores, so such tiles must take the fp32 kernels. Prefill (the
+// packed panels) and decode (sq 1, GQA 4: the row-major kernels, vdpbf16ps on AVX512_BF16,
+// whose P V redoes a call that read a subnormal V in fp32).
 TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {
-  for (int which = 0; which < 3; ++which) {  // 0: K subnormal, 1: Q subnormal, 2: V subnormal
+  for (int which = 0; which < 6; ++which) {  // % 3 = 0: K subnormal, 1: Q subnormal, 2: V subnormal
+    const bool decode = which >= 3;
     CaseConfig cfg;
     cfg.dtype = DType::bfloat16;
-    cfg.hq = cfg.hkv = 2;
+    cfg.hkv = 2;
+    cfg.hq = decode ? 8 : 2;
     cfg.dqk = cfg.dv = 64;
-    cfg.sq = 40;
+    cfg.sq = decode ? 1 : 40;
     cfg.sk = 150;
-    cfg.scale = which == 2 ? 0.0f : 1e38f;  // scores ~ 1e-39 * 1e38 * sqrt(64) = O(1)
+    cfg.scale = which % 3 == 2 ? 0.0f : 1e38f;  // scores ~ 1e-39 * 1e38 * sqrt(64) = O(1)
     const uint64_t seed = derive_seed(63000 + which);
     FA4_SEED_TRACE(seed);
     Case orig = make_case(cfg, seed);
-    Tensor& t = which == 0 ? orig.k : which == 1 ? orig.q : orig.v;
+    Tensor& t = which % 3 == 0 ? orig.k : which % 3 == 1 ? orig.q : orig.v;
     for (int64_t off : t.offsets()) t.set(off, t.get(off) * 1e-39f);
     Case ref = orig, cpu = orig;
     ASSERT_TRUE(ref.run(Backend::reference).ok());
     ASSERT_TRUE(cpu.run(Backend::cpu).ok());
-    EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype))) << "subnormal operand " << which;
+    EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype))) << "subnormal operand " << which % 3 << " decode " << decode;
   }
 }
 

@@ -441,6 +441,12 @@ int64_t packed_row_step(int64_t g, int64_t pos_step, int64_t head_step) {
 }
 
 // Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
+// One demand load per 64-byte line of [p, p + bytes): unlike a software prefetch, demand loads
+// train the hardware stream prefetchers (run_unit's touch pass).
+inline void touch_span(const char* p, int64_t bytes) {
+  const char* c = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63});
+  for (const char* e = p + bytes; c < e; c += 64) (void)*reinterpret_cast<const volatile char*>(c);
+}
 inline void prefetch_span(const char* p, int64_t bytes) {
   bytes = std::min<int64_t>(bytes, 1024);
   for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
@@ -576,13 +582,14 @@ void flag_nonfinite_o_rows(const float* o, int64_t n_all, int64_t rs, int64_t es
 }
 
 // The factor of the row-major Q rows for the prescale qscale, and in *post what the scores of
-// K.qk_rows still need. The vdpbf16ps rows kernels (AVX512_BF16, e4m3 K) multiply q as bf16
+// K.qk_rows still need. The vdpbf16ps rows kernels (AVX512_BF16, e4m3 / bf16 K) multiply q as bf16
 // and use them only where q is exactly bf16: there q carries the power of two 2^e of qscale (an
 // exact multiply, bf16 queries stay bf16) and the rest (in [1, 2)) scales the fp32 scores.
 float rows_q_scale(const Kernels& K, const Problem& pb, float qscale, float* post) {
   *post = 1.0f;
 #if defined(__x86_64__) || defined(_M_X64)
-  if (K.qk_rows == qk_rows_avx512bf16 && pb.dtype == DType::bfloat16 && pb.kv_dtype == DType::float8_e4m3 &&
+  if (K.qk_rows == qk_rows_avx512bf16 && pb.dtype == DType::bfloat16 &&
+      (pb.kv_dtype == DType::float8_e4m3 || pb.kv_dtype == DType::bfloat16) &&
       std::isnormal(qscale)) {
     const float p2 = std::ldexp(1.0f, std::ilogb(qscale));
     *post = qscale / p2;
@@ -884,8 +891,19 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // later spreading inside the kernels (docs/perf/cpu.md, 2026-12-03): 12.2-12.8 ms, and 1-3
   // steps equal. The next tile's rows in address order (key-major over the heads) instead: 1
   // thread ~5% faster, 2 threads ~10% slower (B = 4 kv 16k), not taken.
+  // Row-major units over several kv heads (decode) take the touch pass instead (touch_tile
+  // below): before a key tile's steps, one demand load per line of its K rows of every head in
+  // address order, then of its V rows. The steps read a head's rows a whole key apart (2 KB at
+  // Hkv 8, D 128 bf16), an order the hardware stream prefetchers do not follow: measured on
+  // Zen 4 (2026-12-07, docs/perf/cpu.md), one core walks K / V in the steps' order at ~11.6 GB/s
+  // against a plain sum's 27-30, and at ~22 with the touch pass first (bench/cpu_stream-style
+  // walks); fa4 itself (B 4, Hq 32, Hkv 8, kv 16k, bf16), with the vdpbf16ps rows kernels:
+  // 1 thread 8.6 -> 13.6 GB/s, 2 threads 16.9 -> 24.2 (software prefetch on top of it cost 10%,
+  // an address-ordered prefetch list spread over the steps ran as the steady one, and demand
+  // loads spread over the steps stalled them: 6.5 GB/s).
+  const bool touch = rowwise && nh > 1;
 #if defined(__x86_64__) || defined(_M_X64)
-  const bool steady_pf = rowwise && (K.qk_rows == qk_rows_avx512 || K.qk_rows == qk_rows_avx512bf16);
+  const bool steady_pf = rowwise && !touch && (K.qk_rows == qk_rows_avx512 || K.qk_rows == qk_rows_avx512bf16);
 #else
   const bool steady_pf = false;
 #endif
@@ -1160,11 +1178,39 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       K.pv(ws.st + ra, mp, m, n, ws.vrows, dv, ws.alpha + ra, ws.ot + ra);
     }
   };
+  // The touch pass of key tile [j0, j0 + n): every head's row addresses (which its step then
+  // uses: rows_at), and one read of each line, key-major over the heads where a key's heads are
+  // closer together than a head's keys (BSHD, paged: address order), head-major otherwise.
+  const bool key_major = nh > 1 && std::abs(pb.ks.head) <= std::abs(kv_rows[0].k_step);
+  auto touch_tile = [&](int64_t j0, int64_t n) {
+    for (int h = 0; h < nh; ++h) {
+      Workspace& w = *wss[h];
+      for (int64_t t = 0; t < n; ++t) {
+        int64_t ko, vo;
+        kv_rows[h].at(j0 + t, &ko, &vo);
+        w.kraw[t] = kbase + ko * esz;
+        w.vraw[t] = vbase + vo * esz;
+      }
+      w.rows_at = j0;
+      w.rows_n = n;
+    }
+    for (int side = 0; side < 2; ++side) {
+      const int64_t span = side ? v_span : k_span;
+      const int64_t outer = key_major ? n : nh, inner = key_major ? nh : n;
+      for (int64_t a = 0; a < outer; ++a)
+        for (int64_t c = 0; c < inner; ++c) {
+          const Workspace& w = *wss[key_major ? c : a];
+          const int64_t t = key_major ? a : c;
+          touch_span(static_cast<const char*>(side ? w.vraw[t] : w.kraw[t]), span);
+        }
+    }
+  };
   FA4_PROF_LAP(pu, kPrLoop);
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
     const int64_t n = pan ? std::min(ws.nk, sm.sk - j0) : std::min(ws.nk, hi - j0);
     const TileKind kind = sm.classify(i0, i1, j0, j0 + n);
     if (kind == TileKind::empty) continue;
+    if (touch) touch_tile(j0, n);
     for (int h = 0; h < nh; ++h) {
 #if defined(__x86_64__) || defined(_M_X64)
       if (steady_pf) {

@@ -235,8 +235,8 @@ void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* 
                     float* st);
 void pv_rows_avx512(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
                     const float* alpha, float* o);
-// The same on AVX512_BF16 with vdpbf16ps products for e4m3 rows (cpu_rows_avx512.cpp says
-// why not bf16, and when they fall back to the fp32 ones): q.k uses them only where q is exactly bf16 (the
+// The same on AVX512_BF16 with vdpbf16ps products for e4m3 and bf16 rows (cpu_rows_avx512.cpp
+// says when they fall back to the fp32 ones): q.k uses them only where q is exactly bf16 (the
 // driver then passes q x 2^e and scales the scores by the rest), P V rounds P to bf16.
 void qk_rows_avx512bf16(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
                         float* st);

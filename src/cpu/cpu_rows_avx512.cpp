@@ -301,9 +301,11 @@ void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv
 // exact, sums in fp32): 1 op per row for q.k on the looked-up rows as they come, and for P V 1
 // op per row per 2 keys after one vpunpck[lh]wd per key interleaves two V rows. Measured
 // (B = 4, Hq = 32, Hkv = 8, D = 128, kv 16k, 1 thread, Zen 5, docs/perf/cpu.md): e4m3 11.5 ->
-// 9.9 ms. bf16 rows through the same kernels ran no faster (12.6 -> 14.2 ms, perf: the time
-// sits on the prefetches and loads, i.e. bf16 at twice the bytes is bounded by memory here),
-// so bf16 keeps the fp32 kernels.
+// 9.9 ms. bf16 rows through the same kernels ran no faster there (12.6 -> 14.2 ms, perf: the
+// time sat on the prefetches and loads, bf16 at twice the bytes bounded by memory). On Zen 4
+// (2026-12-07, docs/perf/cpu.md) the fp32 kernels are the limit once the driver reads each tile
+// in address order (run_unit's touch pass): 16 fp32 FMAs + 2 widening ops per row and 32 dims
+// against 1 vdpbf16ps; B = 4, kv 16k, 1 thread, 11.0 -> 13.6 GB/s. So bf16 rows take them too.
 // Facts of the instruction that decide where it may run: it reads bf16 subnormals as 0 and
 // flushes subnormal results, ignoring MXCSR.
 //   - q must be bf16 exactly (the driver hands bf16 queries times a power of two, and applies
@@ -312,7 +314,16 @@ void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv
 //     score by at most d x 2^40 x 2^-126 < 2^-76: nothing a softmax sees.
 //   - P is rounded to bf16 (as the GPU kernels do, DESIGN.md section 4); a flushed p < 2^-126
 //     moves O by < 2^-126 |v|. e4m3 values are never subnormal as bf16 (the smallest is 2^-9).
+//   - a subnormal bf16 K element is read as 0: with |q| <= 2^40 that moves a score by less than
+//     d x 2^-86, nothing a softmax sees. A subnormal V element would move O by up to its own
+//     size, which matters for outputs of that size: pv_chunks_dp flags it (Raw::kMayBeTiny) and
+//     the call is redone with the fp32 kernel.
+struct Bf16Raw {
+  static constexpr bool kMayBeTiny = true;
+  static __m512i load(const void* row, int64_t c) { return _mm512_loadu_si512(static_cast<const uint16_t*>(row) + c); }
+};
 struct E4m3Raw {
+  static constexpr bool kMayBeTiny = false;
   static __m512i load(const void* row, int64_t c) {
     return e4m3x32_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint8_t*>(row) + c)));
   }
@@ -387,9 +398,16 @@ inline void store_o_dp(float* o, __m512 lo, __m512 hi) {
 
 // pp [np][8]: bf16 pairs (p[2i][r], p[2i + 1][r]) of rows r < 8, keys [0, nk) (an odd last key
 // paired with 0 and a zero row).
+// Lanes of x (32 bf16) that are subnormal: exponent 0, mantissa not 0.
+inline __mmask32 bf16_subnormal(__m512i x) {
+  return _mm512_mask_test_epi16_mask(_mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x7f80)), x, _mm512_set1_epi16(0x007f));
+}
+
+// *tiny |= whether a V element read is a subnormal bf16 (Raw::kMayBeTiny only).
 template <class Raw, int R, int C>
 inline void pv_chunks_dp(const uint32_t* pp, int64_t nk, const void* const* vrows, int64_t dv, int64_t c0,
-                         const float* alpha, float* o, const void* const* pf, int64_t npf, int64_t pf_bytes) {
+                         const float* alpha, float* o, const void* const* pf, int64_t npf, int64_t pf_bytes,
+                         __mmask32* tiny) {
   __m512 lo[C][R], hi[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) load_o_dp(o + r * dv + c0 + 32 * c, alpha[r], &lo[c][r], &hi[c][r]);
@@ -399,6 +417,7 @@ inline void pv_chunks_dp(const uint32_t* pp, int64_t nk, const void* const* vrow
     for (int c = 0; c < C; ++c) {
       const __m512i a = Raw::load(vrows[j], c0 + 32 * c);
       const __m512i b = two ? Raw::load(vrows[j + 1], c0 + 32 * c) : _mm512_setzero_si512();
+      if constexpr (Raw::kMayBeTiny) *tiny |= bf16_subnormal(a) | bf16_subnormal(b);
       const __m512bh vl = (__m512bh)_mm512_unpacklo_epi16(a, b), vh = (__m512bh)_mm512_unpackhi_epi16(a, b);
       for (int r = 0; r < R; ++r) {
         const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pp[(j >> 1) * 8 + r]));
@@ -420,6 +439,10 @@ void pv_rows_dp_t(const float* pt, int64_t nk, const void* const* vrows, int64_t
   tl_pf.v = nullptr;
   alignas(64) uint32_t pp[kBlock / 2 * 8];
   float one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  // O as it came, for the fp32 redo of a call that met a subnormal V element (Raw::kMayBeTiny).
+  alignas(64) float o_in[Raw::kMayBeTiny ? R * kMaxDim : 1];
+  if constexpr (Raw::kMayBeTiny) std::copy(o, o + R * dv, o_in);
+  __mmask32 tiny = 0;
   for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
     const int64_t n = std::min(kBlock, nk - j0);
     for (int64_t i = 0; 2 * i < n; ++i) {
@@ -446,16 +469,20 @@ void pv_rows_dp_t(const float* pt, int64_t nk, const void* const* vrows, int64_t
       int64_t from = 0;
       const int64_t cnt = share(&from), take = std::min(cnt, (n + 1) / 2);
       if (c0 + 32 * C <= dv) {
-        pv_chunks_dp<Raw, R, C>(pp, n, vrows + j0, dv, c0, al, o, pf + from, take, pf_bytes);
+        pv_chunks_dp<Raw, R, C>(pp, n, vrows + j0, dv, c0, al, o, pf + from, take, pf_bytes, &tiny);
         c0 += 32 * C;
       } else {
-        pv_chunks_dp<Raw, R, 1>(pp, n, vrows + j0, dv, c0, al, o, pf + from, take, pf_bytes);
+        pv_chunks_dp<Raw, R, 1>(pp, n, vrows + j0, dv, c0, al, o, pf + from, take, pf_bytes, &tiny);
         c0 += 32;
       }
       for (int64_t t = take; t < cnt; ++t) prefetch_row(pf[from + t], pf_bytes);
     }
     if (j0 == 0)
       for (int64_t t = done; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
+  }
+  if (Raw::kMayBeTiny && tiny) {
+    std::copy(o_in, o_in + R * dv, o);
+    pv_rows_t<L, R>(pt, nk, vrows, dv, alpha, o);
   }
 }
 
@@ -493,8 +520,20 @@ struct QkDp<E4m3Rows, R> {
     qk_rows_dp_t<E4m3Rows, E4m3Raw, R>(q, d, krows, nk, st);
   }
 };
+template <int R>
+struct QkDp<Bf16Rows, R> {
+  static void run(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
+    qk_rows_dp_t<Bf16Rows, Bf16Raw, R>(q, d, krows, nk, st);
+  }
+};
 template <class L, int R>
 struct PvDp;
+template <int R>
+struct PvDp<Bf16Rows, R> {
+  static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
+    pv_rows_dp_t<Bf16Rows, Bf16Raw, R>(pt, nk, vrows, dv, alpha, o);
+  }
+};
 template <int R>
 struct PvDp<E4m3Rows, R> {
   static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
@@ -534,6 +573,8 @@ void qk_rows_avx512bf16(const float* q, int64_t rows, int64_t d, const void* con
                         float* st) {
   if (d % 32 == 0 && d <= kMaxDim && nk > 0 && t == DType::float8_e4m3)
     return by_rows<QkDp, E4m3Rows>(rows, q, d, krows, nk, st);
+  if (d % 32 == 0 && d <= kMaxDim && nk > 0 && t == DType::bfloat16)
+    return by_rows<QkDp, Bf16Rows>(rows, q, d, krows, nk, st);
   qk_rows_avx512(q, rows, d, krows, t, nk, st);
 }
 
@@ -541,6 +582,8 @@ void pv_rows_avx512bf16(const float* pt, int64_t rows, int64_t nk, const void* c
                         const float* alpha, float* o) {
   if (dv % 32 == 0 && nk > 0 && t == DType::float8_e4m3)
     return by_rows<PvDp, E4m3Rows>(rows, pt, nk, vrows, dv, alpha, o);
+  if (dv % 32 == 0 && dv <= kMaxDim && nk > 0 && t == DType::bfloat16)
+    return by_rows<PvDp, Bf16Rows>(rows, pt, nk, vrows, dv, alpha, o);
   pv_rows_avx512(pt, rows, nk, vrows, t, dv, alpha, o);
 }
 
