@@ -900,8 +900,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // walks); fa4 itself (B 4, Hq 32, Hkv 8, kv 16k, bf16), with the vdpbf16ps rows kernels:
   // 1 thread 8.6 -> 13.6 GB/s, 2 threads 16.9 -> 24.2 (software prefetch on top of it cost 10%,
   // an address-ordered prefetch list spread over the steps ran as the steady one, and demand
-  // loads spread over the steps stalled them: 6.5 GB/s).
-  const bool touch = rowwise && nh > 1;
+  // loads spread over the steps stalled them: 6.5 GB/s). Not for pages of fewer than 32 keys:
+  // there a tile's rows lie on scattered pages, the touch pass waits on each page's first miss
+  // in turn, and the steady prefetch's overlap wins (2 threads, kv 16k: page 1 16.3 GB/s with
+  // it, 12.3 with the touch pass; e4m3 page 16 9.3 / 8.6; page 64 15.7 / 18.0).
+  const bool touch = rowwise && nh > 1 && (pb.kv != KvLayout::paged || pb.page_size >= 32);
 #if defined(__x86_64__) || defined(_M_X64)
   const bool steady_pf = rowwise && !touch && (K.qk_rows == qk_rows_avx512 || K.qk_rows == qk_rows_avx512bf16);
 #else
