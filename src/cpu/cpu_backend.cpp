@@ -441,10 +441,13 @@ int64_t packed_row_step(int64_t g, int64_t pos_step, int64_t head_step) {
 }
 
 // Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
-// One demand load per 64-byte line of [p, p + bytes): unlike a software prefetch, demand loads
-// train the hardware stream prefetchers (run_unit's touch pass).
+// One demand load per 64-byte line of [p, p + bytes) (bytes > 0), each inside the span (p itself,
+// then the line starts after it): unlike a software prefetch, demand loads train the hardware
+// stream prefetchers (run_unit's touch pass).
 inline void touch_span(const char* p, int64_t bytes) {
-  const char* c = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63});
+  if (bytes <= 0) return;
+  (void)*reinterpret_cast<const volatile char*>(p);
+  const char* c = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(p) | uintptr_t{63}) + 1);
   for (const char* e = p + bytes; c < e; c += 64) (void)*reinterpret_cast<const volatile char*>(c);
 }
 inline void prefetch_span(const char* p, int64_t bytes) {
