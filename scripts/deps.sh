@@ -18,3 +18,31 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+
+# With the cuda backend built, CTest reads the sm_90a SASS of the build (tests/check_sass_loops.py):
+# cuobjdump + nvdisasm, from the toolkit when it has them, else NVIDIA's PyPI wheels (no GPU
+# needed) unpacked into ~/.cache/fa4/cuda-tools (tests/CMakeLists.txt looks there).
+nvcc_bin=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+tools=$HOME/.cache/fa4/cuda-tools
+if [ -n "$nvcc_bin" ] && ! [ -x "$(dirname "$nvcc_bin")/cuobjdump" -a -x "$(dirname "$nvcc_bin")/nvdisasm" ] &&
+   ! [ -x "$tools/nvidia/cu13/bin/cuobjdump" -a -x "$tools/nvidia/cu13/bin/nvdisasm" ]; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip
+  fi
+  echo "fa4: fetching cuobjdump / nvdisasm (PyPI wheels) into $tools"
+  mkdir -p "$tools/wheels"
+  python3 -m pip download -q --no-deps -d "$tools/wheels" "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"
+  python3 - "$tools" <<'PY'
+import glob, os, sys, zipfile
+root = sys.argv[1]
+for whl in glob.glob(os.path.join(root, "wheels", "*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        for n in z.namelist():
+            if n.startswith("nvidia/cu13/bin/"):
+                z.extract(n, root)
+                os.chmod(os.path.join(root, n), 0o755)
+PY
+fi
