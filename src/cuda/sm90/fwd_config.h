@@ -185,8 +185,11 @@
 //                          46 / 32 R2UR feeding the wgmma descriptors and 3 BRA.DIV before the
 //                          rescale votes in every key tile, 0 / 0 called (bench/sass_loop.py;
 //                          docs/perf/h100-2026-12-07-session.md). A call has its own price (in the
-//                          standard tile it cost 3-9 %, fwd_epilogue.cuh), so 0 until the decode
-//                          A/B and the device suite have run on it (compiled only so far).
+//                          standard tile it cost 3-9 %, fwd_epilogue.cuh), and here too: decode
+//                          A/B on an H100 (2026-12-07, docs/perf/h100-2026-12-07b-cmerge.md; the
+//                          device tests pass with it) ran it 0.93-0.98x at B 1 / 4 (kv 8k, 128k),
+//                          1.00x at B 32. The loop's uniformity was not what split decodes pay
+//                          for, so 0 (tests/check_sass_loops.py allows those 3 BRA.DIV).
 #ifndef FA4_SM90_CALLED_MERGE
 #define FA4_SM90_CALLED_MERGE 0
 #endif
