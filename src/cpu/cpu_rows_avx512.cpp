@@ -157,7 +157,7 @@ inline void over_key_blocks(const void* const* krows, int64_t nk, float* st, Blk
   tl_pf.k = nullptr;
   int64_t j = 0;
   for (; j + KB <= nk; j += KB)
-    blk(krows + j, KB, st + j * 8, pf + j, static_cast<int>(std::clamp<int64_t>(npf - j, 0, KB)), pf_bytes);
+    blk(krows + j, KB, st + j * 8, pf ? pf + j : nullptr, static_cast<int>(std::clamp<int64_t>(npf - j, 0, KB)), pf_bytes);
   for (int64_t t = j; t < npf; ++t) prefetch_row(pf[t], pf_bytes);
   if (j < nk) blk(krows + j, static_cast<int>(nk - j), st + j * 8, nullptr, 0, int64_t{0});
 }
@@ -469,10 +469,10 @@ void pv_rows_dp_t(const float* pt, int64_t nk, const void* const* vrows, int64_t
       int64_t from = 0;
       const int64_t cnt = share(&from), take = std::min(cnt, (n + 1) / 2);
       if (c0 + 32 * C <= dv) {
-        pv_chunks_dp<Raw, R, C>(pp, n, vrows + j0, dv, c0, al, o, pf + from, take, pf_bytes, &tiny);
+        pv_chunks_dp<Raw, R, C>(pp, n, vrows + j0, dv, c0, al, o, pf ? pf + from : nullptr, take, pf_bytes, &tiny);
         c0 += 32 * C;
       } else {
-        pv_chunks_dp<Raw, R, 1>(pp, n, vrows + j0, dv, c0, al, o, pf + from, take, pf_bytes, &tiny);
+        pv_chunks_dp<Raw, R, 1>(pp, n, vrows + j0, dv, c0, al, o, pf ? pf + from : nullptr, take, pf_bytes, &tiny);
         c0 += 32;
       }
       for (int64_t t = take; t < cnt; ++t) prefetch_row(pf[from + t], pf_bytes);
