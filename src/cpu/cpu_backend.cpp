@@ -440,7 +440,6 @@ int64_t packed_row_step(int64_t g, int64_t pos_step, int64_t head_step) {
   return pos_step == g * head_step ? head_step : 0;
 }
 
-// Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
 // One demand load per 64-byte line of [p, p + bytes) (bytes > 0), each inside the span (p itself,
 // then the line starts after it): unlike a software prefetch, demand loads train the hardware
 // stream prefetchers (run_unit's touch pass).
@@ -450,6 +449,7 @@ inline void touch_span(const char* p, int64_t bytes) {
   const char* c = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(p) | uintptr_t{63}) + 1);
   for (const char* e = p + bytes; c < e; c += 64) (void)*reinterpret_cast<const volatile char*>(c);
 }
+// Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
 inline void prefetch_span(const char* p, int64_t bytes) {
   bytes = std::min<int64_t>(bytes, 1024);
   for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
