@@ -265,7 +265,10 @@
 //                          causal (the code's presence) -- H100 2026-12-06,
 //                          docs/perf/h100-2026-12-06g-session.md. This form (H100, same day):
 //                          correct, other launches unchanged, the balanced ones 0.94-0.96x (the
-//                          instance's key loop runs slower, as the split merge's did): 0.
+//                          instance's key loop runs slower, as the split merge's did). With the
+//                          piece merge branching on a lane-0 broadcast (uniform loop, b2f6ae9;
+//                          H100 2026-12-07, docs/perf/h100-2026-12-07b-cmerge.md): 0.958 / 0.998 /
+//                          1.009x main at S 1k / 4k / 16k -- under 1 % to gain, 4 % to lose: 0.
 #ifndef FA4_SM90_BALANCED
 #define FA4_SM90_BALANCED 0
 #endif
