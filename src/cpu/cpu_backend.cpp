@@ -923,6 +923,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
 #if defined(__x86_64__) || defined(_M_X64)
   if (rows_qk == qk_rows_avx512bf16 && pb.dtype != DType::bfloat16) rows_qk = qk_rows_avx512, rows_pv = pv_rows_avx512;
 #endif
+  // Storage addresses of the K / V rows of keys [j0, j0 + n) of one kv head.
+  auto row_addresses = [&](const KvRowOffsets& kv, int64_t j0, int64_t n, const void** k, const void** v) {
+    for (int64_t t = 0; t < n; ++t) {
+      int64_t ko, vo;
+      kv.at(j0 + t, &ko, &vo);
+      k[t] = kbase + ko * esz;
+      v[t] = vbase + vo * esz;
+    }
+  };
   // One key tile of one head (several heads: row-major units over kv heads, see Unit::nh).
   auto tile = [&](Workspace& ws, const KvRowOffsets& kv_rows, const KvTokenFactors* tok, int64_t j0, int64_t n,
                   TileKind kind) {
@@ -937,12 +946,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     if (rowwise && ws.rows_at == j0 && ws.rows_n == n) {
       // filled by the prefetch list of an earlier step (steady_pf below)
     } else if (!tp || want == Panels::kMine || tp->flags[pan_tile] != 0) {
-      for (int64_t t = 0; t < n; ++t) {
-        int64_t ko, vo;
-        kv_rows.at(j0 + t, &ko, &vo);
-        ws.kraw[t] = kbase + ko * esz;
-        ws.vraw[t] = vbase + vo * esz;
-      }
+      row_addresses(kv_rows, j0, n, ws.kraw, ws.vraw);
     }
     if (tok) tok->gather(j0, n, ws.fk, ws.fv);
     if (want == Panels::kMine) {  // n is the panel tile's key count here
@@ -1187,16 +1191,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // The touch pass of key tile [j0, j0 + n): every head's row addresses (which its step then
   // uses: rows_at), and one read of each line, key-major over the heads where a key's heads are
   // closer together than a head's keys (BSHD, paged: address order), head-major otherwise.
-  const bool key_major = nh > 1 && std::abs(pb.ks.head) <= std::abs(kv_rows[0].k_step);
+  const bool key_major = std::abs(pb.ks.head) <= std::abs(kv_rows[0].k_step);
   auto touch_tile = [&](int64_t j0, int64_t n) {
     for (int h = 0; h < nh; ++h) {
       Workspace& w = *wss[h];
-      for (int64_t t = 0; t < n; ++t) {
-        int64_t ko, vo;
-        kv_rows[h].at(j0 + t, &ko, &vo);
-        w.kraw[t] = kbase + ko * esz;
-        w.vraw[t] = vbase + vo * esz;
-      }
+      row_addresses(kv_rows[h], j0, n, w.kraw, w.vraw);
       w.rows_at = j0;
       w.rows_n = n;
     }
@@ -1233,12 +1232,7 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         const bool own = hh != h;
         const void** lk = own ? o.kraw : w.pfk;
         const void** lv = own ? o.vraw : w.pfv;
-        for (int64_t t = 0; t < np; ++t) {
-          int64_t ko, vo;
-          kv_rows[hh].at(jj + t, &ko, &vo);
-          lk[t] = kbase + ko * esz;
-          lv[t] = vbase + vo * esz;
-        }
+        row_addresses(kv_rows[hh], jj, np, lk, lv);
         if (own) {
           o.rows_at = np > 0 ? jj : -1;
           o.rows_n = np;

@@ -396,14 +396,14 @@ inline void store_o_dp(float* o, __m512 lo, __m512 hi) {
   _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(lo, i1, hi));
 }
 
-// pp [np][8]: bf16 pairs (p[2i][r], p[2i + 1][r]) of rows r < 8, keys [0, nk) (an odd last key
-// paired with 0 and a zero row).
 // Lanes of x (32 bf16) that are subnormal: exponent 0, mantissa not 0.
 inline __mmask32 bf16_subnormal(__m512i x) {
   return _mm512_mask_test_epi16_mask(_mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x7f80)), x, _mm512_set1_epi16(0x007f));
 }
 
-// *tiny |= whether a V element read is a subnormal bf16 (Raw::kMayBeTiny only).
+// pp [np][8]: bf16 pairs (p[2i][r], p[2i + 1][r]) of rows r < 8, keys [0, nk) (an odd last key
+// paired with 0 and a zero row). *tiny |= whether a V element read is a subnormal bf16
+// (Raw::kMayBeTiny only).
 template <class Raw, int R, int C>
 inline void pv_chunks_dp(const uint32_t* pp, int64_t nk, const void* const* vrows, int64_t dv, int64_t c0,
                          const float* alpha, float* o, const void* const* pf, int64_t npf, int64_t pf_bytes,
@@ -512,32 +512,27 @@ struct Pv {
   }
 };
 
-template <class L, int R>
-struct QkDp;
-template <int R>
-struct QkDp<E4m3Rows, R> {
-  static void run(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
-    qk_rows_dp_t<E4m3Rows, E4m3Raw, R>(q, d, krows, nk, st);
-  }
+// The raw (bf16 bit pattern) loader of the rows a vdpbf16ps kernel reads: e4m3 and bf16 rows.
+template <class L>
+struct RawOf;
+template <>
+struct RawOf<E4m3Rows> {
+  using type = E4m3Raw;
 };
-template <int R>
-struct QkDp<Bf16Rows, R> {
-  static void run(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
-    qk_rows_dp_t<Bf16Rows, Bf16Raw, R>(q, d, krows, nk, st);
-  }
+template <>
+struct RawOf<Bf16Rows> {
+  using type = Bf16Raw;
 };
 template <class L, int R>
-struct PvDp;
-template <int R>
-struct PvDp<Bf16Rows, R> {
-  static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
-    pv_rows_dp_t<Bf16Rows, Bf16Raw, R>(pt, nk, vrows, dv, alpha, o);
+struct QkDp {
+  static void run(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
+    qk_rows_dp_t<L, typename RawOf<L>::type, R>(q, d, krows, nk, st);
   }
 };
-template <int R>
-struct PvDp<E4m3Rows, R> {
+template <class L, int R>
+struct PvDp {
   static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
-    pv_rows_dp_t<E4m3Rows, E4m3Raw, R>(pt, nk, vrows, dv, alpha, o);
+    pv_rows_dp_t<L, typename RawOf<L>::type, R>(pt, nk, vrows, dv, alpha, o);
   }
 };
 
@@ -571,19 +566,20 @@ void qk_rows_avx512(const float* q, int64_t rows, int64_t d, const void* const* 
 
 void qk_rows_avx512bf16(const float* q, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
                         float* st) {
-  if (d % 32 == 0 && d <= kMaxDim && nk > 0 && t == DType::float8_e4m3)
-    return by_rows<QkDp, E4m3Rows>(rows, q, d, krows, nk, st);
-  if (d % 32 == 0 && d <= kMaxDim && nk > 0 && t == DType::bfloat16)
-    return by_rows<QkDp, Bf16Rows>(rows, q, d, krows, nk, st);
+  if (d % 32 == 0 && d <= kMaxDim && nk > 0) {
+    if (t == DType::float8_e4m3) return by_rows<QkDp, E4m3Rows>(rows, q, d, krows, nk, st);
+    if (t == DType::bfloat16) return by_rows<QkDp, Bf16Rows>(rows, q, d, krows, nk, st);
+  }
   qk_rows_avx512(q, rows, d, krows, t, nk, st);
 }
 
 void pv_rows_avx512bf16(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
                         const float* alpha, float* o) {
-  if (dv % 32 == 0 && nk > 0 && t == DType::float8_e4m3)
-    return by_rows<PvDp, E4m3Rows>(rows, pt, nk, vrows, dv, alpha, o);
-  if (dv % 32 == 0 && dv <= kMaxDim && nk > 0 && t == DType::bfloat16)
-    return by_rows<PvDp, Bf16Rows>(rows, pt, nk, vrows, dv, alpha, o);
+  if (dv % 32 == 0 && nk > 0) {
+    if (t == DType::float8_e4m3) return by_rows<PvDp, E4m3Rows>(rows, pt, nk, vrows, dv, alpha, o);
+    // (bf16: dv <= kMaxDim, the size of the O copy its fp32 redo restores)
+    if (t == DType::bfloat16 && dv <= kMaxDim) return by_rows<PvDp, Bf16Rows>(rows, pt, nk, vrows, dv, alpha, o);
+  }
   pv_rows_avx512(pt, rows, nk, vrows, t, dv, alpha, o);
 }
 
