@@ -19,11 +19,12 @@ import re
 import sys
 
 
-def kernels(path):
-    # A build's object file holds each kernel once per architecture it was compiled for (sm_90a
-    # and a short sm_80 stub of the same name): the longest listing of a name is kept.
+def kernels(lines):
+    """{kernel name: its instructions} from `cuobjdump -sass` lines. A build's object file holds
+    each kernel once per architecture it was compiled for (sm_90a and a short sm_80 stub of the
+    same name): the longest listing of a name is kept."""
     listings, cur = [], None
-    for line in open(path):
+    for line in lines:
         m = re.search(r"Function : (\S+)", line)
         if m:
             cur = []
@@ -59,7 +60,9 @@ def loop_counts(ins):
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: python3 bench/sass_loop.py KERNELS.sass")
-    for name, ins in kernels(sys.argv[1]).items():
+    with open(sys.argv[1]) as f:
+        funcs = kernels(f)
+    for name, ins in funcs.items():
         c = loop_counts(ins)
         if c is None:
             continue

@@ -40,7 +40,7 @@ def main():
         r = subprocess.run([tool, "-sass", o], capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"{tool} -sass {o} failed: {r.stderr.strip()}")
-        loops = [(name, loop_counts(ins)) for name, ins in kernels_from_text(r.stdout).items()]
+        loops = [(name, loop_counts(ins)) for name, ins in kernels(r.stdout.splitlines()).items()]
         loops = [(n, c) for n, c in loops if c is not None]  # (fp8_vt: no wgmma; balanced: off by default)
         allowed = ALLOWED_BRA_DIV.get(os.path.basename(o), 0)
         for name, c in loops:
@@ -54,16 +54,6 @@ def main():
     if bad:
         print("\n".join(bad))
         sys.exit(1)
-
-
-def kernels_from_text(text):
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", suffix=".sass", delete=False) as f:
-        f.write(text)
-    try:
-        return kernels(f.name)
-    finally:
-        os.unlink(f.name)
 
 
 if __name__ == "__main__":
