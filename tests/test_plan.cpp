@@ -362,8 +362,8 @@ TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
 }
 
 // The sm90 tile per problem (sm90/fwd_config.h Tile): two consumers at D = 64 for masked
-// sequences of <= 1024 query rows, 80-key tiles at D = 256 from 4096 keys; each tile's shared
-// memory as its instance lays it out.
+// sequences of <= 1024 query rows, 80-key tiles at D = 256 from 4096 keys, P double-buffered at
+// D = 128 unmasked from 4096 keys; each tile's shared memory as its instance lays it out.
 TEST(CudaPlan, Sm90TilePerProblem) {
   using fa4::cuda::sm90::Tile;
   auto plan = [](int64_t d, int64_t s, bool causal, int64_t window_right = -1) {
@@ -384,9 +384,31 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   EXPECT_EQ(plan(256, 8192, true).sm90_tile, Tile::long_keys);
   EXPECT_EQ(plan(256, 2048, false).sm90_tile, Tile::standard);
   EXPECT_EQ(plan(128, 1024, true).sm90_tile, Tile::standard);
-  // (2048 tiles on 132 SMs: the balanced instance where it is built in, the standard tile's shape)
-  EXPECT_EQ(plan(128, 8192, false).sm90_tile, FA4_SM90_BALANCED ? Tile::balanced : Tile::standard);
-  EXPECT_EQ(plan(128, 8192, false).smem, plan(128, 8192, true).smem);
+  // D 128 unmasked from 4096 keys: the long_keys tile (P double-buffered), the standard tile's
+  // shape and shared memory; masked, shorter or decode-sized problems keep the standard tile.
+  // (Builds of the balanced walk keep the standard tile there, and walk it balanced: 2048 tiles
+  // on 132 SMs.)
+  const Tile long_tile = FA4_SM90_BALANCED ? Tile::balanced : Tile::long_keys;
+  const Plan long128 = plan(128, 8192, false);
+  EXPECT_EQ(std::make_tuple(long128.sm90_tile, long128.m, long128.n), std::make_tuple(long_tile, 128, 128));
+  EXPECT_EQ(long128.smem, plan(128, 8192, true).smem);
+  EXPECT_EQ(plan(128, 4096, false).sm90_tile, long_tile);
+  EXPECT_EQ(plan(128, 2048, false).sm90_tile, FA4_SM90_BALANCED ? Tile::balanced : Tile::standard);
+  EXPECT_EQ(plan(128, 8192, true).sm90_tile, Tile::standard);
+  EXPECT_EQ(plan(128, 8192, false, 0).sm90_tile, Tile::standard);  // a window masks
+  const Plan dec128 = Planned({.batch = 32, .hq = 32, .hkv = 8, .dqk = 128, .dv = 128, .sq = 1, .sk = 16384}).on(h200_auto());
+  EXPECT_NE(dec128.sm90_tile, Tile::long_keys);
+  // The device tests' shapes (test_cuda LongKeysUnmaskedPrefill) run it unsplit, automatic and
+  // forced sm90 alike (fewer query tiles than SMs would split: the split_kv tile).
+  DeviceLimits forced = h200_auto();
+  forced.prefer = Kernel::sm90;
+  for (const DeviceLimits& dl : {h200_auto(), forced})
+    for (auto [hq, sq] : {std::pair<int64_t, int64_t>{8, 1700}, {16, 1100}}) {
+      const Plan t = Planned({.batch = 1, .hq = hq, .hkv = 2, .dqk = 128, .dv = 128, .sq = sq, .sk = 4500}).on(dl);
+      EXPECT_EQ(std::make_tuple(t.kernel, t.sm90_tile, t.splits),
+                std::make_tuple(Kernel::sm90, FA4_SM90_BALANCED ? Tile::standard : Tile::long_keys, 1))
+          << hq << " heads, " << sq << " rows";
+    }
   EXPECT_EQ(fa4::cuda::sm90::has_tile(Tile::balanced, 128, 128), FA4_SM90_BALANCED != 0);
   EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::balanced, 64, 64));
   for (auto [t, dqk, dv] : {std::tuple{Tile::short_masked, 64, 64}, std::tuple{Tile::long_keys, 256, 256}}) {
@@ -394,7 +416,9 @@ TEST(CudaPlan, Sm90TilePerProblem) {
     EXPECT_LE(fa4::cuda::sm90::smem_bytes(dqk, dv, t), fa4::cuda::sm90::kSmemLimit);
   }
   EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::short_masked, 128, 128));
-  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::long_keys, 128, 128));
+  EXPECT_TRUE(fa4::cuda::sm90::has_tile(Tile::long_keys, 128, 128));
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::long_keys, 64, 64));
+  EXPECT_FALSE(fa4::cuda::sm90::has_tile(Tile::long_keys, 192, 128));
   // Split-KV launches run the instance that merges its own splits: D 128's and D 256's have the
   // standard tile's shape and shared memory, D 64's two consumers (short_masked's shape); the
   // (192, 128) pair has none. D 64 takes its split_kv tile at every row count, D 256 at <= 8 rows
@@ -871,7 +895,7 @@ TEST(CudaPlan, Sm90BalancedWalkWhereTheLastRoundIsPartial) {
     EXPECT_EQ(d128.piece_state_offset, 0u);
     EXPECT_EQ(d128.workspace, size_t{132} * 2 * 2 * (64 + 4) * 128 * 4);
   } else {
-    EXPECT_EQ(d128.sm90_tile, Tile::standard);
+    EXPECT_EQ(d128.sm90_tile, Tile::long_keys);  // (the default build's tile there: Sm90TilePerProblem)
     EXPECT_EQ(d128.sched.balanced_n, 0);
     EXPECT_EQ(d128.workspace, 0u);
   }

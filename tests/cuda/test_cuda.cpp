@@ -490,6 +490,55 @@ TEST(CudaBackend, UnmaskedSequencesOnSharedTiles) {
   expect_relaunches_bitwise_equal(c, derive_seed(5499));
 }
 
+// Unmasked prefill over >= 4096 keys at D 128: the sm90 kernel's long_keys tile (P double-buffered
+// in registers, sm90/fwd_config.h FA4_SM90_LONG_KEYS_MIN_SK_D128; the planner's choice is checked in
+// test_plan.cpp), whose key loop alternates two P buffers and ends on either parity: ragged last
+// key tiles, key tile counts odd and even, GQA, sinks, softcap, LSE, fp16 and bf16, varlen with an
+// empty sequence. FA4_TEST_QUICK=1 (sanitizer runs): the first two cases only.
+TEST(CudaBackend, LongKeysUnmaskedPrefill) {
+  const bool quick = env_int("FA4_TEST_QUICK", 0) != 0;
+  int k = 0;
+  for (int64_t sk : {4500, 4224, 4097})
+    for (int variant = 0; variant < 2; ++variant) {
+      if (quick && k >= 2) return;
+      const uint64_t seed = derive_seed(5500 + k++);
+      CaseConfig c;
+      c.dtype = variant ? DType::float16 : DType::bfloat16;
+      // 112 / 144 query tiles: enough for the GPU unsplit (test_plan.cpp Sm90TilePerProblem)
+      c.batch = 1, c.hkv = 2, c.hq = variant ? 16 : 8, c.dqk = c.dv = 128;
+      c.sq = variant ? 1100 : 1700, c.sk = sk;  // 36 / 33 / 33 key tiles (4224: no ragged tile)
+      c.sinks = variant == 1;
+      c.softcap = variant == 1 && sk != 4224 ? 30.0f : 0.0f;
+      c.lse = true;
+      check_case(c, seed, false, Backend::cpu);  // the reference takes minutes at this size
+    }
+  {
+    const uint64_t seed = derive_seed(5500 + k++);
+    std::mt19937_64 rng(seed);
+    CaseConfig c;
+    c.dtype = DType::bfloat16;
+    c.batch = 4, c.hkv = 2, c.hq = 8, c.dqk = c.dv = 128;
+    c.varlen_q = true;
+    c.kv = KvMode::varlen;
+    c.sq = 2200, c.sk = 4600;  // (the hints plan the tile: 4 x 18 x 8 query tiles)
+    c.max_seqlen_q = c.sq, c.max_seqlen_k = c.sk;
+    for (int64_t b = 0; b < c.batch; ++b) {
+      c.lens_q.push_back(b == 1 ? 0 : 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(c.sq)));
+      c.lens_k.push_back(b == 1 ? 0 : b == 0 ? c.sk : 4096 + static_cast<int64_t>(rng() % 505));
+    }
+    c.lse = true;
+    check_case(c, seed, false, Backend::cpu);
+  }
+}
+// The same tile, one call 4097 more times on a stream: the last run equals the first bitwise.
+TEST(CudaBackend, LongKeysRelaunchesBitwiseEqual) {
+  CaseConfig c;
+  c.dtype = DType::bfloat16;
+  c.batch = 1, c.hkv = 2, c.hq = 8, c.dqk = c.dv = 128;
+  c.sq = 1700, c.sk = 4500;
+  expect_relaunches_bitwise_equal(c, derive_seed(5599));
+}
+
 // Decode: one query token, GQA, long caches, paged at many page sizes, split heuristic.
 // Rows the kernels cannot load directly (odd head dims, padded rows, a strided last dim) run on
 // aligned copies: every kernel class (prefill on sm90 / sm80, decode, split-KV, paged, varlen),

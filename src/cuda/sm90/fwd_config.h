@@ -319,6 +319,15 @@
 #ifndef FA4_SM90_LONG_KEYS_MIN_SK
 #define FA4_SM90_LONG_KEYS_MIN_SK 4096
 #endif
+// The long_keys D = 128 tile (the standard tile with P double-buffered, fwd_consumer.cuh kPDouble)
+// for unmasked problems from this many keys; -1: no such instance. FA4_SM90_P_DOUBLE=1 on the
+// standard tile measured +1.1 % at D 128 from S = 4k and -1.3 to -1.8 % at S 1k (H200,
+// 2026-12-04, e1d637e). As an instance of its own, same-run A/B on an H100 (2026-12-07, two runs,
+// docs/perf/h100-2026-12-07c-long-keys.md): unmasked +0.9 / +1.6 / +1.7 % at S 4k / 8k / 16k,
+// -1.2 % at 2k; causal -0.5 to +0.2 % from 4k, -2.4 % at 2k -- so unmasked from 4096 keys only.
+#ifndef FA4_SM90_LONG_KEYS_MIN_SK_D128
+#define FA4_SM90_LONG_KEYS_MIN_SK_D128 4096
+#endif
 // K / V ring stages. D = 128 fits 3 only with O staged in Q (separate_o turns off: 32 + 3 * 64
 // KB + barriers = 226 KB); ncu showed its consumers ~3 % of stall samples waiting on the ring
 // (2ff92ce, sm90-notes.md), to be weighed against the lost Q / epilogue overlap.
@@ -461,8 +470,10 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 //   short_masked  D = 64 only: two consumers (128-row tiles) instead of three: +6 % / +9 % at
 //                 causal S = 512 / 1k (a 192-row tile's third warpgroup idles on short
 //                 diagonals), -5 % at causal 2k and -4 to -16 % without a mask
-//   long_keys     D = 256 only: 80-key tiles instead of 64: +1.3-3 % from S = 4k (causal and
-//                 not), -2 to -6 % at S <= 1k
+//   long_keys     D = 256: 80-key tiles instead of 64: +1.3-3 % from S = 4k (causal and
+//                 not), -2 to -6 % at S <= 1k. D = 128 (FA4_SM90_LONG_KEYS_MIN_SK_D128 >= 0): the
+//                 standard tile with P double-buffered in registers (Consumer::kPDouble), for
+//                 unmasked problems: +0.9-1.7 % from S = 4k, -1.2 % at 2k (H100, 2026-12-07)
 // split_kv: the tile of a split-KV launch, with the in-kernel merge of the splits compiled in
 // (fused_merge) -- an instance of its own: compiled into the standard instance, the merge's call
 // cost its prefill 3-4.5 % (H200 2026-12-05), though its SASS had no spill. D 128 and D 256: the
@@ -548,6 +559,7 @@ constexpr bool balanced_walk(int dqk, int dv, Tile t) {
 }
 constexpr bool has_tile(Tile t, int dqk, int dv) {
   return t == Tile::standard || (t == Tile::short_masked && dqk <= 64) || (t == Tile::long_keys && dqk > 192) ||
+         (t == Tile::long_keys && FA4_SM90_LONG_KEYS_MIN_SK_D128 >= 0 && dqk == 128 && dv == 128) ||
          balanced_walk(dqk, dv, t) ||
          ((t == Tile::split_kv || t == Tile::fp8) && dqk == dv && (dqk == 64 || dqk == 128 || dqk == 256)) ||
          (t == Tile::fp8_kv && dqk == dv && dqk == 128) ||

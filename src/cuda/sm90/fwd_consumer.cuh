@@ -65,8 +65,9 @@ struct Consumer {
   // FA4_SM90_P_DOUBLE=2 also takes the standard D 256 tile (64 keys), with the O rescale after
   // the P V wait, before the turn (128 multiplies inside the turn delayed the other consumer's
   // GEMMs); local ops 14 -> 43 there, and 8 -> 120 on the 80-key long_keys tile (left out).
+  // The D 128 long_keys tile is this double buffer (fwd_config.h FA4_SM90_LONG_KEYS_MIN_SK_D128).
   static constexpr bool kPDouble = !kFp8 && FA4_SM90_OVERLAP && kConsumers == 2 &&
-                                   ((FA4_SM90_P_DOUBLE >= 1 && kRescaleInTurn && kDqk <= 128) ||
+                                   (((FA4_SM90_P_DOUBLE >= 1 || T::kTile == Tile::long_keys) && kRescaleInTurn && kDqk <= 128) ||
                                     (FA4_SM90_P_DOUBLE >= 2 && kDqk == 256 && kBlockN <= 64));
   static constexpr int kPBufs = kPDouble ? 2 : 1;
   using Ring = PipelineState<kStages>;

@@ -172,6 +172,7 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
         return launch_fwd_d128_fp8_kv(P, bf16, grid, stream);
       }
       if (tile == Tile::balanced) return launch_fwd_d128_balanced(P, bf16, grid, stream);
+      if (tile == Tile::long_keys) return launch_fwd_d128_long_keys(P, bf16, grid, stream);
       return tile == Tile::split_kv ? launch_fwd_d128_split_kv(P, bf16, grid, stream) : launch_fwd_d128(P, bf16, grid, stream);
     case 192: return launch_fwd_d192_128(P, bf16, grid, stream);
     case 256:

@@ -37,6 +37,7 @@ cudaError_t launch_fwd_gather(const Sm90Params& P, DimPair dims, Tile tile, bool
 cudaError_t launch_fwd_d64(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d64_short_masked(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_long_keys(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+cudaError_t launch_fwd_d128_long_keys(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d64_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_split_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
