@@ -440,14 +440,27 @@ int64_t packed_row_step(int64_t g, int64_t pos_step, int64_t head_step) {
   return pos_step == g * head_step ? head_step : 0;
 }
 
-// One demand load per 64-byte line of [p, p + bytes) (bytes > 0), each inside the span (p itself,
-// then the line starts after it): unlike a software prefetch, demand loads train the hardware
-// stream prefetchers (run_unit's touch pass).
-inline void touch_span(const char* p, int64_t bytes) {
-  if (bytes <= 0) return;
-  (void)*reinterpret_cast<const volatile char*>(p);
-  const char* c = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(p) | uintptr_t{63}) + 1);
-  for (const char* e = p + bytes; c < e; c += 64) (void)*reinterpret_cast<const volatile char*>(c);
+// One demand load per 64-byte line of [a, a + a_bytes) and of [b, b + b_bytes) (both > 0), each
+// inside its span (its start, then the line starts after it), the two spans' lines alternating:
+// unlike a software prefetch, demand loads train the hardware stream prefetchers (run_unit's
+// touch pass, which reads a key's K row and V row together). Measured on Zen 4 (2026-12-07b,
+// docs/perf/cpu.md; a C walk of 32-key tiles of [keys][8 heads][256 B] K and V, one demand load
+// per line): K tile then V tile 16.5 / 25.4 GB/s (1 / 2 threads), K and V alternating every
+// 4 KB 18.7 / 27.2, every line 22.8 / 32.2 (the plain sum 22-25 / 26-30).
+inline void touch_spans(const char* a, int64_t a_bytes, const char* b, int64_t b_bytes) {
+  if (a_bytes <= 0 || b_bytes <= 0) return;
+  const char* ae = a + a_bytes;
+  const char* be = b + b_bytes;
+  (void)*reinterpret_cast<const volatile char*>(a);
+  (void)*reinterpret_cast<const volatile char*>(b);
+  const char* ca = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(a) | uintptr_t{63}) + 1);
+  const char* cb = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(b) | uintptr_t{63}) + 1);
+  for (; ca < ae && cb < be; ca += 64, cb += 64) {
+    (void)*reinterpret_cast<const volatile char*>(ca);
+    (void)*reinterpret_cast<const volatile char*>(cb);
+  }
+  for (; ca < ae; ca += 64) (void)*reinterpret_cast<const volatile char*>(ca);
+  for (; cb < be; cb += 64) (void)*reinterpret_cast<const volatile char*>(cb);
 }
 // Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
 inline void prefetch_span(const char* p, int64_t bytes) {
@@ -895,8 +908,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // steps equal. The next tile's rows in address order (key-major over the heads) instead: 1
   // thread ~5% faster, 2 threads ~10% slower (B = 4 kv 16k), not taken.
   // Row-major units over several kv heads (decode) take the touch pass instead (touch_tile
-  // below): before a key tile's steps, one demand load per line of its K rows of every head in
-  // address order, then of its V rows. The steps read a head's rows a whole key apart (2 KB at
+  // below): before a key tile's steps, one demand load per line of its K and V rows of every head
+  // in address order, a key's K row and V row together (touch_spans: K then V was 0.90x). The steps read a head's rows a whole key apart (2 KB at
   // Hkv 8, D 128 bf16), an order the hardware stream prefetchers do not follow: measured on
   // Zen 4 (2026-12-07, docs/perf/cpu.md), one core walks K / V in the steps' order at ~11.6 GB/s
   // against a plain sum's 27-30, and at ~22 with the touch pass first (bench/cpu_stream-style
@@ -1199,16 +1212,13 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       w.rows_at = j0;
       w.rows_n = n;
     }
-    for (int side = 0; side < 2; ++side) {
-      const int64_t span = side ? v_span : k_span;
-      const int64_t outer = key_major ? n : nh, inner = key_major ? nh : n;
-      for (int64_t a = 0; a < outer; ++a)
-        for (int64_t c = 0; c < inner; ++c) {
-          const Workspace& w = *wss[key_major ? c : a];
-          const int64_t t = key_major ? a : c;
-          touch_span(static_cast<const char*>(side ? w.vraw[t] : w.kraw[t]), span);
-        }
-    }
+    const int64_t outer = key_major ? n : nh, inner = key_major ? nh : n;
+    for (int64_t a = 0; a < outer; ++a)
+      for (int64_t c = 0; c < inner; ++c) {
+        const Workspace& w = *wss[key_major ? c : a];
+        const int64_t t = key_major ? a : c;
+        touch_spans(static_cast<const char*>(w.kraw[t]), k_span, static_cast<const char*>(w.vraw[t]), v_span);
+      }
   };
   FA4_PROF_LAP(pu, kPrLoop);
   for (int64_t j0 = lo; j0 < hi; j0 += ws.nk) {
