@@ -81,6 +81,12 @@
 #ifndef FA4_SM90_P_DOUBLE
 #define FA4_SM90_P_DOUBLE 0
 #endif
+//   FA4_SM90_FP8_P_DOUBLE  1: the 128-key e4m3 D 128 tile double-buffers P too, as the D 128
+//                          long_keys and e4m3 fp8_long_keys tiles always do (H100 2026-12-07: -1.1 to
+//                          -3 % at S 1k / 4k, docs/perf/h100-2026-12-07c-fp8-p-double.md)
+#ifndef FA4_SM90_FP8_P_DOUBLE
+#define FA4_SM90_FP8_P_DOUBLE 0
+#endif
 //   FA4_SM90_PAGED         1: paged KV caches whose page size is a multiple of the tile's key
 //                          block run on the sm90 kernel (the issue-13 path "TMA with the page id as
 //                          a coordinate": the producer reads one page-table entry per key tile,
