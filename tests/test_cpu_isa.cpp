@@ -246,6 +246,42 @@ TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {
   }
 }
 
+// One subnormal bf16 V element in a decode unit over several kv heads (GQA 32 / 8, contiguous:
+// the touch pass runs): the touch pass tests the tile's V rows for bf16 subnormals
+// (touch_rows_avx512) and a clean tile's P V (vdpbf16ps) tests nothing, so the test must see the
+// element wherever it is -- any head, key or dim -- or the element is read as 0. V is 0 elsewhere,
+// so the output of its head is that element's weight alone. The element sits in the last key tile
+// (full at sk 64, partial at sk 40): vdpbf16ps also flushes a subnormal fp32 accumulator, so a
+// subnormal O from an earlier tile does not survive a later clean tile's P V (docs/perf/cpu.md,
+// 2026-12-07b: outputs below 2^-126 in magnitude, a limit of the vdpbf16ps decode before this).
+TEST(CpuIsa, Bf16SubnormalVElementOfADecodeTileKeepsItsWeight) {
+  struct At {
+    int64_t sk, key, h, d;
+  };
+  int n = 0;
+  for (const At at : {At{40, 32, 0, 0}, At{40, 37, 5, 70}, At{40, 39, 7, 127}, At{64, 32, 3, 31}, At{64, 47, 6, 96},
+                      At{64, 63, 1, 127}})
+    for (int64_t sq : {1, 2}) {
+      CaseConfig cfg;
+      cfg.dtype = DType::bfloat16;
+      cfg.hkv = 8;
+      cfg.hq = 32;
+      cfg.dqk = cfg.dv = 128;
+      cfg.sq = sq;
+      cfg.sk = at.sk;
+      const uint64_t seed = derive_seed(63100 + n++);
+      FA4_SEED_TRACE(seed);
+      Case orig = make_case(cfg, seed);
+      for (int64_t off : orig.v.offsets()) orig.v.set(off, 0.0f);
+      orig.v.set(orig.v.off({0, at.key, at.h, at.d}), -1.1e-38f);  // bf16 subnormal (below 2^-126)
+      Case ref = orig, cpu = orig;
+      ASSERT_TRUE(ref.run(Backend::reference).ok());
+      ASSERT_TRUE(cpu.run(Backend::cpu).ok());
+      EXPECT_TRUE(compare_runs(cpu, ref, tol_for(cfg.dtype)))
+          << "sk " << at.sk << " key " << at.key << " head " << at.h << " dim " << at.d << " sq " << sq;
+    }
+}
+
 // Scores beyond fp32 on the 16-bit paths: the AMX table leaves the scale and the extreme-score
 // check (|s| >= kExtremeScore = 2^16 or NaN, visible, before softcap) to the softmax step, which must flag the
 // same rows the separate check did; flagged rows are recomputed in fp64 (the reference's result).

@@ -331,6 +331,10 @@ struct Workspace {
   const float **krows = nullptr, **vrows = nullptr;
   const void **kraw = nullptr, **vraw = nullptr;  // storage addresses of the tile's K / V rows
   const void** qraw = nullptr;                     // [mp] storage addresses of the Q rows
+  // Row-major units on the vdpbf16ps rows kernels: qt's rows as bf16 (rows_q_bf16_avx512), made
+  // once per unit where they are exactly bf16 (q_bf16); the kernels then skip converting them.
+  uint16_t* qb = nullptr;
+  bool q_bf16 = false;
   const void **pfk = nullptr, **pfv = nullptr;     // K / V rows the row-major kernels prefetch
 
   // Carves the buffer (p == nullptr: only counts the bytes).
@@ -362,6 +366,7 @@ struct Workspace {
     kraw = static_cast<const void**>(take(nk, 8));
     vraw = static_cast<const void**>(take(nk, 8));
     qraw = static_cast<const void**>(take(mp, 8));
+    qb = static_cast<uint16_t*>(take(mp * dqk, 2));
     pfk = static_cast<const void**>(take(nk, 8));
     pfv = static_cast<const void**>(take(nk, 8));
     redo = static_cast<uint8_t*>(take(mp, 1));
@@ -936,6 +941,21 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
 #if defined(__x86_64__) || defined(_M_X64)
   if (rows_qk == qk_rows_avx512bf16 && pb.dtype != DType::bfloat16) rows_qk = qk_rows_avx512, rows_pv = pv_rows_avx512;
 #endif
+  // The vdpbf16ps rows kernels with bf16 / e4m3 K: each head's q converted to bf16 once here
+  // (Workspace::qb) rather than on every call of qk_rows_avx512bf16; a head whose q is not exactly
+  // bf16 keeps that kernel (its per-call check sends it to the fp32 one).
+#if defined(__x86_64__) || defined(_M_X64)
+  const bool dp_rows = rowwise && rows_qk == qk_rows_avx512bf16 && (kvt == DType::bfloat16 || kvt == DType::float8_e4m3) &&
+            kds == 1;
+  for (int h = 0; h < nh; ++h)
+    wss[h]->q_bf16 = dp_rows && rows_q_bf16_avx512(wss[h]->qt, rows, dqk, wss[h]->qb);
+  // The touch pass on the AVX-512 tables (touch_rows_avx512) also tests bf16 V rows for
+  // subnormals, where the loads wait on memory anyway: a clean tile's P V then runs without the
+  // test (pv_rows_avx512bf16_checked), which was ~35% of pv_rows_avx512bf16's samples.
+  const bool touch512 = touch && (K.qk_rows == qk_rows_avx512 || K.qk_rows == qk_rows_avx512bf16);
+  const bool check_v = touch512 && rows_pv == pv_rows_avx512bf16 && kvt == DType::bfloat16 && vds == 1;
+#endif
+  bool v_clean = false;  // this key tile's V holds no bf16 subnormal (touch_rows_avx512)
   // Storage addresses of the K / V rows of keys [j0, j0 + n) of one kv head.
   auto row_addresses = [&](const KvRowOffsets& kv, int64_t j0, int64_t n, const void** k, const void** v) {
     for (int64_t t = 0; t < n; ++t) {
@@ -1019,7 +1039,12 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     if (rowwise) {
       if (!steady_pf)
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
-      rows_qk(ws.qt, rows, dqk, ws.kraw, kvt, n, ws.st);
+#if defined(__x86_64__) || defined(_M_X64)
+      if (ws.q_bf16)
+        qk_rows_avx512bf16_q(ws.qb, rows, dqk, ws.kraw, kvt, n, ws.st);
+      else
+#endif
+        rows_qk(ws.qt, rows, dqk, ws.kraw, kvt, n, ws.st);
       if (ws.rows_post != 1.0f)
         for (int64_t t = 0; t < n * 8; ++t) ws.st[t] *= ws.rows_post;
       if (tok_k) scale_keys(ws.st, 8, 0, rows, n, ws.fk);
@@ -1043,7 +1068,12 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         if (kind != TileKind::partial) full_bounds();
         pv_rows_visible_only(ws.st, rows, ws.vraw, kvt, dv, ws.alpha, ws.row_lo_rel, ws.row_hi_rel, ws.ot);
       } else {
-        rows_pv(ws.st, rows, n, ws.vraw, kvt, dv, ws.alpha, ws.ot);
+#if defined(__x86_64__) || defined(_M_X64)
+        if (v_clean)
+          pv_rows_avx512bf16_checked(ws.st, rows, n, ws.vraw, kvt, dv, ws.alpha, ws.ot);
+        else
+#endif
+          rows_pv(ws.st, rows, n, ws.vraw, kvt, dv, ws.alpha, ws.ot);
       }
       return;
     }
@@ -1212,6 +1242,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       w.rows_at = j0;
       w.rows_n = n;
     }
+#if defined(__x86_64__) || defined(_M_X64)
+    if (touch512) {
+      const void* const* kk[kUnitHeads];
+      const void* const* vv[kUnitHeads];
+      for (int h = 0; h < nh; ++h) kk[h] = wss[h]->kraw, vv[h] = wss[h]->vraw;
+      v_clean = touch_rows_avx512(kk, vv, nh, n, key_major, k_span, v_span, check_v);
+      return;
+    }
+#endif
     const int64_t outer = key_major ? n : nh, inner = key_major ? nh : n;
     for (int64_t a = 0; a < outer; ++a)
       for (int64_t c = 0; c < inner; ++c) {

@@ -242,6 +242,24 @@ void qk_rows_avx512bf16(const float* q, int64_t rows, int64_t d, const void* con
                         float* st);
 void pv_rows_avx512bf16(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t, int64_t dv,
                         const float* alpha, float* o);
+// Row-major units over several kv heads (decode, run_unit's touch pass): q rows [rows][d] (fp32,
+// rows <= 8) as bf16 bits into qb, true where every element is exactly a normal bf16 or 0 and
+// |q| <= 2^40 (the vdpbf16ps kernels' condition; d a multiple of 32, <= 512) -- then
+// qk_rows_avx512bf16_q computes what qk_rows_avx512bf16 would from q (K rows of bf16 or e4m3),
+// without converting q on every call.
+bool rows_q_bf16_avx512(const float* q, int64_t rows, int64_t d, uint16_t* qb);
+void qk_rows_avx512bf16_q(const uint16_t* qb, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
+                          float* st);
+// pv_rows_avx512bf16 for V rows known to hold no bf16 subnormal (touch_rows_avx512 said so): no
+// test per load, no O copy for the fp32 redo.
+void pv_rows_avx512bf16_checked(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t,
+                                int64_t dv, const float* alpha, float* o);
+// The touch pass of a key tile: one demand load per line of the K rows k[h][t] (k_bytes each) and
+// V rows v[h][t] (v_bytes), h < nh, t < n, key-major (t outer) or head-major, a row's K and V lines
+// alternating. With check_bf16_v and v_bytes a multiple of 64 the V rows are read as vectors and
+// tested for bf16 subnormals: returns true when that test ran and found none.
+bool touch_rows_avx512(const void* const* const* k, const void* const* const* v, int nh, int64_t n, bool key_major,
+                       int64_t k_bytes, int64_t v_bytes, bool check_bf16_v);
 // Steady software prefetch for the row-major decode: the next qk_rows_avx512 call on this thread
 // prefetches krows[0 .. n) (k_bytes each), a row per key it processes, and the next
 // pv_rows_avx512 call vrows[0 .. n) the same way (each call then forgets its list). The arrays

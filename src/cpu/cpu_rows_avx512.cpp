@@ -322,6 +322,13 @@ struct Bf16Raw {
   static constexpr bool kMayBeTiny = true;
   static __m512i load(const void* row, int64_t c) { return _mm512_loadu_si512(static_cast<const uint16_t*>(row) + c); }
 };
+// bf16 rows the driver has checked for subnormals already (its touch pass, touch_rows_avx512):
+// no test per load and no O copy for a redo. In pv_rows_dp_t's loop the test (2 mask ops, a kmov
+// and an or per V load) was ~35% of its samples (perf, B 4, kv 16k, 1 thread).
+struct Bf16RawChecked {
+  static constexpr bool kMayBeTiny = false;
+  static __m512i load(const void* row, int64_t c) { return _mm512_loadu_si512(static_cast<const uint16_t*>(row) + c); }
+};
 struct E4m3Raw {
   static constexpr bool kMayBeTiny = false;
   static __m512i load(const void* row, int64_t c) {
@@ -374,6 +381,17 @@ void qk_rows_dp_t(const float* q, int64_t d, const void* const* krows, int64_t n
   constexpr int RP = R <= 4 ? 4 : 8, KB = 16 / RP;
   alignas(64) uint16_t qb[8 * kMaxDim];
   if (!q_to_bf16<R>(q, d, qb)) return qk_rows_t<L, R>(q, d, krows, nk, st);
+  over_key_blocks<KB>(krows, nk, st,
+                      [&](const void* const* kr, int n, float* sb, const void* const* pf, int npf, int64_t pfb) {
+                        qk_keys_dp<Raw, R, RP>(qb, d, kr, n, sb, pf, npf, pfb);
+                      });
+}
+
+// The same with q already converted (rows_q_bf16_avx512, once per unit instead of once per call:
+// the conversion was ~19% of this kernel's samples at 32 keys a call).
+template <class Raw, int R>
+void qk_rows_dpq_t(const uint16_t* qb, int64_t d, const void* const* krows, int64_t nk, float* st) {
+  constexpr int RP = R <= 4 ? 4 : 8, KB = 16 / RP;
   over_key_blocks<KB>(krows, nk, st,
                       [&](const void* const* kr, int n, float* sb, const void* const* pf, int npf, int64_t pfb) {
                         qk_keys_dp<Raw, R, RP>(qb, d, kr, n, sb, pf, npf, pfb);
@@ -535,6 +553,18 @@ struct PvDp {
     pv_rows_dp_t<L, typename RawOf<L>::type, R>(pt, nk, vrows, dv, alpha, o);
   }
 };
+template <class L, int R>
+struct PvDpChecked {  // bf16 V free of subnormals (the driver's touch pass said so)
+  static void run(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
+    pv_rows_dp_t<L, Bf16RawChecked, R>(pt, nk, vrows, dv, alpha, o);
+  }
+};
+template <class L, int R>
+struct QkDpQ {
+  static void run(const uint16_t* qb, int64_t d, const void* const* krows, int64_t nk, float* st) {
+    qk_rows_dpq_t<typename RawOf<L>::type, R>(qb, d, krows, nk, st);
+  }
+};
 
 // The loader of a row dtype, or false where these kernels do not apply.
 template <template <class, int> class F, class... A>
@@ -581,6 +611,77 @@ void pv_rows_avx512bf16(const float* pt, int64_t rows, int64_t nk, const void* c
     if (t == DType::bfloat16 && dv <= kMaxDim) return by_rows<PvDp, Bf16Rows>(rows, pt, nk, vrows, dv, alpha, o);
   }
   pv_rows_avx512(pt, rows, nk, vrows, t, dv, alpha, o);
+}
+
+bool rows_q_bf16_avx512(const float* q, int64_t rows, int64_t d, uint16_t* qb) {
+  if (d % 32 != 0 || d > kMaxDim || rows < 1 || rows > 8) return false;
+  const __m512i lim = _mm512_set1_epi32(0x53800000);  // 2^40, as q_to_bf16
+  __mmask16 bad = 0;
+  for (int64_t i = 0; i < rows * d; i += 16) {
+    const __m512i x = _mm512_loadu_si512(q + i);
+    const __m512i a = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    bad |= _mm512_test_epi32_mask(x, _mm512_set1_epi32(0xffff));
+    bad |= _mm512_mask_cmplt_epi32_mask(_mm512_test_epi32_mask(a, a), a, _mm512_set1_epi32(0x00800000));
+    bad |= _mm512_cmpgt_epi32_mask(a, lim);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+  }
+  return bad == 0;
+}
+
+void qk_rows_avx512bf16_q(const uint16_t* qb, int64_t rows, int64_t d, const void* const* krows, DType t, int64_t nk,
+                          float* st) {
+  if (nk <= 0) return;
+  if (t == DType::float8_e4m3) return by_rows<QkDpQ, E4m3Rows>(rows, qb, d, krows, nk, st);
+  by_rows<QkDpQ, Bf16Rows>(rows, qb, d, krows, nk, st);
+}
+
+void pv_rows_avx512bf16_checked(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t,
+                                int64_t dv, const float* alpha, float* o) {
+  if (t == DType::bfloat16 && dv % 32 == 0 && dv <= kMaxDim && nk > 0)
+    return by_rows<PvDpChecked, Bf16Rows>(rows, pt, nk, vrows, dv, alpha, o);
+  pv_rows_avx512bf16(pt, rows, nk, vrows, t, dv, alpha, o);
+}
+
+bool touch_rows_avx512(const void* const* const* k, const void* const* const* v, int nh, int64_t n, bool key_major,
+                       int64_t k_bytes, int64_t v_bytes, bool check_bf16_v) {
+  if (k_bytes <= 0 || v_bytes <= 0) return false;
+  const bool check = check_bf16_v && v_bytes % 64 == 0;
+  // bf16 subnormal <=> (x & 0x7fff) - 1 < 0x7f (unsigned): a running unsigned minimum, no mask
+  // registers in the loop.
+  __m512i mn = _mm512_set1_epi16(-1);
+  const int64_t outer = key_major ? n : nh, inner = key_major ? nh : n;
+  for (int64_t a = 0; a < outer; ++a)
+    for (int64_t c = 0; c < inner; ++c) {
+      const int64_t h = key_major ? c : a, t = key_major ? a : c;
+      const char* kp = static_cast<const char*>(k[h][t]);
+      const char* vp = static_cast<const char*>(v[h][t]);
+      const char* ke = kp + k_bytes;
+      const char* ve = vp + v_bytes;
+      // K: one demand load per line (its start, then the line starts after it); V: the same, or
+      // with the check the row's 64-byte pieces as vectors (they cover its lines).
+      (void)*reinterpret_cast<const volatile char*>(kp);
+      const char* ck = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(kp) | uintptr_t{63}) + 1);
+      if (check) {
+        for (const char* cv = vp; cv < ve; cv += 64) {
+          const __m512i x = _mm512_loadu_si512(cv);
+          mn = _mm512_min_epu16(mn, _mm512_sub_epi16(_mm512_and_si512(x, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(1)));
+          if (ck < ke) {
+            (void)*reinterpret_cast<const volatile char*>(ck);
+            ck += 64;
+          }
+        }
+      } else {
+        (void)*reinterpret_cast<const volatile char*>(vp);
+        const char* cv = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(vp) | uintptr_t{63}) + 1);
+        for (; ck < ke && cv < ve; ck += 64, cv += 64) {
+          (void)*reinterpret_cast<const volatile char*>(ck);
+          (void)*reinterpret_cast<const volatile char*>(cv);
+        }
+        for (; cv < ve; cv += 64) (void)*reinterpret_cast<const volatile char*>(cv);
+      }
+      for (; ck < ke; ck += 64) (void)*reinterpret_cast<const volatile char*>(ck);
+    }
+  return check && _mm512_cmplt_epu16_mask(mn, _mm512_set1_epi16(0x7f)) == 0;
 }
 
 void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, int64_t n, int64_t k_bytes,
