@@ -349,7 +349,8 @@ TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
   };
   EXPECT_EQ(tile(64), std::make_tuple(Kernel::sm90, 64, 128, (192 * 64 + 3 * 128 * 128) * 2 + 2048 + 192 * 64 * 2));
   EXPECT_EQ(tile(96), std::make_tuple(Kernel::sm90, 128, 128, (128 * 128 + 2 * 128 * 256) * 2 + 2048 + 128 * 128 * 2));
-  EXPECT_EQ(tile(256), std::make_tuple(Kernel::sm90, 256, 64, (128 * 256 + 2 * 64 * 512) * 2 + 2048));
+  // (D 256 unmasked from 1024 keys: the 80-key long_keys tile, Sm90TilePerProblem)
+  EXPECT_EQ(tile(256), std::make_tuple(Kernel::sm90, 256, 80, (128 * 256 + 2 * 80 * 512) * 2 + 2048));
   EXPECT_EQ(Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = 64, .dv = 64, .sq = 1024, .sk = 1024}).on(h200_auto()).m, 192);
   // (192, 128) (MLA prefill): its own instance, 128 x 128 tiles, O staged in Q
   const Plan mla = Planned({.batch = 8, .hq = 16, .hkv = 16, .dqk = 192, .dv = 128, .sq = 1024, .sk = 1024}).on(h200_auto());
@@ -362,7 +363,7 @@ TEST(CudaPlan, Sm90TakesPrefillThatFillsTheGpu) {
 }
 
 // The sm90 tile per problem (sm90/fwd_config.h Tile): two consumers at D = 64 for masked
-// sequences of <= 1024 query rows, 80-key tiles at D = 256 from 4096 keys, P double-buffered at
+// sequences of <= 1024 query rows, 80-key tiles at D = 256 from 1024 keys (masked: 2048), P double-buffered at
 // D = 128 unmasked from 4096 keys; each tile's shared memory as its instance lays it out.
 TEST(CudaPlan, Sm90TilePerProblem) {
   using fa4::cuda::sm90::Tile;
@@ -382,7 +383,10 @@ TEST(CudaPlan, Sm90TilePerProblem) {
   EXPECT_EQ(std::make_tuple(long256.sm90_tile, long256.m, long256.n, long256.smem),
             std::make_tuple(Tile::long_keys, 128, 80, (128 * 256 + 2 * 80 * 512) * 2 + 2048));
   EXPECT_EQ(plan(256, 8192, true).sm90_tile, Tile::long_keys);
-  EXPECT_EQ(plan(256, 2048, false).sm90_tile, Tile::standard);
+  EXPECT_EQ(plan(256, 2048, true).sm90_tile, Tile::long_keys);
+  EXPECT_EQ(plan(256, 1024, true).sm90_tile, Tile::standard);
+  EXPECT_EQ(plan(256, 1024, false).sm90_tile, Tile::long_keys);
+  EXPECT_EQ(plan(256, 512, false).sm90_tile, Tile::standard);
   EXPECT_EQ(plan(128, 1024, true).sm90_tile, Tile::standard);
   // D 128 unmasked from 4096 keys: the long_keys tile (P double-buffered), the standard tile's
   // shape and shared memory; masked, shorter or decode-sized problems keep the standard tile.
@@ -773,17 +777,18 @@ TEST(CudaPlan, Sm90TileFromTheLengthHints) {
   EXPECT_EQ(v64(1025).sm90_tile, Tile::standard);
   EXPECT_EQ(v64(int64_t{1} << 40).sm90_tile, Tile::standard);  // a hint past the bound is no information
   EXPECT_EQ(v64(0, true).sm90_tile, Tile::short_masked);       // read on the host: 256 rows
-  // D 256: 80-key tiles from 4096 keys; a 1k hint under a 16k key bound keeps the 64-key tile
+  // D 256 (unmasked): 80-key tiles from 1024 keys; a 512 hint under a 16k key bound keeps the 64-key tile
   auto v256 = [](int64_t hint_k, bool host = false) {
     return Planned({.batch = 16, .hq = 8, .hkv = 8, .dqk = 256, .dv = 256, .sq = 1024, .sk = host ? 1024 : 16384,
                     .varlen = true, .total_q = 16384, .max_seqlen_k = hint_k, .host_lengths = host})
         .on(h200_auto());
   };
   EXPECT_EQ(v256(0).sm90_tile, Tile::long_keys);
-  EXPECT_EQ(v256(1024).sm90_tile, Tile::standard);
+  EXPECT_EQ(v256(512).sm90_tile, Tile::standard);
+  EXPECT_EQ(v256(1024).sm90_tile, Tile::long_keys);
   EXPECT_EQ(v256(8192).sm90_tile, Tile::long_keys);
-  // host-read lengths: the hint is ignored either way (1024 keys are exact)
-  EXPECT_EQ(Planned({.batch = 16, .hq = 8, .hkv = 8, .dqk = 256, .dv = 256, .sq = 1024, .sk = 1024, .varlen = true,
+  // host-read lengths: the hint is ignored either way (512 keys are exact)
+  EXPECT_EQ(Planned({.batch = 16, .hq = 8, .hkv = 8, .dqk = 256, .dv = 256, .sq = 1024, .sk = 512, .varlen = true,
                      .total_q = 16384, .max_seqlen_k = 8192, .host_lengths = true})
                 .on(h200_auto())
                 .sm90_tile,
@@ -955,7 +960,7 @@ TEST(CudaPlan, Sm90PagedWholeKeyTilesPerPage) {
   if (FA4_SM90_PAGED && FA4_SM90_PAGED_GATHER < 2) {
     EXPECT_EQ(p80.sm90_tile, Tile::long_keys);
   }
-  EXPECT_EQ(plan(256, 80, 1024).kernel, gathered);
+  EXPECT_EQ(plan(256, 80, 512).kernel, gathered);
 }
 
 // Decode on the sm90 kernel (FA4_SM90_DECODE): PackGQA where the group divides 64 and packed

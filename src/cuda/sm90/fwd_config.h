@@ -316,14 +316,20 @@
 #endif
 // Where the planner switches tiles (cuda/plan.cpp sm90_tile), for the A/Bs that move the
 // boundaries: the short_masked D = 64 tile up to this many query rows per sequence (masked
-// problems), the long_keys D = 256 tile from this many keys. Measured before the uniform
-// consumer index and the dynamic short tile (sm90-notes.md): short_masked -5 % at causal 2k,
-// long_keys -2 to -6 % at S <= 1k.
+// problems), the long_keys D = 256 tile from this many keys (masked problems: causal rows see
+// half the keys on average), or FA4_SM90_LONG_KEYS_MIN_SK_UNMASKED without a mask. Measured before
+// the uniform consumer index and the dynamic short tile (sm90-notes.md): short_masked -5 % at
+// causal 2k, long_keys -2 to -6 % at S <= 1k. Again on an H100 (2026-12-07, two same-run A/Bs,
+// docs/perf/h100-2026-12-07c-d256-long-keys.md): the 80-key tile unmasked +3.4-3.7 % at S 1k / 2k,
+// -1.9 % at 512; causal +1.5-1.7 % at 2k, -1.6 to -2.1 % at 1k, -3.9 % at 512.
 #ifndef FA4_SM90_SHORT_MASKED_MAX_SQ
 #define FA4_SM90_SHORT_MASKED_MAX_SQ 1024
 #endif
 #ifndef FA4_SM90_LONG_KEYS_MIN_SK
-#define FA4_SM90_LONG_KEYS_MIN_SK 4096
+#define FA4_SM90_LONG_KEYS_MIN_SK 2048
+#endif
+#ifndef FA4_SM90_LONG_KEYS_MIN_SK_UNMASKED
+#define FA4_SM90_LONG_KEYS_MIN_SK_UNMASKED 1024
 #endif
 // The long_keys D = 128 tile (the standard tile with P double-buffered, fwd_consumer.cuh kPDouble)
 // for unmasked problems from this many keys; -1: no such instance. FA4_SM90_P_DOUBLE=1 on the
@@ -477,7 +483,8 @@ constexpr bool padded_dims(int dqk, int dv, DimPair* out) {
 //                 causal S = 512 / 1k (a 192-row tile's third warpgroup idles on short
 //                 diagonals), -5 % at causal 2k and -4 to -16 % without a mask
 //   long_keys     D = 256: 80-key tiles instead of 64: +1.3-3 % from S = 4k (causal and
-//                 not), -2 to -6 % at S <= 1k. D = 128 (FA4_SM90_LONG_KEYS_MIN_SK_D128 >= 0): the
+//                 not); unmasked +3.5 % at 1k / 2k, causal +1.6 % at 2k, less below (H100,
+//                 2026-12-07: FA4_SM90_LONG_KEYS_MIN_SK / _UNMASKED). D = 128 (FA4_SM90_LONG_KEYS_MIN_SK_D128 >= 0): the
 //                 standard tile with P double-buffered in registers (Consumer::kPDouble), for
 //                 unmasked problems: +0.9-1.7 % from S = 4k, -1.2 % at 2k (H100, 2026-12-07)
 // split_kv: the tile of a split-KV launch, with the in-kernel merge of the splits compiled in
