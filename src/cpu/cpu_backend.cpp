@@ -445,28 +445,6 @@ int64_t packed_row_step(int64_t g, int64_t pos_step, int64_t head_step) {
   return pos_step == g * head_step ? head_step : 0;
 }
 
-// One demand load per 64-byte line of [a, a + a_bytes) and of [b, b + b_bytes) (both > 0), each
-// inside its span (its start, then the line starts after it), the two spans' lines alternating:
-// unlike a software prefetch, demand loads train the hardware stream prefetchers (run_unit's
-// touch pass, which reads a key's K row and V row together). Measured on Zen 4 (2026-12-07b,
-// docs/perf/cpu.md; a C walk of 32-key tiles of [keys][8 heads][256 B] K and V, one demand load
-// per line): K tile then V tile 16.5 / 25.4 GB/s (1 / 2 threads), K and V alternating every
-// 4 KB 18.7 / 27.2, every line 22.8 / 32.2 (the plain sum 22-25 / 26-30).
-inline void touch_spans(const char* a, int64_t a_bytes, const char* b, int64_t b_bytes) {
-  if (a_bytes <= 0 || b_bytes <= 0) return;
-  const char* ae = a + a_bytes;
-  const char* be = b + b_bytes;
-  (void)*reinterpret_cast<const volatile char*>(a);
-  (void)*reinterpret_cast<const volatile char*>(b);
-  const char* ca = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(a) | uintptr_t{63}) + 1);
-  const char* cb = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(b) | uintptr_t{63}) + 1);
-  for (; ca < ae && cb < be; ca += 64, cb += 64) {
-    (void)*reinterpret_cast<const volatile char*>(ca);
-    (void)*reinterpret_cast<const volatile char*>(cb);
-  }
-  for (; ca < ae; ca += 64) (void)*reinterpret_cast<const volatile char*>(ca);
-  for (; cb < be; cb += 64) (void)*reinterpret_cast<const volatile char*>(cb);
-}
 // Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
 inline void prefetch_span(const char* p, int64_t bytes) {
   bytes = std::min<int64_t>(bytes, 1024);

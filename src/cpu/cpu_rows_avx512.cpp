@@ -655,29 +655,23 @@ bool touch_rows_avx512(const void* const* const* k, const void* const* const* v,
       const int64_t h = key_major ? c : a, t = key_major ? a : c;
       const char* kp = static_cast<const char*>(k[h][t]);
       const char* vp = static_cast<const char*>(v[h][t]);
+      if (!check) {
+        touch_spans(kp, k_bytes, vp, v_bytes);
+        continue;
+      }
+      // K: one demand load per line (its start, then the line starts after it); V: the row's
+      // 64-byte pieces as vectors (they cover its lines), tested; the two alternating.
       const char* ke = kp + k_bytes;
       const char* ve = vp + v_bytes;
-      // K: one demand load per line (its start, then the line starts after it); V: the same, or
-      // with the check the row's 64-byte pieces as vectors (they cover its lines).
       (void)*reinterpret_cast<const volatile char*>(kp);
       const char* ck = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(kp) | uintptr_t{63}) + 1);
-      if (check) {
-        for (const char* cv = vp; cv < ve; cv += 64) {
-          const __m512i x = _mm512_loadu_si512(cv);
-          mn = _mm512_min_epu16(mn, _mm512_sub_epi16(_mm512_and_si512(x, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(1)));
-          if (ck < ke) {
-            (void)*reinterpret_cast<const volatile char*>(ck);
-            ck += 64;
-          }
-        }
-      } else {
-        (void)*reinterpret_cast<const volatile char*>(vp);
-        const char* cv = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(vp) | uintptr_t{63}) + 1);
-        for (; ck < ke && cv < ve; ck += 64, cv += 64) {
+      for (const char* cv = vp; cv < ve; cv += 64) {
+        const __m512i x = _mm512_loadu_si512(cv);
+        mn = _mm512_min_epu16(mn, _mm512_sub_epi16(_mm512_and_si512(x, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(1)));
+        if (ck < ke) {
           (void)*reinterpret_cast<const volatile char*>(ck);
-          (void)*reinterpret_cast<const volatile char*>(cv);
+          ck += 64;
         }
-        for (; cv < ve; cv += 64) (void)*reinterpret_cast<const volatile char*>(cv);
       }
       for (; ck < ke; ck += 64) (void)*reinterpret_cast<const volatile char*>(ck);
     }
