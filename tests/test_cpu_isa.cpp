@@ -253,7 +253,7 @@ TEST(CpuIsa, Bf16SubnormalInputsKeepTheirWeight) {
 // so the output of its head is that element's weight alone. The element sits in the last key tile
 // (full at sk 64, partial at sk 40): vdpbf16ps also flushes a subnormal fp32 accumulator, so a
 // subnormal O from an earlier tile does not survive a later clean tile's P V (docs/perf/cpu.md,
-// 2026-12-07b: outputs below 2^-126 in magnitude, a limit of the vdpbf16ps decode before this).
+// 2026-12-07 09:40: outputs below 2^-126 in magnitude, a limit of the vdpbf16ps decode before this).
 TEST(CpuIsa, Bf16SubnormalVElementOfADecodeTileKeepsItsWeight) {
   struct At {
     int64_t sk, key, h, d;

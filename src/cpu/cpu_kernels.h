@@ -272,8 +272,8 @@ void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, in
 // One demand load per 64-byte line of [a, a + a_bytes) and of [b, b + b_bytes) (both > 0), each
 // inside its span (its start, then the line starts after it), the two spans' lines alternating:
 // unlike a software prefetch, demand loads train the hardware stream prefetchers (run_unit's
-// touch pass, which reads a key's K row and V row together; touch_rows_avx512). Measured on Zen 4 (2026-12-07b,
-// docs/perf/cpu.md; a C walk of 32-key tiles of [keys][8 heads][256 B] K and V, one demand load
+// touch pass, which reads a key's K row and V row together; touch_rows_avx512). Measured on
+// Zen 4 (2026-12-07 09:40, docs/perf/cpu.md; a C walk of 32-key tiles of [keys][8 heads][256 B] K and V, one demand load
 // per line): K tile then V tile 16.5 / 25.4 GB/s (1 / 2 threads), K and V alternating every
 // 4 KB 18.7 / 27.2, every line 22.8 / 32.2 (the plain sum 22-25 / 26-30).
 inline void touch_spans(const char* a, int64_t a_bytes, const char* b, int64_t b_bytes) {
