@@ -140,6 +140,7 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   const bool masked = masked_problem(pb);
   sm90::Tile t = sm90::Tile::standard;
   if (d.dqk == 64 && masked && speed_max_sq(pb) <= FA4_SM90_SHORT_MASKED_MAX_SQ) t = sm90::Tile::short_masked;
+  if (d.dqk == 64 && !masked && speed_max_sq(pb) <= FA4_SM90_SHORT_UNMASKED_MAX_SQ) t = sm90::Tile::short_masked;
   if (d.dqk == 64 && FA4_SM90_DECODE &&
       speed_max_sq(pb) * (sm90_packs(pb, sm90::tile_cfg(64, 64).block_m()) ? pb.group : 1) <= 2 * sm90::kRowsPerConsumer)
     t = sm90::Tile::short_masked;

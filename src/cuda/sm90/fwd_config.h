@@ -325,6 +325,11 @@
 #ifndef FA4_SM90_SHORT_MASKED_MAX_SQ
 #define FA4_SM90_SHORT_MASKED_MAX_SQ 1024
 #endif
+// (A/B switch) The two-consumer D = 64 tile for unmasked problems up to this many query rows too
+// (0: never; measured -4 to -16 % without a mask on 2026-12-02, before later kernel changes).
+#ifndef FA4_SM90_SHORT_UNMASKED_MAX_SQ
+#define FA4_SM90_SHORT_UNMASKED_MAX_SQ 0
+#endif
 #ifndef FA4_SM90_LONG_KEYS_MIN_SK
 #define FA4_SM90_LONG_KEYS_MIN_SK 2048
 #endif
