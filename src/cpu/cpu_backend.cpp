@@ -445,6 +445,28 @@ int64_t packed_row_step(int64_t g, int64_t pos_step, int64_t head_step) {
   return pos_step == g * head_step ? head_step : 0;
 }
 
+// One demand load per 64-byte line of [a, a + a_bytes) and of [b, b + b_bytes) (both > 0), each
+// inside its span (its start, then the line starts after it), the two spans' lines alternating:
+// unlike a software prefetch, demand loads train the hardware stream prefetchers (run_unit's
+// touch pass, which reads a key's K row and V row together). Measured on
+// Zen 4 (2026-12-07 09:40, docs/perf/cpu.md; a C walk of 32-key tiles of [keys][8 heads][256 B] K and V, one demand load
+// per line): K tile then V tile 16.5 / 25.4 GB/s (1 / 2 threads), K and V alternating every
+// 4 KB 18.7 / 27.2, every line 22.8 / 32.2 (the plain sum 22-25 / 26-30).
+inline void touch_spans(const char* a, int64_t a_bytes, const char* b, int64_t b_bytes) {
+  if (a_bytes <= 0 || b_bytes <= 0) return;
+  const char* ae = a + a_bytes;
+  const char* be = b + b_bytes;
+  (void)*reinterpret_cast<const volatile char*>(a);
+  (void)*reinterpret_cast<const volatile char*>(b);
+  const char* ca = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(a) | uintptr_t{63}) + 1);
+  const char* cb = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(b) | uintptr_t{63}) + 1);
+  for (; ca < ae && cb < be; ca += 64, cb += 64) {
+    (void)*reinterpret_cast<const volatile char*>(ca);
+    (void)*reinterpret_cast<const volatile char*>(cb);
+  }
+  for (; ca < ae; ca += 64) (void)*reinterpret_cast<const volatile char*>(ca);
+  for (; cb < be; cb += 64) (void)*reinterpret_cast<const volatile char*>(cb);
+}
 // Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
 inline void prefetch_span(const char* p, int64_t bytes) {
   bytes = std::min<int64_t>(bytes, 1024);
@@ -927,11 +949,10 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
             kds == 1;
   for (int h = 0; h < nh; ++h)
     wss[h]->q_bf16 = dp_rows && rows_q_bf16_avx512(wss[h]->qt, rows, dqk, wss[h]->qb);
-  // The touch pass on the AVX-512 tables (touch_rows_avx512) also tests bf16 V rows for
+  // Before the vdpbf16ps P V of bf16 V rows, the touch pass (touch_rows_avx512) also tests them for
   // subnormals, where the loads wait on memory anyway: a clean tile's P V then runs without the
   // test (pv_rows_avx512bf16_checked), which was ~35% of pv_rows_avx512bf16's samples.
-  const bool touch512 = touch && (K.qk_rows == qk_rows_avx512 || K.qk_rows == qk_rows_avx512bf16);
-  const bool check_v = touch512 && rows_pv == pv_rows_avx512bf16 && kvt == DType::bfloat16 && vds == 1;
+  const bool check_v = touch && rows_pv == pv_rows_avx512bf16 && kvt == DType::bfloat16 && vds == 1 && v_span % 64 == 0;
 #endif
   bool v_clean = false;  // this key tile's V holds no bf16 subnormal (touch_rows_avx512)
   // Storage addresses of the K / V rows of keys [j0, j0 + n) of one kv head.
@@ -1221,11 +1242,11 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       w.rows_n = n;
     }
 #if defined(__x86_64__) || defined(_M_X64)
-    if (touch512) {
+    if (check_v) {
       const void* const* kk[kUnitHeads];
       const void* const* vv[kUnitHeads];
       for (int h = 0; h < nh; ++h) kk[h] = wss[h]->kraw, vv[h] = wss[h]->vraw;
-      v_clean = touch_rows_avx512(kk, vv, nh, n, key_major, k_span, v_span, check_v);
+      v_clean = touch_rows_avx512(kk, vv, nh, n, key_major, k_span, v_span);
       return;
     }
 #endif

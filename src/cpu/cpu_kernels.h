@@ -254,12 +254,12 @@ void qk_rows_avx512bf16_q(const uint16_t* qb, int64_t rows, int64_t d, const voi
 // test per load, no O copy for the fp32 redo.
 void pv_rows_avx512bf16_checked(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, DType t,
                                 int64_t dv, const float* alpha, float* o);
-// The touch pass of a key tile: one demand load per line of the K rows k[h][t] (k_bytes each) and
-// V rows v[h][t] (v_bytes), h < nh, t < n, key-major (t outer) or head-major, a row's K and V lines
-// alternating. With check_bf16_v and v_bytes a multiple of 64 the V rows are read as vectors and
-// tested for bf16 subnormals: returns true when that test ran and found none.
+// The touch pass of a key tile over bf16 V rows: one demand load per line of the K rows k[h][t]
+// (k_bytes each), h < nh, t < n, key-major (t outer) or head-major, and the V rows v[h][t] (v_bytes,
+// a multiple of 64) read as vectors beside them and tested for bf16 subnormals: true when none.
+// (Other rows take run_unit's touch_spans loop, cpu_backend.cpp.)
 bool touch_rows_avx512(const void* const* const* k, const void* const* const* v, int nh, int64_t n, bool key_major,
-                       int64_t k_bytes, int64_t v_bytes, bool check_bf16_v);
+                       int64_t k_bytes, int64_t v_bytes);
 // Steady software prefetch for the row-major decode: the next qk_rows_avx512 call on this thread
 // prefetches krows[0 .. n) (k_bytes each), a row per key it processes, and the next
 // pv_rows_avx512 call vrows[0 .. n) the same way (each call then forgets its list). The arrays
@@ -269,28 +269,6 @@ void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, in
                           int64_t v_bytes);
 #endif
 
-// One demand load per 64-byte line of [a, a + a_bytes) and of [b, b + b_bytes) (both > 0), each
-// inside its span (its start, then the line starts after it), the two spans' lines alternating:
-// unlike a software prefetch, demand loads train the hardware stream prefetchers (run_unit's
-// touch pass, which reads a key's K row and V row together; touch_rows_avx512). Measured on
-// Zen 4 (2026-12-07 09:40, docs/perf/cpu.md; a C walk of 32-key tiles of [keys][8 heads][256 B] K and V, one demand load
-// per line): K tile then V tile 16.5 / 25.4 GB/s (1 / 2 threads), K and V alternating every
-// 4 KB 18.7 / 27.2, every line 22.8 / 32.2 (the plain sum 22-25 / 26-30).
-inline void touch_spans(const char* a, int64_t a_bytes, const char* b, int64_t b_bytes) {
-  if (a_bytes <= 0 || b_bytes <= 0) return;
-  const char* ae = a + a_bytes;
-  const char* be = b + b_bytes;
-  (void)*reinterpret_cast<const volatile char*>(a);
-  (void)*reinterpret_cast<const volatile char*>(b);
-  const char* ca = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(a) | uintptr_t{63}) + 1);
-  const char* cb = reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(b) | uintptr_t{63}) + 1);
-  for (; ca < ae && cb < be; ca += 64, cb += 64) {
-    (void)*reinterpret_cast<const volatile char*>(ca);
-    (void)*reinterpret_cast<const volatile char*>(cb);
-  }
-  for (; ca < ae; ca += 64) (void)*reinterpret_cast<const volatile char*>(ca);
-  for (; cb < be; cb += 64) (void)*reinterpret_cast<const volatile char*>(cb);
-}
 // e4m3 byte -> fp32 for all 256 codes (NaN codes included).
 const float* e4m3_lut();
 // e4m3 magnitude (the byte's low 7 bits) -> the bf16 bits of its value (exact: 3 mantissa bits,

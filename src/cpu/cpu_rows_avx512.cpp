@@ -643,9 +643,8 @@ void pv_rows_avx512bf16_checked(const float* pt, int64_t rows, int64_t nk, const
 }
 
 bool touch_rows_avx512(const void* const* const* k, const void* const* const* v, int nh, int64_t n, bool key_major,
-                       int64_t k_bytes, int64_t v_bytes, bool check_bf16_v) {
-  if (k_bytes <= 0 || v_bytes <= 0) return false;
-  const bool check = check_bf16_v && v_bytes % 64 == 0;
+                       int64_t k_bytes, int64_t v_bytes) {
+  if (k_bytes <= 0 || v_bytes <= 0 || v_bytes % 64 != 0) return false;
   // bf16 subnormal <=> (x & 0x7fff) - 1 < 0x7f (unsigned): a running unsigned minimum, no mask
   // registers in the loop.
   __m512i mn = _mm512_set1_epi16(-1);
@@ -655,10 +654,6 @@ bool touch_rows_avx512(const void* const* const* k, const void* const* const* v,
       const int64_t h = key_major ? c : a, t = key_major ? a : c;
       const char* kp = static_cast<const char*>(k[h][t]);
       const char* vp = static_cast<const char*>(v[h][t]);
-      if (!check) {
-        touch_spans(kp, k_bytes, vp, v_bytes);
-        continue;
-      }
       // K: one demand load per line (its start, then the line starts after it); V: the row's
       // 64-byte pieces as vectors (they cover its lines), tested; the two alternating.
       const char* ke = kp + k_bytes;
@@ -675,7 +670,7 @@ bool touch_rows_avx512(const void* const* const* k, const void* const* const* v,
       }
       for (; ck < ke; ck += 64) (void)*reinterpret_cast<const volatile char*>(ck);
     }
-  return check && _mm512_cmplt_epu16_mask(mn, _mm512_set1_epi16(0x7f)) == 0;
+  return _mm512_cmplt_epu16_mask(mn, _mm512_set1_epi16(0x7f)) == 0;
 }
 
 void rows_prefetch_avx512(const void* const* krows, const void* const* vrows, int64_t n, int64_t k_bytes,
