@@ -126,10 +126,9 @@ bool sm90_gathers(const Problem& pb, sm90::DimPair d, sm90::Tile t) {
 // The sm90 tile of a problem (sm90/fwd_config.h Tile, with the A/B behind each rule there):
 // two consumers at D = 64 for masked query sequences of <= 1024 rows and for decode-sized ones
 // (<= 128 rows per kv head packed: a third consumer would have nothing to do), 80-key tiles at
-// D = 256 from 1024 keys (masked: 2048), P double-buffered at D = 128 for unmasked prefill from 4096 keys, the
-// standard tile everywhere else -- and in a paged cache a tile whose
-// key block divides the page size (a key tile must not straddle two pages), the standard one if
-// that does.
+// D = 256 from 1024 keys (masked: 2048), P double-buffered at D = 128 for unmasked prefill from
+// 4096 keys, the standard tile everywhere else -- and in a paged cache a tile whose key block
+// divides the page size (a key tile must not straddle two pages), the standard one if that does.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   if (is_fp8_all(pb)) {  // 160 / 192-key tiles at D 64 / 128 over long keys (FA4_SM90_FP8_LONG_KEYS_MIN_SK)
     const bool long_keys = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && speed_max_sk(pb) >= FA4_SM90_FP8_LONG_KEYS_MIN_SK;
@@ -138,19 +137,19 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   }
   if (pb.kv_fp8) return sm90::Tile::fp8_kv;    // (its only tile)
   const bool masked = masked_problem(pb);
+  // Tile rows per (sequence, grid head) of a tile of block_m rows: query rows, x group with PackGQA.
+  auto tile_rows = [&](int block_m) { return speed_max_sq(pb) * (sm90_packs(pb, block_m) ? pb.group : 1); };
   sm90::Tile t = sm90::Tile::standard;
   if (d.dqk == 64 && masked && speed_max_sq(pb) <= FA4_SM90_SHORT_MASKED_MAX_SQ) t = sm90::Tile::short_masked;
   if (d.dqk == 64 && !masked && speed_max_sq(pb) <= FA4_SM90_SHORT_UNMASKED_MAX_SQ) t = sm90::Tile::short_masked;
-  if (d.dqk == 64 && FA4_SM90_DECODE &&
-      speed_max_sq(pb) * (sm90_packs(pb, sm90::tile_cfg(64, 64).block_m()) ? pb.group : 1) <= 2 * sm90::kRowsPerConsumer)
+  if (d.dqk == 64 && FA4_SM90_DECODE && tile_rows(sm90::tile_cfg(64, 64).block_m()) <= 2 * sm90::kRowsPerConsumer)
     t = sm90::Tile::short_masked;
   if (d.dqk == 256 && speed_max_sk(pb) >= (masked ? FA4_SM90_LONG_KEYS_MIN_SK : FA4_SM90_LONG_KEYS_MIN_SK_UNMASKED))
     t = sm90::Tile::long_keys;
   // (D 128: unmasked, prefill-shaped query sides only -- causal and decode-sized tiles keep the
   // standard tile, as measured; not in builds of the balanced walk, an A/B of the standard tile)
   if (d.dqk == 128 && !masked && !FA4_SM90_BALANCED && FA4_SM90_LONG_KEYS_MIN_SK_D128 >= 0 &&
-      speed_max_sk(pb) >= FA4_SM90_LONG_KEYS_MIN_SK_D128 &&
-      speed_max_sq(pb) * (sm90_packs(pb, sm90::tile_cfg(128, 128).block_m()) ? pb.group : 1) > 2 * sm90::kRowsPerConsumer)
+      speed_max_sk(pb) >= FA4_SM90_LONG_KEYS_MIN_SK_D128 && tile_rows(sm90::tile_cfg(128, 128).block_m()) > 2 * sm90::kRowsPerConsumer)
     t = sm90::Tile::long_keys;
   if (!sm90::has_tile(t, d.dqk, d.dv)) t = sm90::Tile::standard;
   if (pb.kv == core::KvLayout::paged && !sm90_pages_fit(pb.page_size, sm90::tile_cfg(d.dqk, d.dv, t).block_n))

@@ -69,11 +69,11 @@ struct Consumer {
   // so is the e4m3 D 128 fp8_long_keys tile (P is 24 registers there; H100 2026-12-07, same-run A/B
   // twice: +0.3-1.3 % at S 8k / 16k, causal and not; spill-free key loop). The 128-key e4m3 tile
   // measured -1 to -3 % at S 1k / 4k with it (FA4_SM90_FP8_P_DOUBLE=1 builds it so).
-  static constexpr bool kPDouble =
-      FA4_SM90_OVERLAP && kConsumers == 2 &&
-      ((!kFp8 && (((FA4_SM90_P_DOUBLE >= 1 || T::kTile == Tile::long_keys) && kRescaleInTurn && kDqk <= 128) ||
-                  (FA4_SM90_P_DOUBLE >= 2 && kDqk == 256 && kBlockN <= 64))) ||
-       (kFp8 && (FA4_SM90_FP8_P_DOUBLE || T::kTile == Tile::fp8_long_keys) && kRescaleInTurn && kDqk <= 128));
+  static constexpr bool kPDoubleTile = kFp8 ? FA4_SM90_FP8_P_DOUBLE || T::kTile == Tile::fp8_long_keys
+                                             : FA4_SM90_P_DOUBLE >= 1 || T::kTile == Tile::long_keys;
+  static constexpr bool kPDouble = FA4_SM90_OVERLAP && kConsumers == 2 &&
+                                   ((kPDoubleTile && kRescaleInTurn && kDqk <= 128) ||
+                                    (!kFp8 && FA4_SM90_P_DOUBLE >= 2 && kDqk == 256 && kBlockN <= 64));
   static constexpr int kPBufs = kPDouble ? 2 : 1;
   using Ring = PipelineState<kStages>;
 
