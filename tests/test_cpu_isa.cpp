@@ -374,6 +374,22 @@ TEST(CpuIsa, E4m3ConversionsAgreeWithTheScalarDefinitionForEveryByte) {
         for (int64_t i = 0; i < 3 * d; ++i)
           ASSERT_TRUE(same(o[static_cast<size_t>(i)], want[n], false)) << "pv_rows d " << d << " element " << i << " byte " << n;
       }
+      // 7 / 8 rows over 70 keys (the AVX2 table broadcasts P into blocks of 64 keys there, alpha
+      // on the first block only): the byte's row at key 65, zero rows elsewhere, O = 4 and
+      // alpha 0.5 before: O = 2 + V.
+      const std::vector<uint8_t> zero(static_cast<size_t>(d), 0);
+      for (int64_t R : {7, 8})
+        for (int n = 0; n < 256; ++n) {
+          std::vector<const void*> keys(70, zero.data());
+          keys[65] = ptr[static_cast<size_t>(n)];
+          std::vector<float> pt(70 * 8, 0.0f), o(static_cast<size_t>(8 * d), 4.0f);
+          for (int64_t r = 0; r < 8; ++r) pt[static_cast<size_t>(65 * 8 + r)] = 1.0f;
+          const float alpha[8] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+          K.pv_rows(pt.data(), R, 70, keys.data(), DType::float8_e4m3, d, alpha, o.data());
+          for (int64_t i = 0; i < R * d; ++i)
+            ASSERT_TRUE(same(o[static_cast<size_t>(i)], 2.0f + want[n], false))
+                << "pv_rows rows " << R << " d " << d << " element " << i << " byte " << n;
+        }
     }
   }
   // Panel packers (16-bit: bf16 bits, lo term 0; fp32 panels): 256 keys x 48 dims, key n =

@@ -323,91 +323,272 @@ inline __m256 load8<E4m3>(const E4m3* p) {
   return e4m3x8_to_f32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-// [sum(a0), sum(a1), ..., sum(a7)]
-inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6, __m256 a7) {
-  const __m256 t0 = _mm256_hadd_ps(a0, a1), t1 = _mm256_hadd_ps(a2, a3);
-  const __m256 t2 = _mm256_hadd_ps(a4, a5), t3 = _mm256_hadd_ps(a6, a7);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  // u0 = [a0 a1 a2 a3 | a0 a1 a2 a3] partial sums of the low / high 128-bit halves, u1 likewise.
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+// 16 storage elements as two fp32 vectors. bf16 comes out as its even and odd elements: one
+// 32-byte load, x << 16 and x & 0xffff0000 (2 ops per 16 where vpmovzxwd + shift take 4 -- the
+// AVX-512 loader's trick, cpu_rows_avx512.cpp); q and O are then kept in that order. The other
+// dtypes come out in order (first 8, last 8).
+// (Returned by value: GCC 12 keeps an accumulator array whose elements' addresses were passed
+// to a helper in memory, a store per FMA.)
+struct Vec2 {
+  __m256 a, b;
+};
+template <class T>
+struct Load16 {
+  static constexpr bool kEvenOdd = false;
+  static Vec2 load(const T* p) { return {load8<T>(p), load8<T>(p + 8)}; }
+};
+template <>
+struct Load16<uint16_t> {
+  static constexpr bool kEvenOdd = true;
+  static Vec2 load(const uint16_t* p) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)), _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536)))};
+  }
+};
+
+// e4m3, 16 bytes: their bf16 bit patterns times 2^-120 in 16-bit lanes (the 7 magnitude bits << 4
+// put exponent and mantissa in bf16's fields with a bias of 127 instead of 7, as e4m3x8_to_f32
+// does in fp32's; the sign to bit 15; magnitude 0x7f, NaN, gets an all-ones exponent), split as
+// bf16 and multiplied by 2^120 (subnormals included). 13 ops per 16 where two e4m3x8_to_f32
+// take 18.
+template <>
+struct Load16<E4m3> {
+  static constexpr bool kEvenOdd = true;
+  static Vec2 load(const E4m3* p) {
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
+    __m256i x = _mm256_or_si256(_mm256_slli_epi16(mag, 4), _mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(-32768)));
+    x = _mm256_or_si256(x, _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f80)));
+    const __m256 s = _mm256_set1_ps(0x1p120f);
+    return {_mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)), s),
+            _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536))), s)};
+  }
+};
+
+// 16 floats in order <-> (even, odd): [x0 x2 .. x14], [x1 x3 .. x15].
+inline Vec2 split_even_odd(const float* x) {
+  const __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + 8);
+  // shuffle_ps: [a0 a2 b0 b2 | a4 a6 b4 b6]; the 64-bit permute puts the halves in order.
+  return {_mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8)),
+          _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8))};
+}
+inline void merge_even_odd(__m256 e, __m256 o, float* x) {
+  // [e0 e1 e4 e5 | e2 e3 e6 e7] interleaved with the same of o: x0..x7, then x8..x15.
+  const __m256 e2 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xd8));
+  const __m256 o2 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xd8));
+  _mm256_storeu_ps(x, _mm256_unpacklo_ps(e2, o2));
+  _mm256_storeu_ps(x + 8, _mm256_unpackhi_ps(e2, o2));
 }
 
-// Each key's dot products are R chains of d/8 dependent FMAs (4-cycle latency each), so with few
-// rows the chains, not the FMA pipes, set the pace: KB keys are interleaved to have R * KB >= 8
-// independent chains in flight.
-template <int R, int KB, class T>
-inline void qk_rows_keys(const float* q, int64_t d, const void* const* krows, float* st) {
-  const __m256 zero = _mm256_setzero_ps();
-  __m256 a[KB][8];
+// Per 128-bit lane, [sum a0, sum a1, sum a2, sum a3] of that lane (unpacks and adds: hadd is 3-4
+// uops on Zen and Intel).
+inline __m256 lane_sums4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 t01 = _mm256_add_ps(_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
+  const __m256 t23 = _mm256_add_ps(_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
+  return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t01), _mm256_castps_pd(t23))),
+                       _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t01), _mm256_castps_pd(t23))));
+}
+
+// Row-major q.k: KB keys x R rows of dot products at once (R * KB accumulators, each summing both
+// vectors of a 16-dim step; qp: R rows of d, in the loader's order per 16 dims, the last 8 dims
+// of d % 16 = 8 in order). Sums into st[kb * 8 + r], rows R..8 zero. RP: R rounded up to 4 or 8
+// (rows R..RP are zero accumulators, so the sums of a key fill half or all of a vector).
+// (The loops over kb / r / v here and in pv_pass are unrolled by pragma: where GCC 12 left one
+// rolled, it kept the accumulator array in memory too, a store per FMA.)
+template <class T, int R, int KB>
+inline void qk_keys(const float* qp, int64_t d, const void* const* krows, float* st) {
+  constexpr int RP = R <= 4 ? 4 : 8;
+  __m256 acc[KB][RP];
+  #pragma GCC unroll 16
   for (int kb = 0; kb < KB; ++kb)
-    for (int r = 0; r < 8; ++r) a[kb][r] = zero;
+    #pragma GCC unroll 16
+    for (int r = 0; r < RP; ++r) acc[kb][r] = _mm256_setzero_ps();
   const T* k[KB];
+  #pragma GCC unroll 16
   for (int kb = 0; kb < KB; ++kb) k[kb] = static_cast<const T*>(krows[kb]);
-  for (int64_t c = 0; c < d; c += 8) {
+  int64_t c = 0;
+  for (; c + 16 <= d; c += 16) {
+    __m256 ka[KB], kbv[KB];
+    #pragma GCC unroll 16
     for (int kb = 0; kb < KB; ++kb) {
-      const __m256 kv = load8<T>(k[kb] + c);
-      for (int r = 0; r < R; ++r) a[kb][r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + r * d + c), a[kb][r]);
+      const Vec2 x = Load16<T>::load(k[kb] + c);
+      ka[kb] = x.a, kbv[kb] = x.b;
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      __m256 qa = _mm256_loadu_ps(qp + r * d + c), qb = _mm256_loadu_ps(qp + r * d + c + 8);
+      // In registers, not FMA memory operands (GCC's choice): Zen 4 loads two 32-byte vectors
+      // a cycle, and 2 KB R operand loads + 2 KB K loads per 2 KB R FMAs made q.k load-bound
+      // (microbench, R 4, KB 2: 14.7 -> 12.6 ns a key).
+      __asm__("" : "+x"(qa), "+x"(qb));
+      #pragma GCC unroll 16
+      for (int kb = 0; kb < KB; ++kb) {
+        acc[kb][r] = _mm256_fmadd_ps(ka[kb], qa, acc[kb][r]);
+        acc[kb][r] = _mm256_fmadd_ps(kbv[kb], qb, acc[kb][r]);
+      }
     }
   }
-  for (int kb = 0; kb < KB; ++kb)
-    _mm256_storeu_ps(st + kb * 8, hsum8(a[kb][0], a[kb][1], a[kb][2], a[kb][3], a[kb][4], a[kb][5], a[kb][6], a[kb][7]));
+  if (c < d)
+    #pragma GCC unroll 16
+    for (int kb = 0; kb < KB; ++kb) {
+      const __m256 kv = load8<T>(k[kb] + c);
+      #pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[kb][r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(qp + r * d + c), acc[kb][r]);
+    }
+  #pragma GCC unroll 16
+  for (int kb = 0; kb < KB; ++kb) {
+    if constexpr (RP == 8) {
+      const __m256 u0 = lane_sums4(acc[kb][0], acc[kb][1], acc[kb][2], acc[kb][3]);
+      const __m256 u1 = lane_sums4(acc[kb][4], acc[kb][5], acc[kb][6], acc[kb][7]);
+      _mm256_storeu_ps(st + kb * 8, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+    } else {
+      const __m256 u = lane_sums4(acc[kb][0], acc[kb][1], acc[kb][2], acc[kb][3]);
+      _mm_storeu_ps(st + kb * 8, _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1)));
+      _mm_storeu_ps(st + kb * 8 + 4, _mm_setzero_ps());
+    }
+  }
 }
 
-template <int R, class T>
+template <class T, int R>
 void qk_rows_t(const float* q, int64_t d, const void* const* krows, int64_t nk, float* st) {
-  constexpr int KB = R >= 8 ? 1 : R >= 4 ? 2 : 4;
+  // Keys per block: R * KB accumulators of two FMAs per 16-dim step, at least 8 independent
+  // chains (Zen 3 / 4: 2 FMA pipes x 4 cycles), at most 12 (+ the two K vectors: 14 of the 16 ymm
+  // registers).
+  constexpr int KB = R == 1 ? 4 : R == 2 ? 3 : R <= 4 ? 2 : 1;
+  alignas(32) float qbuf[Load16<T>::kEvenOdd ? 8 * 256 : 1];  // d <= 256 (validate.cpp)
+  const float* qp = q;
+  if constexpr (Load16<T>::kEvenOdd) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      int64_t c = 0;
+      for (; c + 16 <= d; c += 16) {
+        const Vec2 eo = split_even_odd(q + r * d + c);
+        _mm256_store_ps(qbuf + r * d + c, eo.a);
+        _mm256_store_ps(qbuf + r * d + c + 8, eo.b);
+      }
+      if (c < d) _mm256_store_ps(qbuf + r * d + c, _mm256_loadu_ps(q + r * d + c));
+    }
+    qp = qbuf;
+  }
   int64_t j = 0;
-  for (; j + KB <= nk; j += KB) qk_rows_keys<R, KB, T>(q, d, krows + j, st + j * 8);
-  for (; j < nk; ++j) qk_rows_keys<R, 1, T>(q, d, krows + j, st + j * 8);
+  for (; j + KB <= nk; j += KB) qk_keys<T, R, KB>(qp, d, krows + j, st + j * 8);
+  if constexpr (KB > 2)
+    for (; j + 2 <= nk; j += 2) qk_keys<T, R, 2>(qp, d, krows + j, st + j * 8);
+  for (; j < nk; ++j) qk_keys<T, R, 1>(qp, d, krows + j, st + j * 8);
 }
 
-template <int R, class T>
-void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
-  // P pre-broadcast once per block of keys, so the inner loop is one V load (+ convert) and R
-  // FMAs with a memory operand per 8 value dims; CB column blocks at once keep R * CB >= 8
-  // independent accumulator chains (see qk_rows_t).
-  constexpr int CB = R >= 8 ? 1 : R >= 4 ? 2 : 4;
-  constexpr int64_t kBlock = 64;
-  alignas(32) float pb[kBlock * R * 8];
-  for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
-    const int64_t n = nk - j0 < kBlock ? nk - j0 : kBlock;
-    for (int64_t j = 0; j < n; ++j)
-      for (int r = 0; r < R; ++r) _mm256_store_ps(pb + (j * R + r) * 8, _mm256_set1_ps(pt[(j0 + j) * 8 + r]));
-    int64_t c = 0;
-    auto columns = [&](auto cb_const) {
-      constexpr int C = decltype(cb_const)::value;
-      __m256 acc[C][R];
-      for (int cb = 0; cb < C; ++cb)
-        for (int r = 0; r < R; ++r) {
-          acc[cb][r] = _mm256_loadu_ps(o + r * dv + c + 8 * cb);
-          if (j0 == 0) acc[cb][r] = _mm256_mul_ps(acc[cb][r], _mm256_set1_ps(alpha[r]));
-        }
-      for (int64_t j = 0; j < n; ++j) {
-        const T* vj = static_cast<const T*>(vrows[j0 + j]) + c;
-        for (int cb = 0; cb < C; ++cb) {
-          const __m256 v = load8<T>(vj + 8 * cb);
-          for (int r = 0; r < R; ++r) acc[cb][r] = _mm256_fmadd_ps(_mm256_load_ps(pb + (j * R + r) * 8), v, acc[cb][r]);
-        }
+// Row-major P V over NV vectors of 8 dims from c0 (pairs from Load16, an odd last one in order
+// from load8), R rows: NV R accumulators, over all nk keys; O read (in the loader's order, times
+// alpha) and written back once per call. kPb: P from pb [nk][R][8], broadcast already.
+template <class T, int R, int NV, bool kPb>
+inline void pv_pass(const float* pt, const float* pb, int64_t nk, const void* const* vrows, int64_t dv, int64_t c0,
+                    const float* alpha, float* o) {
+  constexpr bool kEo = Load16<T>::kEvenOdd;
+  __m256 a[NV][R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const float* orow = o + r * dv + c0;
+    const __m256 al = _mm256_set1_ps(alpha[r]);
+    #pragma GCC unroll 16
+    for (int v = 0; v + 1 < NV; v += 2) {
+      const Vec2 x = kEo ? split_even_odd(orow + 8 * v) : Vec2{_mm256_loadu_ps(orow + 8 * v), _mm256_loadu_ps(orow + 8 * v + 8)};
+      a[v][r] = x.a, a[v + 1][r] = x.b;
+    }
+    if constexpr (NV % 2 == 1) a[NV - 1][r] = _mm256_loadu_ps(orow + 8 * (NV - 1));
+    #pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) a[v][r] = _mm256_mul_ps(al, a[v][r]);
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    const T* vj = static_cast<const T*>(vrows[j]) + c0;
+    __m256 x[NV];
+    #pragma GCC unroll 16
+    for (int v = 0; v + 1 < NV; v += 2) {
+      const Vec2 y = Load16<T>::load(vj + 8 * v);
+      x[v] = y.a, x[v + 1] = y.b;
+    }
+    if constexpr (NV % 2 == 1) x[NV - 1] = load8<T>(vj + 8 * (NV - 1));
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m256 p = kPb ? _mm256_load_ps(pb + (j * R + r) * 8) : _mm256_broadcast_ss(pt + j * 8 + r);
+      #pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) a[v][r] = _mm256_fmadd_ps(p, x[v], a[v][r]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* orow = o + r * dv + c0;
+    #pragma GCC unroll 16
+    for (int v = 0; v + 1 < NV; v += 2) {
+      if constexpr (kEo) {
+        merge_even_odd(a[v][r], a[v + 1][r], orow + 8 * v);
+      } else {
+        _mm256_storeu_ps(orow + 8 * v, a[v][r]);
+        _mm256_storeu_ps(orow + 8 * v + 8, a[v + 1][r]);
       }
-      for (int cb = 0; cb < C; ++cb)
-        for (int r = 0; r < R; ++r) _mm256_storeu_ps(o + r * dv + c + 8 * cb, acc[cb][r]);
-    };
-    for (; c + 8 * CB <= dv; c += 8 * CB) columns(std::integral_constant<int, CB>{});
-    for (; c < dv; c += 8) columns(std::integral_constant<int, 1>{});
+    }
+    if constexpr (NV % 2 == 1) _mm256_storeu_ps(orow + 8 * (NV - 1), a[NV - 1][r]);
+  }
+}
+
+// A pass of n < NV vectors.
+template <class T, int R, int NV, bool kPb>
+inline void pv_rest(int n, const float* pt, const float* pb, int64_t nk, const void* const* vrows, int64_t dv,
+                    int64_t c0, const float* alpha, float* o) {
+  if constexpr (NV > 1) {
+    if (n == NV - 1) return pv_pass<T, R, NV - 1, kPb>(pt, pb, nk, vrows, dv, c0, alpha, o);
+    return pv_rest<T, R, NV - 1, kPb>(n, pt, pb, nk, vrows, dv, c0, alpha, o);
+  }
+}
+
+template <class T, int R>
+void pv_rows_t(const float* pt, int64_t nk, const void* const* vrows, int64_t dv, const float* alpha, float* o) {
+  constexpr bool kE4m3 = std::is_same_v<T, E4m3>;
+  if constexpr (R > 6 && !kE4m3) {  // two row groups (12 accumulators at most, as qk_rows_t)
+    pv_rows_t<T, 4>(pt, nk, vrows, dv, alpha, o);
+    pv_rows_t<T, R - 4>(pt + 4, nk, vrows, dv, alpha + 4, o + 4 * dv);
+  } else {
+    // Vectors per pass: NV R accumulators, 8 to 12 (see qk_rows_t). e4m3: pairs only (the
+    // conversion's constants leave no register for a third vector), and at R 7 / 8 one vector of
+    // all rows, converted once (two row groups convert V twice: 43 ns a key at R 8 against 39).
+    constexpr int NV = kE4m3 ? (R > 6 ? 1 : R <= 2 ? 4 : 2) : R == 1 ? 6 : R == 2 ? 4 : R <= 4 ? 3 : 2;
+    // There P is broadcast into a block of keys first and read by plain loads: with the
+    // conversion's shuffles and shifts, vbroadcastss slowed it (R 8: 38.6 -> 34.0 ns a key; at
+    // R 2 / 4 / 8 for bf16 and R 2 / 4 for e4m3 the broadcasts ran as fast or faster).
+    constexpr bool kPb = kE4m3 && R > 6;
+    constexpr int64_t kBlock = 64;
+    alignas(32) float pb[kPb ? kBlock * R * 8 : 1];
+    const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (int64_t j0 = 0; j0 < nk; j0 += kPb ? kBlock : nk) {
+      const int64_t nb = kPb ? std::min(kBlock, nk - j0) : nk;
+      if constexpr (kPb)
+        for (int64_t j = 0; j < nb; ++j)
+          for (int r = 0; r < R; ++r) _mm256_store_ps(pb + (j * R + r) * 8, _mm256_set1_ps(pt[(j0 + j) * 8 + r]));
+      const float* al = j0 == 0 ? alpha : ones;
+      // Passes of NV vectors; NV + 1 left are taken as 2 + (NV - 1), not NV + 1 (a pass of one
+      // vector has R chains only: at R 4 the last 8 dims of D 128 took 11% of the P V samples).
+      for (int64_t c0 = 0, left = dv / 8; left > 0;) {
+        const int64_t n = NV == 1 || left >= NV + 2 || left == NV ? NV : left == NV + 1 ? 2 : left;
+        if (n == NV)
+          pv_pass<T, R, NV, kPb>(pt + j0 * 8, pb, nb, vrows + j0, dv, c0, al, o);
+        else
+          pv_rest<T, R, NV, kPb>(static_cast<int>(n), pt + j0 * 8, pb, nb, vrows + j0, dv, c0, al, o);
+        c0 += 8 * n, left -= n;
+      }
+    }
   }
 }
 
 template <class T>
 void qk_rows_dispatch(const float* q, int64_t rows, int64_t d, const void* const* krows, int64_t nk, float* st) {
   switch (rows) {
-    case 1: return qk_rows_t<1, T>(q, d, krows, nk, st);
-    case 2: return qk_rows_t<2, T>(q, d, krows, nk, st);
-    case 3: return qk_rows_t<3, T>(q, d, krows, nk, st);
-    case 4: return qk_rows_t<4, T>(q, d, krows, nk, st);
-    case 5: return qk_rows_t<5, T>(q, d, krows, nk, st);
-    case 6: return qk_rows_t<6, T>(q, d, krows, nk, st);
-    case 7: return qk_rows_t<7, T>(q, d, krows, nk, st);
-    default: return qk_rows_t<8, T>(q, d, krows, nk, st);
+    case 1: return qk_rows_t<T, 1>(q, d, krows, nk, st);
+    case 2: return qk_rows_t<T, 2>(q, d, krows, nk, st);
+    case 3: return qk_rows_t<T, 3>(q, d, krows, nk, st);
+    case 4: return qk_rows_t<T, 4>(q, d, krows, nk, st);
+    case 5: return qk_rows_t<T, 5>(q, d, krows, nk, st);
+    case 6: return qk_rows_t<T, 6>(q, d, krows, nk, st);
+    case 7: return qk_rows_t<T, 7>(q, d, krows, nk, st);
+    default: return qk_rows_t<T, 8>(q, d, krows, nk, st);
   }
 }
 
@@ -415,14 +596,14 @@ template <class T>
 void pv_rows_dispatch(const float* pt, int64_t rows, int64_t nk, const void* const* vrows, int64_t dv,
                       const float* alpha, float* o) {
   switch (rows) {
-    case 1: return pv_rows_t<1, T>(pt, nk, vrows, dv, alpha, o);
-    case 2: return pv_rows_t<2, T>(pt, nk, vrows, dv, alpha, o);
-    case 3: return pv_rows_t<3, T>(pt, nk, vrows, dv, alpha, o);
-    case 4: return pv_rows_t<4, T>(pt, nk, vrows, dv, alpha, o);
-    case 5: return pv_rows_t<5, T>(pt, nk, vrows, dv, alpha, o);
-    case 6: return pv_rows_t<6, T>(pt, nk, vrows, dv, alpha, o);
-    case 7: return pv_rows_t<7, T>(pt, nk, vrows, dv, alpha, o);
-    default: return pv_rows_t<8, T>(pt, nk, vrows, dv, alpha, o);
+    case 1: return pv_rows_t<T, 1>(pt, nk, vrows, dv, alpha, o);
+    case 2: return pv_rows_t<T, 2>(pt, nk, vrows, dv, alpha, o);
+    case 3: return pv_rows_t<T, 3>(pt, nk, vrows, dv, alpha, o);
+    case 4: return pv_rows_t<T, 4>(pt, nk, vrows, dv, alpha, o);
+    case 5: return pv_rows_t<T, 5>(pt, nk, vrows, dv, alpha, o);
+    case 6: return pv_rows_t<T, 6>(pt, nk, vrows, dv, alpha, o);
+    case 7: return pv_rows_t<T, 7>(pt, nk, vrows, dv, alpha, o);
+    default: return pv_rows_t<T, 8>(pt, nk, vrows, dv, alpha, o);
   }
 }
 
@@ -678,6 +859,10 @@ const Kernels& avx2_kernels() {
   static const Kernels k = [] {
     Kernels t{"avx2", 8, qk_avx2, pv_avx2, softmax_avx2, qk_rows_avx2, pv_rows_avx2, convert_avx2, nullptr, nullptr};
     t.f32p = &f32p;
+    // softmax_avx2 flags extreme rows on its max pass (the panel path relies on it): the
+    // row-major path's separate flag_extreme_rows pass over S (~3% of a decode's samples, perf
+    // kv 1k, 1 thread) is left out.
+    t.softmax_flags_extreme = true;
     return t;
   }();
   return k;
