@@ -345,6 +345,14 @@
 #ifndef FA4_SM90_LONG_KEYS_MIN_SK_D128
 #define FA4_SM90_LONG_KEYS_MIN_SK_D128 4096
 #endif
+// (A/B switch) The first key tile of a consumer's walk (its last keys: the causal diagonal) as
+// S = Q K^T over the tile's first half only (an N = kBlockN / 2 wgmma), when none of the
+// consumer's 64 rows sees a key of the upper half. Aligned causal tiles of 2 x 64 rows and 128
+// keys (D 64 short_masked, D 128 standard) leave consumer 0 exactly that: half its diagonal S.
+// The softmax still runs over the whole tile (the mask sets the unwritten half to -inf).
+#ifndef FA4_SM90_HALF_DIAG
+#define FA4_SM90_HALF_DIAG 0
+#endif
 // K / V ring stages. D = 128 fits 3 only with O staged in Q (separate_o turns off: 32 + 3 * 64
 // KB + barriers = 226 KB); ncu showed its consumers ~3 % of stall samples waiting on the ring
 // (2ff92ce, sm90-notes.md), to be weighed against the lost Q / epilogue overlap.
