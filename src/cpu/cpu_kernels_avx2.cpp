@@ -323,6 +323,10 @@ inline __m256 load8<E4m3>(const E4m3* p) {
   return e4m3x8_to_f32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
+// Row-major decode kernels (Kernels::qk_rows / pv_rows). With 4 query rows per K / V element their
+// fp32 products are 128 FMAs per key and head, 17.5 ns at Zen 4's 2 a cycle: measured, the steps
+// run at ~70 % of that and the touch pass takes as long again (docs/perf/cpu.md, 2026-12-07 13:15).
+//
 // 16 storage elements as two fp32 vectors. bf16 comes out as its even and odd elements: one
 // 32-byte load, x << 16 and x & 0xffff0000 (2 ops per 16 where vpmovzxwd + shift take 4 -- the
 // AVX-512 loader's trick, cpu_rows_avx512.cpp); q and O are then kept in that order. The other
