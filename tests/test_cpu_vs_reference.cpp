@@ -658,6 +658,34 @@ TEST(CpuVsReference, PerThreadPanelsPerKvHead) {
     c.lse = false;
     cfgs.push_back(c);
   }
+  // fp32 (the fp32 panel products' per-thread panels, and their Q^T built strip by strip from the
+  // fp32 Q rows, lazy_q in run_unit): MHA with a ragged last query tile (250 rows = 192 + 58:
+  // padding rows inside a strip), and GQA 4 on one kv head per batch (packed rows a constant
+  // stride apart), causal.
+  {
+    CaseConfig c;
+    c.dtype = DType::float32;
+    c.batch = 2;
+    c.hq = c.hkv = 4;
+    c.dqk = c.dv = 128;
+    c.sq = c.sk = 250;
+    c.num_threads = 2;
+    c.dist = Dist::outliers;
+    cfgs.push_back(c);
+  }
+  {
+    CaseConfig c;
+    c.dtype = DType::float32;
+    c.batch = 8;
+    c.hq = 4;
+    c.hkv = 1;
+    c.dqk = c.dv = 64;
+    c.sq = 100;
+    c.sk = 300;
+    c.causal = true;
+    c.num_threads = 2;
+    cfgs.push_back(c);
+  }
   int n = 0;
   for (const CaseConfig& c : cfgs) check_cpu_vs_ref(c, derive_seed(13600 + n++), {true, true});
 }

@@ -682,7 +682,9 @@ void pack_panel_tile(const Plan& plan, const Panels& pn, int64_t tile, int64_t n
     pn.flags[tile] = static_cast<uint8_t>(kf | vf);
   } else {
     const F32Panels& F = *plan.f32p;
+    FA4_PROF(pk, kPrPackK);
     F.pack_k(kr, kvt, n, pb.dqk, reinterpret_cast<float*>(slot));
+    FA4_PROF_LAP(pk, kPrPackV);
     pn.flags[tile] = static_cast<uint8_t>(F.pack_v(vr, kvt, n, pn.nk, pb.dv, reinterpret_cast<float*>(slot + pn.k_bytes)));
   }
 }
@@ -857,7 +859,28 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   // A subnormal in the packed Q (flushed by the products): this unit runs on the fp32 kernels.
   if (L && !direct_q) qflags = L->pack_q(ws.qt2, mp, dqk, plan.terms, ws.qv);
   if (L && (qflags & LowpKernels::kTiny)) L = nullptr;
-  if (!L) need_qt();
+  // fp32 panel units on fp32 Q rows a constant stride apart: Q^T strip by strip, each just
+  // before its first product, with the next strip's rows prefetched meanwhile (lazy_q_rows), so
+  // the Q reads overlap the first key tile's products instead of running alone before them.
+  const bool lazy_q = F && !qt_ready && !qrow_ready && pb.dtype == DType::float32 && q_step != 0;
+  const float* const q0 =
+      lazy_q ? static_cast<const float*>(p.q.data) + pb.q_offset(b, u.r0 / g, hk * g + u.r0 % g) : nullptr;
+  int64_t qt_done = 0;  // lazy_q: Q^T rows [0, qt_done) are in ws.qt
+  auto lazy_q_rows = [&](int64_t r1, int64_t next) {
+    if (r1 <= qt_done) return;
+    const int64_t a = qt_done, e = std::min(r1, rows);
+    if (e > a) K.transpose(q0 + a * q_step, q_step, e - a, dqk, nullptr, qt_scale, ws.qt + a, mp);
+    if (r1 > rows)
+      for (int64_t d = 0; d < dqk; ++d) std::fill(ws.qt + d * mp + std::max(a, rows), ws.qt + d * mp + r1, 0.0f);
+    qt_done = r1;
+    for (int64_t r = r1; r < std::min(r1 + next, rows); ++r) {
+      const char* q = reinterpret_cast<const char*>(q0 + r * q_step);
+      for (int64_t c = 0; c < dqk * 4; c += 64) __builtin_prefetch(q + c, 0, 2);
+      __builtin_prefetch(q + dqk * 4 - 1, 0, 2);
+    }
+  };
+  if (lazy_q) qt_ready = true;
+  else if (!L) need_qt();
   for (int64_t r = 0; r < mp; ++r) {
     ws.m_run[r] = kNegInf;
     ws.l_run[r] = 0.0f;
@@ -1169,8 +1192,10 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
         ld = ws.nk;
         vf = tp->flags[pan_tile];
       } else {
+        FA4_PROF(pk, kPrPackK);
         for (int64_t t = 0; t < nn; ++t) prefetch_row(t);
         F->pack_k(ws.kraw, kvt, ne, dqk, ws.kc);
+        FA4_PROF_LAP(pk, kPrPackV);
         vf = F->pack_v(ws.vraw, kvt, ne, ld, dv, ws.vc);
       }
       const bool exact_pv = vf & LowpKernels::kNonFinite;
@@ -1186,11 +1211,15 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
       for (int64_t s0 = ra; s0 < rb; s0 += F->strip_rows) {
         const int64_t sm = std::min(F->strip_rows, rb - s0);
         const int64_t sn = kind == TileKind::partial ? std::min<int64_t>(ne, ws.row_hi_rel[s0 + sm - 1]) : ne;
+        if (lazy_q) lazy_q_rows(s0 + sm, F->strip_rows);
+        FA4_PROF(pt, u.r0 == 0 ? kPrQk0 : kPrQk);
         F->qk(ws.qt + s0, mp, sm, dqk, kp, sn, ws.st + s0);
+        FA4_PROF_LAP(pt, kPrSoftmax);
         if (tok_k) scale_keys(ws.st, mp, s0, s0 + sm, sn, ws.fk);
         aim(s0, sm, sn);
         step.redo = ws.redo + s0;
         K.softmax(step);
+        FA4_PROF_LAP(pt, u.r0 == 0 ? kPrPv0 : kPrPv);
         step.redo = nullptr;
         if (tok_v) scale_keys(ws.st, mp, s0, s0 + sm, sn, ws.fv);
         if (ws.o_nonfinite) rescale_underflowed(ws.ot + s0, 1, mp, dv, sm, ws.alpha + s0);
@@ -1399,17 +1428,24 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
   for (int h = 0; h < nh; ++h) finish(*wss[h], hk + h);
 }
 
+// Bytes of one key tile's K panel and V panel (16-bit or fp32 layouts, cpu_kernels.h).
+void panel_tile_bytes(const Plan& plan, int64_t* k_bytes, int64_t* v_bytes) {
+  const Problem& pb = *plan.pb;
+  const int64_t nk = plan.tile_keys, T = plan.terms;
+  *k_bytes = plan.lowp ? 2 * T * nk * round_up(pb.dqk, 32) : 4 * F32Panels::kp_elems(nk, pb.dqk);
+  *v_bytes = plan.lowp ? 2 * T * round_up(pb.dv, 16) * nk : 4 * F32Panels::vp_elems(nk, pb.dv);
+}
+
 // Lays out the panels of every key tile of every (batch, kv head) and packs them, in parallel
 // over tiles (16-bit panels), or leaves them to the units (fp32 panels: Panels::state). False
 // (no panels) when they do not fit in memory: the units then pack their own tiles.
 bool build_panels(const Plan& plan, int64_t pairs, int nt, Panels* pn) {
   const Problem& pb = *plan.pb;
-  const LowpKernels* L = plan.lowp;
   const F32Panels* F = plan.f32p;
-  const int64_t nk = plan.tile_keys, T = plan.terms;
+  const int64_t nk = plan.tile_keys;
   pn->nk = nk;
-  pn->k_bytes = L ? 2 * T * nk * round_up(pb.dqk, 32) : 4 * F32Panels::kp_elems(nk, pb.dqk);
-  const int64_t v_bytes = L ? 2 * T * round_up(pb.dv, 16) * nk : 4 * F32Panels::vp_elems(nk, pb.dv);
+  int64_t v_bytes = 0;
+  panel_tile_bytes(plan, &pn->k_bytes, &v_bytes);
   pn->slot = round_up(pn->k_bytes + v_bytes, 64);  // 64-byte aligned slots
   pn->first.resize(static_cast<size_t>(pairs));
   int64_t tiles = 0;
@@ -1684,18 +1720,23 @@ Status forward(const Problem& pb) {
 
   const int64_t nunits = static_cast<int64_t>(units.size());
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, nunits)));
-  // Per-thread panels (16-bit products, one split, several query tiles per kv head, a kv head's
+  // Per-thread panels (16-bit or fp32 panel products, one split, several query tiles per kv head, a kv head's
   // K / V panels within kLocalPanelBytes): a thread takes every unit of a (batch, kv head) in
   // turn and first packs that head's panels into its own buffer, which stays in its L2 for those
   // units -- where the pass over every head's panels before the units wrote them all out to L3
   // (8 MB at B 1 H 16 S 512 D 256) and each head's first unit read them back from there, and at
   // 2 threads both cores ran units of the same head at once. Measured (2026-12-07, bench/cpu_ab.py, 2
   // threads, GFLOP/s ratio): bf16 H 16 S 512 D 256 1.43-1.59x, D 128 1.23-1.41x, causal
-  // 1.39-1.59x, S 2048 D 128 1.08-1.17x. Whole heads per thread: the pairs' costs must share out
+  // 1.39-1.59x, S 2048 D 128 1.08-1.17x. The fp32 panels too (2026-12-07, Zen 4, 2 threads, fp32
+  // H 16 S 512: D 128 1.01-1.03x, D 256 1.01-1.03x; a head's panels are 512 KB / 1 MB there, packed
+  // once instead of ~10% twice by units of the same head racing for a tile). Whole heads per thread: the pairs' costs must share out
   // evenly (the largest-first greedy assignment's busiest thread at most 1/16 above an even
   // share; 3 equal heads on 2 threads gained nothing).
-  const int64_t head_panel_bytes = plan.lowp ? 2 * plan.terms * pb.max_sk * (round_up(pb.dqk, 32) + round_up(pb.dv, 16)) : 0;
-  bool local_panels = plan.lowp && plan.nsplit == 1 && unit_heads == 1 && !plan.prefetch_panels &&
+  int64_t tile_k_bytes = 0, tile_v_bytes = 0;
+  panel_tile_bytes(plan, &tile_k_bytes, &tile_v_bytes);
+  const int64_t tile_slot = round_up(tile_k_bytes + tile_v_bytes, 64);
+  const int64_t head_panel_bytes = (pb.max_sk + plan.tile_keys - 1) / plan.tile_keys * tile_slot;
+  bool local_panels = (plan.lowp || plan.f32p) && plan.nsplit == 1 && unit_heads == 1 && !plan.prefetch_panels &&
                       head_panel_bytes <= kLocalPanelBytes && g * pb.max_sq > plan.tile_rows;
   // Unit ranges of one (batch, kv head) each (the sort keeps a pair's units together, pairs by
   // falling total cost).
@@ -1756,8 +1797,8 @@ Status forward(const Problem& pb) {
       Plan lp = plan;
       const int64_t nk = plan.tile_keys, max_tiles = (pb.max_sk + nk - 1) / nk;
       loc.nk = nk;
-      loc.k_bytes = 2 * plan.terms * nk * round_up(pb.dqk, 32);
-      loc.slot = round_up(loc.k_bytes + 2 * plan.terms * round_up(pb.dv, 16) * nk, 64);
+      loc.k_bytes = tile_k_bytes;
+      loc.slot = tile_slot;
       loc.first.assign(static_cast<size_t>(pairs), 0);  // every pair's tiles start at 0 here
       std::unique_ptr<AlignedBuffer>& kept = kept_local_panels();
       if (!kept || kept->size < static_cast<size_t>(max_tiles * loc.slot))
