@@ -467,11 +467,13 @@ inline void touch_spans(const char* a, int64_t a_bytes, const char* b, int64_t b
   for (; ca < ae; ca += 64) (void)*reinterpret_cast<const volatile char*>(ca);
   for (; cb < be; cb += 64) (void)*reinterpret_cast<const volatile char*>(cb);
 }
-// Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K or V row).
+// Prefetch hint for the cache lines of [p, p + bytes) (at most 1 KB: one K, V or Q row), to the
+// cache level of kLocality (__builtin_prefetch's: 3 = L1, 2 = L2).
+template <int kLocality = 3>
 inline void prefetch_span(const char* p, int64_t bytes) {
   bytes = std::min<int64_t>(bytes, 1024);
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
-  __builtin_prefetch(p + bytes - 1, 0, 3);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, kLocality);
+  __builtin_prefetch(p + bytes - 1, 0, kLocality);
 }
 
 // Non-finite V: the exact-semantics P V. A tile whose V holds Inf/NaN takes it, full tiles too
@@ -873,11 +875,8 @@ void run_unit(const Plan& plan, const Unit& u, Workspace* const* wss) {
     if (r1 > rows)
       for (int64_t d = 0; d < dqk; ++d) std::fill(ws.qt + d * mp + std::max(a, rows), ws.qt + d * mp + r1, 0.0f);
     qt_done = r1;
-    for (int64_t r = r1; r < std::min(r1 + next, rows); ++r) {
-      const char* q = reinterpret_cast<const char*>(q0 + r * q_step);
-      for (int64_t c = 0; c < dqk * 4; c += 64) __builtin_prefetch(q + c, 0, 2);
-      __builtin_prefetch(q + dqk * 4 - 1, 0, 2);
-    }
+    for (int64_t r = r1; r < std::min(r1 + next, rows); ++r)
+      prefetch_span<2>(reinterpret_cast<const char*>(q0 + r * q_step), dqk * 4);  // (dqk <= 256: a row <= 1 KB)
   };
   if (lazy_q) qt_ready = true;
   else if (!L) need_qt();
