@@ -349,7 +349,7 @@
 // S = Q K^T over the tile's first half only (an N = kBlockN / 2 wgmma), when none of the
 // consumer's 64 rows sees a key of the upper half. Aligned causal tiles of 2 x 64 rows and 128
 // keys (D 64 short_masked, D 128 standard) leave consumer 0 exactly that: half its diagonal S.
-// The softmax still runs over the whole tile (the mask sets the unwritten half to -inf).
+// The softmax still runs over the whole tile (the upper half of S is -inf: issue_s_half).
 #ifndef FA4_SM90_HALF_DIAG
 #define FA4_SM90_HALF_DIAG 0
 #endif

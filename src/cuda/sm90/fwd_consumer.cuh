@@ -581,7 +581,10 @@ struct Consumer {
   // (kHalfDiag) The first S of the walk, the turn passed, waited for: over the tile's first half
   // of keys where no row of this consumer sees the upper half. Each arm issues, passes and waits
   // on its own -- with the arms joined before the wait ptxas serialized every wgmma of the kernel
-  // (C7515: the join's register copies define accumulators inside the pipeline stage).
+  // (C7515: the join's register copies define accumulators inside the pipeline stage). The
+  // mainloop keeps its own copy of the arm's sequence for builds without the switch: routing it
+  // through a shared member (a lambda or a member template) moved ptxas' register allocation in
+  // every default instance (cuobjdump, 2026-12-07), which no device run has measured.
   __device__ __forceinline__ void first_s_half_diag(const Ring& st, int it0, bool v_tail) {
     const auto arm = [&](auto half) {
       if constexpr (decltype(half)::value) issue_s_half(st);
