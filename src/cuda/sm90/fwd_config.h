@@ -326,7 +326,8 @@
 #define FA4_SM90_SHORT_MASKED_MAX_SQ 1024
 #endif
 // (A/B switch) The two-consumer D = 64 tile for unmasked problems up to this many query rows too
-// (0: never; measured -4 to -16 % without a mask on 2026-12-02, before later kernel changes).
+// (0: never; measured -4 to -16 % without a mask on 2026-12-02, and again on an H100 on 2026-12-07
+// at 1024: unmasked S 1k 0.916x, 4k and causal level -- docs/perf/h100-2026-12-07e-hd-su1k.md).
 #ifndef FA4_SM90_SHORT_UNMASKED_MAX_SQ
 #define FA4_SM90_SHORT_UNMASKED_MAX_SQ 0
 #endif
@@ -344,14 +345,6 @@
 // -1.2 % at 2k; causal -0.5 to +0.2 % from 4k, -2.4 % at 2k -- so unmasked from 4096 keys only.
 #ifndef FA4_SM90_LONG_KEYS_MIN_SK_D128
 #define FA4_SM90_LONG_KEYS_MIN_SK_D128 4096
-#endif
-// (A/B switch) The first key tile of a consumer's walk (its last keys: the causal diagonal) as
-// S = Q K^T over the tile's first half only (an N = kBlockN / 2 wgmma), when none of the
-// consumer's 64 rows sees a key of the upper half. Aligned causal tiles of 2 x 64 rows and 128
-// keys (D 64 short_masked, D 128 standard) leave consumer 0 exactly that: half its diagonal S.
-// The softmax still runs over the whole tile (the upper half of S is -inf: issue_s_half).
-#ifndef FA4_SM90_HALF_DIAG
-#define FA4_SM90_HALF_DIAG 0
 #endif
 // K / V ring stages. D = 128 fits 3 only with O staged in Q (separate_o turns off: 32 + 3 * 64
 // KB + barriers = 226 KB); ncu showed its consumers ~3 % of stall samples waiting on the ring

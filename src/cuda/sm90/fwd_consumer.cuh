@@ -20,7 +20,6 @@
 #pragma once
 
 #include <cmath>
-#include <type_traits>
 
 #include "cuda/common/exp2.cuh"
 #include "cuda/common/mask.cuh"
@@ -97,7 +96,6 @@ struct Consumer {
   // the GEMM gave. Warp-uniform; the wgmmas stay warpgroup-wide.
   bool idle_warp;
   int lo[2], hi[2];  // visible keys of this thread's rows [lo, hi)
-  int key_hi;        // (kHalfDiag) no row of this consumer sees a key at or past this one (its last row's hi)
 
   // Low 32 bits of the wgmma shared-memory descriptors (start address >> 4, LBO) of consumer c's
   // Q tile and of K / V ring slot 0; the high halves (SBO, swizzle) are constants. A k-step or a
@@ -166,10 +164,6 @@ struct Consumer {
       i_row[0] /= p.group, i_row[1] /= p.group;
     }
     full.init(rm, i0, i_last);
-    if constexpr (kHalfDiag) {
-      int lo_last;
-      rm.bounds(i_last, lo_last, key_hi);
-    }
     idle_warp = FA4_SM90_SKIP_EMPTY_WARPS && w.m0 + q_slot() * kRowsPerConsumer + 16 * (tid / 32) >= w.rows_seq;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -294,32 +288,6 @@ struct Consumer {
       const uint64_t da = with_hi(q_lo + (k / kStepsPerChunk) * kQChunk16 + 2 * (k % kStepsPerChunk), kQKDesc0);
       const uint64_t db = with_hi(kb + (k / kStepsPerChunk) * kKChunk16 + 2 * (k % kStepsPerChunk), kQKDesc0);
       ptx::wgmma_ss<kBlockN, Elem>(s, da, db, k > 0);
-    }
-    ptx::wgmma_commit_group();
-    ptx::fence_operands(s);
-  }
-  // (FA4_SM90_HALF_DIAG) S over the first kBlockN / 2 keys of the slot only, into the first half
-  // of the S registers (a wgmma's fragment lists its column blocks in order); the other half is
-  // -inf, written before the wgmma fence, outside the GEMM's pipeline stage (the softmax's mask
-  // would set it again: none of those keys is visible to the consumer's rows).
-  // The 16-bit prefill tiles of 128 keys with Dqk = Dv (the (192, 128) tile, the fp16 fp8_kv tile
-  // and the gather split_kv instances ran out of registers for the wgmma pipeline with the second
-  // arm: ptxas C7511).
-  static constexpr bool kHalfDiag =
-      FA4_SM90_HALF_DIAG && !kFp8 && kBlockN == 128 && !kOneQ && kDqk == kDv && !requires { typename T::Gather; } &&
-      (T::kTile == Tile::standard || T::kTile == Tile::short_masked || T::kTile == Tile::long_keys);
-  __device__ __forceinline__ void issue_s_half(const Ring& st) {
-    float(&sl)[kSRegs / 2] = *reinterpret_cast<float(*)[kSRegs / 2]>(&s[0]);
-#pragma unroll
-    for (int i = kSRegs / 2; i < kSRegs; ++i) s[i] = -INFINITY;
-    ptx::fence_operands(s);
-    ptx::wgmma_fence();
-    const uint32_t kb = k_lo + st.index * kKSlot16;
-#pragma unroll
-    for (int k = 0; k < kDqk / kKStep; ++k) {
-      const uint64_t da = with_hi(q_lo + (k / kStepsPerChunk) * kQChunk16 + 2 * (k % kStepsPerChunk), kQKDesc0);
-      const uint64_t db = with_hi(kb + (k / kStepsPerChunk) * kKChunk16 + 2 * (k % kStepsPerChunk), kQKDesc0);
-      ptx::wgmma_ss<kBlockN / 2, Elem>(sl, da, db, k > 0);
     }
     ptx::wgmma_commit_group();
     ptx::fence_operands(s);
@@ -578,27 +546,6 @@ struct Consumer {
     else r.advance();
   }
 
-  // (kHalfDiag) The first S of the walk, the turn passed, waited for: over the tile's first half
-  // of keys where no row of this consumer sees the upper half. Each arm issues, passes and waits
-  // on its own -- with the arms joined before the wait ptxas serialized every wgmma of the kernel
-  // (C7515: the join's register copies define accumulators inside the pipeline stage). The
-  // mainloop keeps its own copy of the arm's sequence for builds without the switch: routing it
-  // through a shared member (a lambda or a member template) moved ptxas' register allocation in
-  // every default instance (cuobjdump, 2026-12-07), which no device run has measured.
-  __device__ __forceinline__ void first_s_half_diag(const Ring& st, int it0, bool v_tail) {
-    const auto arm = [&](auto half) {
-      if constexpr (decltype(half)::value) issue_s_half(st);
-      else issue_s(st);
-      turn_pass();
-      if (v_tail && it0 == 0) zero_v_tail(st);
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(s);
-    };
-    // (warpgroup-uniform: key_hi is the consumer's, the walk the CTA's)
-    if (key_hi <= w.tile_at(it0) * kBlockN + kBlockN / 2) arm(std::true_type{});
-    else arm(std::false_type{});
-  }
-
   // The tile's key tiles; `st` is the ring position, which runs on across tiles. Q has landed
   // (q_full waited by the caller).
   __device__ __forceinline__ void mainloop(Ring& st) {
@@ -626,17 +573,13 @@ struct Consumer {
 
     sh.k_ring.wait(st);
     turn_wait();
-    if constexpr (kHalfDiag) {
-      first_s_half_diag(st, it0, v_tail);
-    } else {
-      issue_s(st);
-      turn_pass();
-      if constexpr (!kZeroFilled) {
-        if (v_tail && it0 == 0) zero_v_tail(st);  // (the V tail is in key tile 0: 1Q consumer 0's)
-      }
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_operands(s);
+    issue_s(st);
+    turn_pass();
+    if constexpr (!kZeroFilled) {
+      if (v_tail && it0 == 0) zero_v_tail(st);  // (the V tail is in key tile 0: 1Q consumer 0's)
     }
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(s);
     sh.k_ring.release(st, tid == 0);
     if (T::kQFreeEarly && last_tile(it0, n)) release_q();
     Rescale rs;
