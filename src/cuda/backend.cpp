@@ -541,12 +541,15 @@ Status cuda_forward(const Problem& pb) {
       if (cuda::sm90::is_fp8_tile(pl.sm90_tile)) {
         // All-fp8: the maps first (nothing launched if they fail), then V^T into the workspace
         // (after the append above, on the same stream), which the kernel reads through its v map
-        // (cuda/sm90/fp8_layout.h).
-        void* vt = work + pl.fp8_vt_offset;
+        // (cuda/sm90/fp8_layout.h) -- unless the tile transposes V itself (FA4_SM90_FP8_VT_IN_KERNEL:
+        // no workspace, V's own map).
+        const bool vt_in_kernel = cuda::sm90::fp8_vt_in_kernel(pl.dqk, pl.dv, pl.sm90_tile);
+        void* vt = vt_in_kernel ? nullptr : work + pl.fp8_vt_offset;
         if (!cuda::sm90::make_params_fp8(make_fp8_args(pb, a), {pl.dqk, pl.dv}, pl.sm90_tile, vt, pl.fp8_vt, &P, &why))
           return Status::Error(StatusCode::internal, "cuda: sm90 fp8 tensor maps: " + why);
-        if (const cudaError_t ev = cuda::sm90::launch_fp8_vt(a, vt, pl.fp8_vt, stream); ev != cudaSuccess)
-          return device_error("fp8 V^T pre-pass launch", ev);
+        if (!vt_in_kernel)
+          if (const cudaError_t ev = cuda::sm90::launch_fp8_vt(a, vt, pl.fp8_vt, stream); ev != cudaSuccess)
+            return device_error("fp8 V^T pre-pass launch", ev);
       } else if (pl.sm90_tile == cuda::sm90::Tile::fp8_kv) {
         // An e4m3 KV cache under 16-bit q: byte maps of k / v, the factors per (batch, kv head).
         if (!cuda::sm90::make_params_fp8_kv(make_fp8_args(pb, a), {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, &P, &why))

@@ -182,8 +182,8 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
     return false;
   const sm90::Tile tile = sm90_tile(pb, d);
   sm90::Fp8VtLayout vl;
-  if (fp8 && (!sm90::has_tile(tile, d.dqk, d.dv) || pb.kv == core::KvLayout::paged ||
-              pb.p->num_splits > 1 || !sm90_fp8_vt(pb, d, tile, &vl)))
+  if (fp8 && (!sm90::has_tile(tile, d.dqk, d.dv) || pb.kv == core::KvLayout::paged || pb.p->num_splits > 1 ||
+              (!sm90::fp8_vt_in_kernel(d.dqk, d.dv, tile) && !sm90_fp8_vt(pb, d, tile, &vl))))
     return false;
   if (sm90::smem_bytes(d.dqk, d.dv, tile) > dl.smem_optin) return false;
   const bool paged = pb.kv == core::KvLayout::paged;
@@ -677,8 +677,9 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
     plan_tile(sm90::Tile::split_kv);
     if (pl.splits <= 1) plan_tile(chosen);
   }
-  // The fp8 tile's V^T workspace, after the split partials (none: it does not split).
-  if (sm90::is_fp8_tile(pl.sm90_tile)) {
+  // The fp8 tile's V^T workspace, after the split partials (none: it does not split); none where
+  // the tile transposes V itself (FA4_SM90_FP8_VT_IN_KERNEL).
+  if (sm90::is_fp8_tile(pl.sm90_tile) && !sm90::fp8_vt_in_kernel(d.dqk, d.dv, pl.sm90_tile)) {
     sm90_fp8_vt(pb, d, pl.sm90_tile, &pl.fp8_vt);  // (sm90_supports checked that it fits)
     pl.fp8_vt_offset = (pl.workspace + 255) / 256 * 256;
     pl.workspace = pl.fp8_vt_offset + static_cast<size_t>(pl.fp8_vt.bytes);

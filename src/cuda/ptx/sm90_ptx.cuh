@@ -160,6 +160,36 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t par
 }
 
 // ---------------------------------------------------------------------------------------------
+// warp-collective shared-memory matrix moves (the fp8 tile's in-kernel V^T transpose,
+// sm90/fp8_vt_transpose.h)
+// ---------------------------------------------------------------------------------------------
+
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: four 8 x 8 matrices of 16-bit elements, lane
+// 8m + r supplying the shared address of row r of matrix m (16 bytes); register m of lane l
+// receives column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1 (low half first) of matrix m.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+#if FA4_PTX_SM90
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+// stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_90): lane 8m + r supplies the address of row r of
+// matrix m; row r of matrix m takes register m of lanes 4r .. 4r + 3 (lane 4r + t at bytes 4t).
+__device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
+#if FA4_PTX_SM90
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  FA4_PTX_UNSUPPORTED();
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // fences
 // ---------------------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 // specialization (DESIGN §3). Roles (fwd_schedule.h):
 //   producer   warpgroup 0, one elected thread: TMA loads of Q, K ring, V ring (fwd_producer.cuh);
 //              (Tile::fp8_kv) warps 1-3 widen the e4m3 K / V byte rings into the 16-bit rings
-//              (fwd_fp8_kv.cuh)
+//              (fwd_fp8_kv.cuh); (FA4_SM90_FP8_VT_IN_KERNEL) warps 1-3 transpose the e4m3 tile's V
+//              byte ring into its V^T ring (fwd_fp8_vt_convert.cuh)
 //   consumers  warpgroups 1 .. consumers: 64 query rows each; GEMMs, online softmax, ping-pong
 //              (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh); in solo launches
 //              consumer 0 alone
@@ -25,6 +26,7 @@
 #include "cuda/sm90/fwd_consumer.cuh"
 #include "cuda/sm90/fwd_epilogue.cuh"
 #include "cuda/sm90/fwd_fp8_kv.cuh"
+#include "cuda/sm90/fwd_fp8_vt_convert.cuh"
 #include "cuda/sm90/fwd_gather.cuh"
 #include "cuda/sm90/fwd_params.h"
 #include "cuda/sm90/fwd_producer.cuh"
@@ -74,7 +76,11 @@ struct FwdTraits {
   static constexpr bool kBalanced = balanced_walk(kDqk, kDv, kTile);  // equal shares of key tiles
   static constexpr bool kUniformC = uniform_consumer_index(kDqk, kTile);
   static constexpr bool kFusedMerge = fused_merge(kDqk, kDv, kTile);  // split-KV merged in-kernel
-  using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk, kCfg.byte_stages>;
+  // (FA4_SM90_FP8_VT_IN_KERNEL) V's rows land in a byte ring; producer warps 1-3 transpose them into
+  // the V^T ring (fwd_fp8_vt_convert.cuh) -- no pre-pass.
+  static constexpr bool kVtConvert = fp8_vt_in_kernel(kDqk, kDv, kTile);
+  using Smem = SharedStorage<Elem, OutElem, kDqk, kDv, kBlockN, kStages, kConsumers, kOStaging, kChunk, kCfg.byte_stages,
+                             kVtConvert>;
   static_assert(kFp8Kv == (kCfg.byte_stages > 0), "byte rings exactly in the fp8_kv tile");
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + alignment slack
   static_assert(kSmemBytes == smem_bytes(kDqk, kDv, kTile), "fwd_config.h's smem_bytes is what the planner reserves");
@@ -98,6 +104,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
     // tile's slots are one consumer's
     const uint32_t releases = one_q ? 1u : consumers;
     if constexpr (T::kFp8Kv) init_fp8_kv_rings<T>(sh, releases);
+    else if constexpr (T::kVtConvert) init_vt_rings<T>(sh, releases);
     else init_kv_rings<T>(sh, releases);
     ptx::mbarrier_init(&sh.q_full, 1);
     ptx::mbarrier_init(&sh.q_empty, 128 * consumers);  // one arrival per consumer thread
@@ -121,16 +128,18 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   }
 
   if (role_of(threadIdx.x) == Role::producer) {
-    ptx::setmaxnreg_dec<producer_regs(T::kConsumers, T::kTile)>();
-    // Warp 0; warps 1-3 exit -- except in a gather instance, whose four warps load K / V, and in
-    // the fp8_kv tile, whose warps 1-3 widen the K / V bytes warp 0's TMA loads bring.
+    ptx::setmaxnreg_dec<producer_regs(T::kConsumers, T::kTile, T::kVtConvert)>();
+    // Warp 0; warps 1-3 exit -- except in a gather instance, whose four warps load K / V, in
+    // the fp8_kv tile, whose warps 1-3 widen the K / V bytes warp 0's TMA loads bring, and in the
+    // e4m3 tile with FA4_SM90_FP8_VT_IN_KERNEL, whose warps 1-3 transpose its V bytes.
     if (gathers_kv<T>() || threadIdx.x / 32 == 0) produce<T>(P, sh);
     else if constexpr (T::kFp8Kv) KvConverter<T>::run(P, sh, static_cast<int>(threadIdx.x) - 32);
+    else if constexpr (T::kVtConvert) VtConverter<T>::run(sh, static_cast<int>(threadIdx.x) - 32);
     if constexpr (gathers_kv<T>()) cp_async_wait_all();
     if (threadIdx.x == 0) trace::role_exit(P.trace, 0);
     return;
   }
-  ptx::setmaxnreg_inc<consumer_regs(T::kConsumers, T::kTile)>();
+  ptx::setmaxnreg_inc<consumer_regs(T::kConsumers, T::kTile, T::kVtConvert)>();
   // (T::kUniformC) Broadcast from lane 0: ptxas then treats c as warp-uniform (as CUTLASS's
   // canonical_warp_group_idx does), so consumer c's Q descriptors stay in uniform registers.
   const int c = T::kUniformC ? __shfl_sync(0xffffffffu, consumer_of(threadIdx.x), 0) : consumer_of(threadIdx.x);

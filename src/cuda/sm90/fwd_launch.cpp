@@ -87,7 +87,9 @@ bool make_maps(const FwdArgs& a, DimPair dims, Tile tile, MapElem in, MapElem kv
                            ? static_cast<uint32_t>(a.page_size) : block_n;
   if (!encode(&P->tm_k, a.k, kv, a.dqk, a.hkv, rows, bl, a.k_sh, vk ? a.k_s0 : a.k_s1, a.k_s0, 1, box, "k", why))
     return false;
-  if (!is_fp8_tile(tile) &&
+  // (The e4m3 tiles read V^T from the pre-pass's workspace -- make_params_fp8's map -- unless the
+  // tile transposes V itself, FA4_SM90_FP8_VT_IN_KERNEL: then V's rows as K's.)
+  if ((!is_fp8_tile(tile) || fp8_vt_in_kernel(dims.dqk, dims.dv, tile)) &&
       !encode(&P->tm_v, a.v, kv, a.dv, a.hkv, rows, bl, a.v_sh, vk ? a.v_s0 : a.v_s1, a.v_s0, 1, box, "v", why))
     return false;
   // out: like q; where TMA cannot address it (strides), the epilogue's 16-byte stores do.
@@ -127,9 +129,11 @@ bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, Tile tile, const void* v
     if (why) *why = "not an fp8 tile of these head dims";
     return false;
   }
-  // The pre-pass wrote zeros up to a multiple of vl.pad keys: whole key tiles of this one.
+  // The pre-pass wrote zeros up to a multiple of vl.pad keys: whole key tiles of this one. (A
+  // tile that transposes V itself reads no workspace: vt and vl are not used.)
+  const bool vt_in_kernel = fp8_vt_in_kernel(dims.dqk, dims.dv, tile);
   const int block_n = tile_cfg(dims.dqk, dims.dv, tile).block_n;
-  if (vl.pad <= 0 || vl.pad % block_n != 0) {
+  if (!vt_in_kernel && (vl.pad <= 0 || vl.pad % block_n != 0)) {
     if (why) *why = "the V^T workspace's padding is not a multiple of the tile's key block";
     return false;
   }
@@ -142,8 +146,8 @@ bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, Tile tile, const void* v
   // with zeros, as it does the padded q / k columns).
   const int64_t row = vl.cols, head = row * a.dv, bl = head * a.hkv;
   const uint32_t vt_keys = static_cast<uint32_t>(fp8_vt_chunk_keys(block_n));
-  if (!encode(&P->tm_v, vt, elem8(vt_keys), vl.cols, a.dv, a.hkv, vl.bl, row, head, bl,
-              static_cast<uint32_t>(dims.dv), 1, "v (the fp8 V^T workspace)", why))
+  if (!vt_in_kernel && !encode(&P->tm_v, vt, elem8(vt_keys), vl.cols, a.dv, a.hkv, vl.bl, row, head, bl,
+                               static_cast<uint32_t>(dims.dv), 1, "v (the fp8 V^T workspace)", why))
     return false;
   P->q_descale = a.q_descale, P->qd_s0 = a.qd_s0, P->qd_sh = a.qd_sh;
   P->k_descale = a.k_descale, P->kd_s0 = a.kd_s0, P->kd_sh = a.kd_sh;

@@ -8,7 +8,8 @@
 // workspace (fp8_layout.h) instead of V: one [Dv rows][128 keys] box per key tile. fp8_kv
 // instances (T::kFp8Kv) load the e4m3 cache's K / V boxes into the byte rings instead, which the
 // converter warps widen into the K / V rings (fwd_fp8_kv.cuh): the same boxes and coordinates,
-// 128-column (128-byte) chunks.
+// 128-column (128-byte) chunks. With FA4_SM90_FP8_VT_IN_KERNEL the e4m3 tile's V rows land so in a
+// byte ring, which the converter warps transpose into the V^T ring (fwd_fp8_vt_convert.cuh).
 #pragma once
 
 #include "cuda/common/pipeline.cuh"
@@ -88,8 +89,21 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       }
       __syncwarp();
     };
-    // (e4m3: row = the key tile's first V^T column, bl its batch-like index: vt_coords)
-    auto load_v = [&](int row, int bl) {  // and on to the next ring slot
+    // (e4m3: row = the key tile's first V^T column, bl its batch-like index: vt_coords; with
+    // FA4_SM90_FP8_VT_IN_KERNEL V's own rows as K's, into the V byte ring, the slot's keys inside
+    // the sequence written first for the converters: j0 is the tile's first key.)
+    auto load_v = [&](int row, int bl, [[maybe_unused]] int j0) {  // and on to the next ring slot
+      if constexpr (T::kVtConvert) {
+        ptx::mbarrier_wait_parity(&sh.vtb.bars.empty[st.index], st.phase ^ 1u);
+        if (leader) {
+          sh.vtb.rows[st.index] = w.sk - j0;  // (published by the arrival's release)
+          ptx::mbarrier_arrive_expect_tx(&sh.vtb.bars.full[st.index], kVBytes);
+          ptx::tma_load_4d(sh.vb(st.index), &P.tm_v, &sh.vtb.bars.full[st.index], 0, w.hk, row, bl);
+        }
+        __syncwarp();
+        st.advance();
+        return;
+      }
       uint64_t* vb = sh.v_tma_ring().acquire(st, kVBytes, leader);
       if (leader) {
         if constexpr (T::kFp8) {
@@ -191,10 +205,10 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       }
       if (sub_pages) return load_pages(w.tile_at(0) * kBlockN, k);
       int row, bl;
-      if (T::kFp8 && !k) vt_coords(w.tile_at(0) * kBlockN, &row, &bl);
+      if (T::kFp8 && !T::kVtConvert && !k) vt_coords(w.tile_at(0) * kBlockN, &row, &bl);
       else w.kv_coords(P.a, w.tile_at(0) * kBlockN, &row, &bl);
       if (k) load_k(row, bl);
-      else load_v(row, bl);
+      else load_v(row, bl, w.tile_at(0) * kBlockN);
     };
     if (n > 0) load_kv0(true);
     if (T::kQFreeEarly) {
@@ -220,8 +234,8 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
       int row, bl;
       w.kv_coords(P.a, w.tile_at(it) * kBlockN, &row, &bl);
       load_k(row, bl);
-      if constexpr (T::kFp8) vt_coords(w.tile_at(it) * kBlockN, &row, &bl);
-      load_v(row, bl);
+      if constexpr (T::kFp8 && !T::kVtConvert) vt_coords(w.tile_at(it) * kBlockN, &row, &bl);
+      load_v(row, bl, w.tile_at(it) * kBlockN);
     }
     trace::stamp(tr, 0, tiles_done, trace::loads_issued);
     ++tiles_done;
@@ -263,6 +277,14 @@ __device__ __forceinline__ void produce(const Sm90Params& P, typename T::Smem& s
   if (leader) {
     sh.work[tiles_done & 1u].valid = 0;
     ptx::mbarrier_arrive(&sh.work_full);
+  }
+  // (FA4_SM90_FP8_VT_IN_KERNEL) and to the converters, as a V byte slot without bytes.
+  if constexpr (T::kVtConvert) {
+    ptx::mbarrier_wait_parity(&sh.vtb.bars.empty[st.index], st.phase ^ 1u);
+    if (leader) {
+      sh.vtb.rows[st.index] = T::Smem::kVtEnd;
+      ptx::mbarrier_arrive(&sh.vtb.bars.full[st.index]);
+    }
   }
   // Every CTA has made its last claim (one past the end) before it counts itself finished (the
   // fence orders the two atomics); the last to finish zeroes the pair for the next launch.

@@ -11,7 +11,8 @@ namespace fa4::cuda::sm90 {
 // Warpgroup w of the CTA (threads 128w .. 128w + 127).
 enum class Role : int {
   producer = 0,   // warp 0 issues every TMA load (Q once, K/V per key tile); warps 1-3 exit, or
-                  // load K / V (gather instances), or widen the e4m3 K / V (Tile::fp8_kv)
+                  // load K / V (gather instances), or widen the e4m3 K / V (Tile::fp8_kv), or
+                  // transpose the e4m3 V (FA4_SM90_FP8_VT_IN_KERNEL)
   consumer0 = 1,  // query rows 0..63 of the tile: S = Q K^T, softmax, O += P V, epilogue
   consumer1 = 2,  // query rows 64..127
   consumer2 = 3,  // query rows 128..191 (three-consumer configurations, fwd_config.h)
@@ -22,13 +23,14 @@ __device__ __forceinline__ int consumer_of(int thread) { return thread / 128 - 1
 
 // setmaxnreg budgets at one CTA per SM (65536 registers; the producer gives its share away):
 // two consumers 24 * 128 + 2 * 240 * 128 = 64512, three 32 * 128 + 3 * 160 * 128 = 65536;
-// Tile::fp8_kv (two consumers, converter warps in the producer warpgroup: fwd_fp8_kv.h)
+// Tile::fp8_kv and the e4m3 tile that transposes V itself (vt_convert: FA4_SM90_FP8_VT_IN_KERNEL;
+// two consumers, converter warps in the producer warpgroup: fwd_fp8_kv.h, fwd_fp8_vt_convert.cuh)
 // 56 * 128 + 2 * 224 * 128 = 64512.
-constexpr int producer_regs(int consumers, Tile t = Tile::standard) {
-  return t == Tile::fp8_kv ? kFp8KvProducerRegs : consumers == 2 ? 24 : 32;
+constexpr int producer_regs(int consumers, Tile t = Tile::standard, bool vt_convert = false) {
+  return t == Tile::fp8_kv || vt_convert ? kFp8KvProducerRegs : consumers == 2 ? 24 : 32;
 }
-constexpr int consumer_regs(int consumers, Tile t = Tile::standard) {
-  return t == Tile::fp8_kv ? kFp8KvConsumerRegs : consumers == 2 ? 240 : 160;
+constexpr int consumer_regs(int consumers, Tile t = Tile::standard, bool vt_convert = false) {
+  return t == Tile::fp8_kv || vt_convert ? kFp8KvConsumerRegs : consumers == 2 ? 240 : 160;
 }
 static_assert(128 * kFp8KvProducerRegs + 2 * 128 * kFp8KvConsumerRegs <= 384 * 168,
               "setmaxnreg moves registers within the launch's 384 x 168 (two-consumer CTAs)");

@@ -17,13 +17,16 @@
 //   os.k[s], os.v[s]  (Tile::fp8_kv, kByteStages > 0; in place of an O tile) e4m3 byte slot s of the cache's K / V
 //                 rows as the TMA writes them: [kBlockN][128 bytes] per 128-column chunk, 128-byte
 //                 swizzle; the converter warps widen it into k[s'] / v[s'] (fwd_fp8_kv.h)
+//   os.vb[s]      (kVtBytes: FA4_SM90_FP8_VT_IN_KERNEL, beside the O tile) V byte slot s, [kBlockN][128
+//                 bytes] as a K slot; the converter warps transpose it into v[s] (fp8_vt_transpose.h)
 // Barriers: the K / V rings, q_full (producer -> consumers: the tile's Q landed, one phase per
 // tile) and q_empty (consumers -> producer: Q may be overwritten; one arrival per consumer thread);
 // o_empty (OStaging::v_ring: consumers -> producer, one arrival per consumer thread and tile: the O staged
 // over the V ring has been read, the next tile's V may land); kvb_bars (Tile::fp8_kv): the byte
 // rings (full: the TMA's bytes; empty: one arrival per converter thread) -- last, so the other
-// instances' barrier offsets are what they were.
-// (kvb_bars is an empty struct elsewhere: 1 byte inside the struct's 1024-byte end padding.)
+// instances' barrier offsets are what they were; vtb (kVtBytes) likewise: the V byte ring's
+// barriers and each slot's row count (the producer's word to the converters), at the very end.
+// (kvb_bars / vtb are empty structs elsewhere: 1 byte inside the struct's 1024-byte end padding.)
 #pragma once
 
 #include <cstdint>
@@ -37,9 +40,10 @@
 namespace fa4::cuda::sm90 {
 
 // OutElem: the output's type (the O staging tile); kChunk: columns of a Q / K chunk; kByteStages:
-// (Tile::fp8_kv) stages of the e4m3 byte rings, 0 = none.
+// (Tile::fp8_kv) stages of the e4m3 byte rings, 0 = none; kVtBytes: (FA4_SM90_FP8_VT_IN_KERNEL) a V
+// byte ring of kStages slots beside the O tile.
 template <typename Elem, typename OutElem, int kDqk, int kDv, int kBlockN, int kStages, int kConsumers,
-          OStaging kOStaging, int kChunk = 64, int kByteStages = 0>
+          OStaging kOStaging, int kChunk = 64, int kByteStages = 0, bool kVtBytes = false>
 struct alignas(1024) SharedStorage {
   static constexpr bool kSeparateO = kOStaging == OStaging::own, kOInV = kOStaging == OStaging::v_ring;
   static constexpr bool kVt = sizeof(Elem) == 1;          // e4m3: the V ring holds V^T tiles
@@ -70,9 +74,16 @@ struct alignas(1024) SharedStorage {
   };
   struct NoBytes {};
   static_assert(!(kBytes && kSeparateO), "the fp8_kv tile stages O in Q (fwd_config.h)");
-  // The O staging tile (OStaging::own) or the byte ring (fp8_kv), never both: one member, so an
-  // instance without either keeps the 1-byte placeholder it had.
-  std::conditional_t<kBytes, ByteRing, std::conditional_t<kSeparateO, OStage, NoOStage>> os;
+  struct OStageVBytes {  // (kVtBytes) the O tile, then the V byte ring: [kBlockN][kDv] e4m3 per slot
+    alignas(1024) OutElem o[kConsumers][kDv / 64][kOChunk];
+    alignas(1024) uint8_t vb[kStages][kBlockN * kDv];
+  };
+  static_assert(!kVtBytes || (kSeparateO && !kBytes && kVt), "the V byte ring sits beside an e4m3 tile's own O tile");
+  // The O staging tile (OStaging::own; kVtBytes: and the V byte ring) or the byte ring (fp8_kv),
+  // never both: one member, so an instance without either keeps the 1-byte placeholder it had.
+  std::conditional_t<kBytes, ByteRing,
+                     std::conditional_t<kSeparateO, std::conditional_t<kVtBytes, OStageVBytes, OStage>, NoOStage>>
+      os;
   MbarRing<kStages> k_ring;
   MbarRing<kStages> v_ring;
   uint64_t q_full;
@@ -91,9 +102,21 @@ struct alignas(1024) SharedStorage {
   // (1Q) the merge's hand-offs, two phases per tile (one per pass): pair_full, consumer 1's 128
   // threads -> consumer 0 (a pass is written); pair_empty, consumer 0's 128 -> consumer 1 (read).
   uint64_t pair_full, pair_empty;
+  // (kVtBytes) The V byte ring: full = the producer's arrival + the TMA's bytes, empty = one arrival
+  // per converter thread; rows[s]: the keys of slot s inside the sequence (the converters store
+  // zeros from there), written by the producer before its arrival, or kVtEnd past the walk's end.
+  struct VtBytes {
+    MbarRing<kStages> bars;
+    int32_t rows[kStages];
+  };
+  static constexpr int32_t kVtEnd = -1;
+  std::conditional_t<kVtBytes, VtBytes, NoBytes> vtb;
 
   __device__ __forceinline__ uint8_t* kb(int s) { return os.k[s]; }  // (kBytes) byte slot s of K / V
-  __device__ __forceinline__ uint8_t* vb(int s) { return os.v[s]; }
+  __device__ __forceinline__ uint8_t* vb(int s) {
+    if constexpr (kVtBytes) return os.vb[s];  // (kVtBytes) V byte slot s
+    else return os.v[s];
+  }
   // The rings the TMA fills: the byte rings of Tile::fp8_kv, else the K / V rings themselves.
   static constexpr int kTmaStages = kBytes ? kByteStages : kStages;
   __device__ __forceinline__ MbarRing<kTmaStages>& k_tma_ring() {
@@ -102,6 +125,7 @@ struct alignas(1024) SharedStorage {
   }
   __device__ __forceinline__ MbarRing<kTmaStages>& v_tma_ring() {
     if constexpr (kBytes) return kvb_bars.v;
+    else if constexpr (kVtBytes) return vtb.bars;
     else return v_ring;
   }
 
