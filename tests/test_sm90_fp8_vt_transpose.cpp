@@ -92,34 +92,36 @@ std::vector<uint8_t> expected_vt(const std::vector<uint8_t>& v, int rows) {
   return vt;
 }
 
-// The kernel's work for one slot: converter warp w takes units w, w + warps, ...; rows < 128 zeroes
-// the keys at or past it (the registers' masks before the prmt).
+// The kernel's work for one slot: converter warp w takes key groups w, w + warps, ..., each with
+// its kDimGroups units; rows < 128 zeroes the keys at or past it (the registers' masks before the
+// prmt).
 void transpose_slot(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& vt, std::vector<int>& writes, int warps,
                     int rows) {
   for (int w = 0; w < warps; ++w)
-    for (int u = w; u < Map::kUnits; u += warps) {
-      const int h = Map::unit_h(u), j = Map::unit_j(u);
-      std::array<uint32_t, 32> src{}, dst{};
-      for (int l = 0; l < 32; ++l) {
-        src[l] = Map::src_offset(l, h, j);
-        dst[l] = Map::dst_offset(l, h, j);
-        ASSERT_EQ(src[l], Map::src_offset_ref(l, h, j)) << "lane " << l << " unit " << u;
-        ASSERT_EQ(dst[l], Map::dst_offset_ref(l, h, j)) << "lane " << l << " unit " << u;
+    for (int h = w; h < Map::kKeyGroups; h += warps)
+      for (int j = 0; j < Map::kDimGroups; ++j) {
+        const int u = Map::kDimGroups * h + j;
+        std::array<uint32_t, 32> src{}, dst{};
+        for (int l = 0; l < 32; ++l) {
+          src[l] = Map::src_offset(l, h, j);
+          dst[l] = Map::dst_offset(l, h, j);
+          ASSERT_EQ(src[l], Map::src_offset_ref(l, h, j)) << "lane " << l << " unit " << u;
+          ASSERT_EQ(dst[l], Map::dst_offset_ref(l, h, j)) << "lane " << l << " unit " << u;
+        }
+        expect_conflict_free(src, "ldmatrix");
+        expect_conflict_free(dst, "stmatrix");
+        std::array<std::array<uint32_t, 4>, 32> r{}, o{};
+        ldsm_x4_trans(bytes, src, r);
+        for (int l = 0; l < 32; ++l) {
+          if (rows < 128)
+            for (int m = 0; m < 4; ++m) r[l][m] &= Map::key_mask(Map::first_key(l, h, m), rows);
+          o[l][0] = prmt(r[l][0], r[l][1], Map::sel0(l));
+          o[l][1] = prmt(r[l][0], r[l][1], Map::sel1(l));
+          o[l][2] = prmt(r[l][2], r[l][3], Map::sel0(l));
+          o[l][3] = prmt(r[l][2], r[l][3], Map::sel1(l));
+        }
+        stsm_x4(vt, writes, dst, o);
       }
-      expect_conflict_free(src, "ldmatrix");
-      expect_conflict_free(dst, "stmatrix");
-      std::array<std::array<uint32_t, 4>, 32> r{}, o{};
-      ldsm_x4_trans(bytes, src, r);
-      for (int l = 0; l < 32; ++l) {
-        if (rows < 128)
-          for (int m = 0; m < 4; ++m) r[l][m] &= Map::key_mask(Map::first_key(l, h, m), rows);
-        o[l][0] = prmt(r[l][0], r[l][1], Map::sel0(l));
-        o[l][1] = prmt(r[l][0], r[l][1], Map::sel1(l));
-        o[l][2] = prmt(r[l][2], r[l][3], Map::sel0(l));
-        o[l][3] = prmt(r[l][2], r[l][3], Map::sel1(l));
-      }
-      stsm_x4(vt, writes, dst, o);
-    }
 }
 
 TEST(Sm90Fp8VtTranspose, SlotMatchesThePrePassLayout) {

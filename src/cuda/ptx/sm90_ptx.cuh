@@ -178,11 +178,13 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
 #endif
 }
 // stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_90): lane 8m + r supplies the address of row r of
-// matrix m; row r of matrix m takes register m of lanes 4r .. 4r + 3 (lane 4r + t at bytes 4t).
+// matrix m (plus the compile-time kOff: the instruction's immediate); row r of matrix m takes
+// register m of lanes 4r .. 4r + 3 (lane 4r + t at bytes 4t).
+template <int kOff = 0>
 __device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
 #if FA4_PTX_SM90
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
-               "r"(r[2]), "r"(r[3])
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0+%1], {%2, %3, %4, %5};\n" ::"r"(addr), "n"(kOff), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
 #else
   FA4_PTX_UNSUPPORTED();

@@ -59,9 +59,9 @@ struct VtTransposeMap {
   static constexpr int kKeyGroups = kBlockN / 16;  // h: 16 keys each
   static constexpr int kDimGroups = kDv / 32;      // j: 32 dims each
   static constexpr int kUnits = kKeyGroups * kDimGroups;
-  // Unit u = kDimGroups h + j.
-  static FA4_VT_FN int unit_h(int u) { return u / kDimGroups; }
-  static FA4_VT_FN int unit_j(int u) { return u % kDimGroups; }
+  // Who takes what: converter warp w of `warps` takes the key groups h = w, w + warps, ..., each
+  // with all its kDimGroups units (j = 0 .. kDimGroups - 1): per key group one base offset on each
+  // side, the units' offsets then per-lane constants (src_piece) or immediates (j << 12).
 
   // A 128-byte-swizzled slot of 128-byte rows: byte offset of (row, 16-byte piece).
   static FA4_VT_FN uint32_t swz(int row, int piece) {
@@ -74,8 +74,9 @@ struct VtTransposeMap {
   // is (j << 5) ^ (((m >> 1) ^ i) << 4).
   static FA4_VT_FN uint32_t src_base(int lane) { return static_cast<uint32_t>((8 * ((lane >> 3) & 1) + (lane & 7)) * 128); }
   static FA4_VT_FN uint32_t src_xor(int lane) { return static_cast<uint32_t>((((lane >> 4) & 1) ^ (lane & 7)) << 4); }
+  static FA4_VT_FN uint32_t src_piece(int lane, int j) { return (static_cast<uint32_t>(j) << 5) ^ src_xor(lane); }
   static FA4_VT_FN uint32_t src_offset(int lane, int h, int j) {
-    return src_base(lane) + (static_cast<uint32_t>(h) << 11) + ((static_cast<uint32_t>(j) << 5) ^ src_xor(lane));
+    return src_base(lane) + (static_cast<uint32_t>(h) << 11) + src_piece(lane, j);
   }
   // (The same offset from the definition, for the test: key and piece, swizzled.)
   static FA4_VT_FN uint32_t src_offset_ref(int lane, int h, int j) {

@@ -34,12 +34,16 @@ struct VtConverter {
   using Smem = typename T::Smem;
   static constexpr int kStages = T::kStages;
 
-  // Converter thread ct (0 .. kConvertThreads - 1: producer warps 1-3). Warp w takes units w, w + 3,
-  // ... of every slot; a lane's addresses are its constants (fp8_vt_transpose.h) plus the unit's
-  // (h << 11, j << 5) / (j << 12, h << 4) terms.
+  // Converter thread ct (0 .. kConvertThreads - 1: producer warps 1-3). Warp w takes the key
+  // groups h = w, w + 3, ... of every slot, each with its kDimGroups units (fp8_vt_transpose.h): a
+  // lane's source offsets per unit are kDimGroups per-lane constants (piece) past the key group's
+  // base, its destination offsets immediates past the key group's.
   static __device__ __forceinline__ void run(Smem& sh, int ct) {
     const int warp = ct / 32, lane = ct % 32;
-    const uint32_t src_x = Map::src_xor(lane), dst_x = Map::dst_xor(lane);
+    uint32_t piece[Map::kDimGroups];
+#pragma unroll
+    for (int j = 0; j < Map::kDimGroups; ++j) piece[j] = Map::src_piece(lane, j);
+    const uint32_t dst_x = Map::dst_xor(lane);
     const uint32_t s0 = Map::sel0(lane), s1 = Map::sel1(lane);
     const uint32_t src0 = ptx::smem_u32(sh.vb(0)) + Map::src_base(lane);
     const uint32_t dst0 = ptx::smem_u32(sh.v[0][0]) + Map::dst_base(lane);
@@ -52,8 +56,8 @@ struct VtConverter {
       if (rows == Smem::kVtEnd) break;
       ptx::mbarrier_wait_parity(&sh.v_ring.empty[st.index], st.phase ^ 1u);  // the consumers' P V read it
       const uint32_t src = src0 + st.index * kByteSlot, dst = dst0 + st.index * kVtSlot;
-      if (rows >= T::kBlockN) slot<false>(src, dst, src_x, dst_x, s0, s1, warp, lane, rows);
-      else slot<true>(src, dst, src_x, dst_x, s0, s1, warp, lane, rows);
+      if (rows >= T::kBlockN) slot<false>(src, dst, piece, dst_x, s0, s1, warp, lane, rows);
+      else slot<true>(src, dst, piece, dst_x, s0, s1, warp, lane, rows);
       // The stores are read by wgmma (async proxy) once the consumers see the phase; the fence
       // also orders this thread's reads of the byte slot before the TMA's next write into it.
       ptx::fence_proxy_async_shared_cta();
@@ -63,40 +67,37 @@ struct VtConverter {
     }
   }
 
-  // One slot's units of this warp, two at a time (both ldmatrix issued before the first prmt: the
-  // asm statements keep their order, so the pair is what overlaps the shared-memory latency). A
-  // rolled loop: unrolled, ptxas hoisted every unit's offsets and masks out of the slot loop and
-  // spilled them (240 bytes at 56 registers); here a unit's offsets are ~8 integer instructions.
+  // This warp's key groups of one slot: per group its kDimGroups ldmatrix first (the asm statements
+  // keep their order, so the group's loads are what overlaps the shared-memory latency), then the
+  // prmt / stmatrix of each. A rolled loop over the groups (2 or 3 per warp): unrolled, ptxas
+  // hoisted every unit's offsets out of the slot loop and spilled them at 56 registers.
   template <bool kPartial>
-  static __device__ __forceinline__ void slot(uint32_t src, uint32_t dst, uint32_t src_x, uint32_t dst_x, uint32_t s0,
-                                              uint32_t s1, int warp, int lane, int rows) {
+  static __device__ __forceinline__ void slot(uint32_t src, uint32_t dst, const uint32_t (&piece)[Map::kDimGroups],
+                                              uint32_t dst_x, uint32_t s0, uint32_t s1, int warp, int lane, int rows) {
 #pragma unroll 1
-    for (int u0 = warp; u0 < Map::kUnits; u0 += 2 * kConvertWarps) {  // (warp-uniform)
-      const int u1 = u0 + kConvertWarps;
-      const bool has1 = u1 < Map::kUnits;
-      uint32_t r0[4], r1[4];
-      load(src, src_x, u0, r0);
-      if (has1) load(src, src_x, u1, r1);
-      store<kPartial>(dst, dst_x, s0, s1, u0, r0, lane, rows);
-      if (has1) store<kPartial>(dst, dst_x, s0, s1, u1, r1, lane, rows);
+    for (int h = warp; h < Map::kKeyGroups; h += kConvertWarps) {  // (warp-uniform)
+      const uint32_t sh16 = src + (static_cast<uint32_t>(h) << 11);
+      uint32_t r[Map::kDimGroups][4];
+#pragma unroll
+      for (int j = 0; j < Map::kDimGroups; ++j) ptx::ldsm_x4_trans(sh16 + piece[j], r[j]);
+      if constexpr (kPartial) {  // keys at or past `rows`: zeros (matrices 0 / 2: the group's first 8 keys)
+        const uint32_t lo = Map::key_mask(Map::first_key(lane, h, 0), rows);
+        const uint32_t hi = Map::key_mask(Map::first_key(lane, h, 1), rows);
+#pragma unroll
+        for (int j = 0; j < Map::kDimGroups; ++j) r[j][0] &= lo, r[j][2] &= lo, r[j][1] &= hi, r[j][3] &= hi;
+      }
+      const uint32_t dh = dst + ((static_cast<uint32_t>(h) << 4) ^ dst_x);
+      store<0>(dh, r, s0, s1);
     }
   }
-  static __device__ __forceinline__ void load(uint32_t src, uint32_t src_x, int u, uint32_t (&r)[4]) {
-    const uint32_t h = static_cast<uint32_t>(Map::unit_h(u)), j = static_cast<uint32_t>(Map::unit_j(u));
-    ptx::ldsm_x4_trans(src + (h << 11) + ((j << 5) ^ src_x), r);
-  }
-  template <bool kPartial>
-  static __device__ __forceinline__ void store(uint32_t dst, uint32_t dst_x, uint32_t s0, uint32_t s1, int u,
-                                               uint32_t (&r)[4], int lane, int rows) {
-    const uint32_t h = static_cast<uint32_t>(Map::unit_h(u)), j = static_cast<uint32_t>(Map::unit_j(u));
-    if constexpr (kPartial) {  // keys at or past `rows`: zeros (matrices 0 / 2: the unit's first 8 keys)
-      const uint32_t lo = Map::key_mask(Map::first_key(lane, static_cast<int>(h), 0), rows);
-      const uint32_t hi = Map::key_mask(Map::first_key(lane, static_cast<int>(h), 1), rows);
-      r[0] &= lo, r[2] &= lo, r[1] &= hi, r[3] &= hi;
+  template <int J>
+  static __device__ __forceinline__ void store(uint32_t dh, uint32_t (&r)[Map::kDimGroups][4], uint32_t s0, uint32_t s1) {
+    if constexpr (J < Map::kDimGroups) {
+      const uint32_t o[4] = {__byte_perm(r[J][0], r[J][1], s0), __byte_perm(r[J][0], r[J][1], s1),
+                             __byte_perm(r[J][2], r[J][3], s0), __byte_perm(r[J][2], r[J][3], s1)};
+      ptx::stsm_x4<(J << 12)>(dh, o);  // (dim group J: 32 V^T rows of 128 bytes further)
+      store<J + 1>(dh, r, s0, s1);
     }
-    const uint32_t o[4] = {__byte_perm(r[0], r[1], s0), __byte_perm(r[0], r[1], s1), __byte_perm(r[2], r[3], s0),
-                           __byte_perm(r[2], r[3], s1)};
-    ptx::stsm_x4(dst + (j << 12) + ((h << 4) ^ dst_x), o);
   }
 };
 
