@@ -24,8 +24,7 @@
 namespace {
 
 using namespace fa4::cuda::sm90;
-using Map = VtTransposeMap<128, 128>;
-constexpr int kSlot = 128 * 128;
+constexpr int kVtSlotBytes = 128 * 128;  // the V^T slot at Dv 128 (Dv 64: the first half)
 
 // ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: addr[l] is row l % 8 of matrix l / 8 (16 bytes:
 // 8 16-bit elements); lane l's register m gets elements (row 2 (l % 4), column l / 4) and (row
@@ -82,12 +81,13 @@ void expect_conflict_free(const std::array<uint32_t, 32>& addr, const char* what
 
 // The V^T slot the kernel expects: byte (d, kappa) at swz(d, kappa / 16) + kappa % 16 holds
 // V[32 (kappa / 32) + fp8_pv_key(kappa % 32)][d], or 0 for keys >= rows.
+template <class Map, int kDv>
 std::vector<uint8_t> expected_vt(const std::vector<uint8_t>& v, int rows) {
-  std::vector<uint8_t> vt(kSlot, 0);
-  for (int d = 0; d < 128; ++d)
+  std::vector<uint8_t> vt(kVtSlotBytes, 0);
+  for (int d = 0; d < kDv; ++d)
     for (int kappa = 0; kappa < 128; ++kappa) {
       const int key = 32 * (kappa / 32) + fp8_pv_key(kappa % 32);
-      vt[Map::swz(d, kappa / 16) + kappa % 16] = key < rows ? v[key * 128 + d] : 0;
+      vt[Map::swz(d, kappa / 16) + kappa % 16] = key < rows ? v[key * kDv + d] : 0;
     }
   return vt;
 }
@@ -95,6 +95,7 @@ std::vector<uint8_t> expected_vt(const std::vector<uint8_t>& v, int rows) {
 // The kernel's work for one slot: converter warp w takes key groups w, w + warps, ..., each with
 // its kDimGroups units; rows < 128 zeroes the keys at or past it (the registers' masks before the
 // prmt).
+template <class Map>
 void transpose_slot(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& vt, std::vector<int>& writes, int warps,
                     int rows) {
   for (int w = 0; w < warps; ++w)
@@ -124,31 +125,38 @@ void transpose_slot(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& vt,
       }
 }
 
-TEST(Sm90Fp8VtTranspose, SlotMatchesThePrePassLayout) {
-  std::mt19937 rng(7);
+template <int kDv>
+void check_slots() {
+  using Map = VtTransposeMap<128, kDv>;
+  std::mt19937 rng(7 + kDv);
   for (const int rows : {128, 127, 100, 65, 64, 17, 16, 1}) {
     for (const int warps : {kConvertWarps, 1, 4}) {
-      SCOPED_TRACE(testing::Message() << "rows " << rows << " warps " << warps);
-      std::vector<uint8_t> v(kSlot);  // V[key][dim], row-major
+      SCOPED_TRACE(testing::Message() << "dv " << kDv << " rows " << rows << " warps " << warps);
+      std::vector<uint8_t> v(128 * kDv);  // V[key][dim], row-major
       for (auto& x : v) x = static_cast<uint8_t>(rng());
-      std::vector<uint8_t> bytes(kSlot, 0);  // the byte slot as the TMA writes it
+      std::vector<uint8_t> bytes(128 * kDv, 0);  // the byte slot as the TMA writes it
       for (int key = 0; key < 128; ++key)
-        for (int d = 0; d < 128; ++d) bytes[Map::swz(key, d / 16) + d % 16] = v[key * 128 + d];
-      std::vector<uint8_t> vt(kSlot, 0xAB);
-      std::vector<int> writes(kSlot, 0);
-      transpose_slot(bytes, vt, writes, warps, rows);
-      if (HasFatalFailure()) return;
-      const std::vector<uint8_t> want = expected_vt(v, rows);
+        for (int d = 0; d < kDv; ++d) bytes[Map::swz_src(key, d / 16) + d % 16] = v[key * kDv + d];
+      std::vector<uint8_t> vt(kVtSlotBytes, 0xAB);
+      std::vector<int> writes(kVtSlotBytes, 0);
+      transpose_slot<Map>(bytes, vt, writes, warps, rows);
+      if (testing::Test::HasFatalFailure()) return;
+      const std::vector<uint8_t> want = expected_vt<Map, kDv>(v, rows);
       int wrong = 0, unwritten = 0;
-      for (int a = 0; a < kSlot; ++a) {
+      for (int a = 0; a < 128 * kDv; ++a) {  // (the V^T slot: kDv rows of 128 bytes)
         wrong += vt[a] != want[a];
         unwritten += writes[a] != 1;
       }
+      for (int a = 128 * kDv; a < kVtSlotBytes; ++a) unwritten += writes[a] != 0;  // nothing past it
       EXPECT_EQ(wrong, 0);
       EXPECT_EQ(unwritten, 0);
     }
   }
 }
+
+TEST(Sm90Fp8VtTranspose, SlotMatchesThePrePassLayoutD128) { check_slots<128>(); }
+// D 64: byte-slot rows of 64 bytes in the 64-byte swizzle (the D 64 tile's K / V chunks).
+TEST(Sm90Fp8VtTranspose, SlotMatchesThePrePassLayoutD64) { check_slots<64>(); }
 
 // The selectors realize what the header says: 0x6420 of (matrix 0, matrix 1) words is the even
 // dim's four keys in V^T column order, 0x7531 the odd dim's.

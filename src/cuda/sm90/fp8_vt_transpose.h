@@ -6,7 +6,7 @@
 // Why: the 8-bit wgmma takes its B operand K-major only, and in O += P V the reduction runs over
 // keys, which V has strided. Without this switch a pre-pass kernel writes V^T once per call
 // (fwd_fp8_vt.cu: 10-15 % of an S 1k call). With it, the producer's TMA brings V's rows as they
-// are into a byte slot ([kBlockN keys][128 bytes], 128-byte swizzle, as a K slot) and the
+// are into a byte slot ([kBlockN keys][Dv bytes] in Dv-byte swizzle, as a K slot) and the
 // producer warpgroup's idle warps 1-3 (the fp8_kv tile's converters) transpose it in shared
 // memory into the V^T slot, in exactly the layout the TMA box of the pre-pass's workspace would
 // have written (fwd_smem.cuh: [Dv rows][128 key columns], 128-byte swizzle, the columns of each
@@ -50,38 +50,50 @@
 
 namespace fa4::cuda::sm90 {
 
-// The map of one slot of kBlockN keys x kDv dims (128-byte rows on both sides: kDv = 128, and
-// kBlockN a multiple of 128 -- one V^T chunk of 128 key columns per 128 keys).
+// The map of one slot of kBlockN keys x kDv dims. The byte slot holds rows of kDv bytes as the
+// TMA writes a K slot (fwd_smem.cuh): kDv = 128, 128-byte swizzle (16-byte piece p of row r at
+// p ^ (r % 8)); kDv = 64 (the D 64 tile's 64-column chunks), 64-byte swizzle (p ^ ((r / 2) % 4)).
+// The V^T slot: kDv rows of 128 key columns, 128-byte swizzle (kBlockN = 128: one V^T chunk,
+// fp8_vt_chunk_keys).
 template <int kBlockN, int kDv>
 struct VtTransposeMap {
-  static_assert(kDv == 128, "byte-slot rows of 128 bytes: one 128-byte swizzle row per key");
+  static_assert(kDv == 128 || kDv == 64, "byte-slot rows of one 128- or 64-byte swizzle row per key");
   static_assert(kBlockN == 128, "one V^T chunk of 128 key columns (fp8_vt_chunk_keys)");
   static constexpr int kKeyGroups = kBlockN / 16;  // h: 16 keys each
   static constexpr int kDimGroups = kDv / 32;      // j: 32 dims each
   static constexpr int kUnits = kKeyGroups * kDimGroups;
+  static constexpr int kKeyGroupBytes = 16 * kDv;  // a key group's rows in the byte slot
   // Who takes what: converter warp w of `warps` takes the key groups h = w, w + warps, ..., each
   // with all its kDimGroups units (j = 0 .. kDimGroups - 1): per key group one base offset on each
   // side, the units' offsets then per-lane constants (src_piece) or immediates (j << 12).
 
-  // A 128-byte-swizzled slot of 128-byte rows: byte offset of (row, 16-byte piece).
+  // A 128-byte-swizzled slot of 128-byte rows (the V^T slot; the byte slot at kDv = 128): byte
+  // offset of (row, 16-byte piece).
   static FA4_VT_FN uint32_t swz(int row, int piece) {
     return static_cast<uint32_t>(row * 128 + ((piece ^ (row & 7)) << 4));
   }
+  // The byte slot: (key, 16-byte piece) in its swizzle.
+  static FA4_VT_FN uint32_t swz_src(int key, int piece) {
+    return kDv == 128 ? swz(key, piece) : static_cast<uint32_t>(key * 64 + ((piece ^ ((key >> 1) & 3)) << 4));
+  }
 
   // ldmatrix: the byte-slot offset of the row lane supplies in unit (h, j) -- key 16h + 8 (m & 1) +
-  // i, piece 2j + (m >> 1) (m = lane >> 3, i = lane & 7) -- as base + (h << 11) + ((j << 5) ^ xr):
-  // the key's row % 8 is i, and 2j + (m >> 1) = 2j ^ (m >> 1) (2j is even), so the piece's XOR term
-  // is (j << 5) ^ (((m >> 1) ^ i) << 4).
-  static FA4_VT_FN uint32_t src_base(int lane) { return static_cast<uint32_t>((8 * ((lane >> 3) & 1) + (lane & 7)) * 128); }
-  static FA4_VT_FN uint32_t src_xor(int lane) { return static_cast<uint32_t>((((lane >> 4) & 1) ^ (lane & 7)) << 4); }
+  // i, piece 2j + (m >> 1) (m = lane >> 3, i = lane & 7) -- as base + h kKeyGroupBytes + ((j << 5)
+  // ^ xr): the key's swizzle term is i (128-byte rows) or i / 2 (64-byte rows: 16h + 8 (m & 1) adds
+  // multiples of 4 to key / 2), and 2j + (m >> 1) = 2j ^ (m >> 1) (2j is even), so the piece's XOR
+  // term is (j << 5) ^ (((m >> 1) ^ swizzle term) << 4).
+  static FA4_VT_FN uint32_t src_base(int lane) { return static_cast<uint32_t>((8 * ((lane >> 3) & 1) + (lane & 7)) * kDv); }
+  static FA4_VT_FN uint32_t src_xor(int lane) {
+    return static_cast<uint32_t>((((lane >> 4) & 1) ^ (kDv == 128 ? (lane & 7) : (lane & 7) >> 1)) << 4);
+  }
   static FA4_VT_FN uint32_t src_piece(int lane, int j) { return (static_cast<uint32_t>(j) << 5) ^ src_xor(lane); }
   static FA4_VT_FN uint32_t src_offset(int lane, int h, int j) {
-    return src_base(lane) + (static_cast<uint32_t>(h) << 11) + src_piece(lane, j);
+    return src_base(lane) + static_cast<uint32_t>(h * kKeyGroupBytes) + src_piece(lane, j);
   }
   // (The same offset from the definition, for the test: key and piece, swizzled.)
   static FA4_VT_FN uint32_t src_offset_ref(int lane, int h, int j) {
     const int m = lane >> 3, i = lane & 7;
-    return swz(16 * h + 8 * (m & 1) + i, 2 * j + (m >> 1));
+    return swz_src(16 * h + 8 * (m & 1) + i, 2 * j + (m >> 1));
   }
 
   // stmatrix: the V^T row (value dim) lane supplies in unit (h, j): matrix m' = lane >> 3, row r =

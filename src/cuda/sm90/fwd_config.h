@@ -400,14 +400,15 @@
 #ifndef FA4_SM90_FP8_STAGES_D128
 #define FA4_SM90_FP8_STAGES_D128 3
 #endif
-//   FA4_SM90_FP8_VT_IN_KERNEL  1: the 128-key e4m3 D 128 tile (Tile::fp8) transposes V in the
-//                          kernel instead of reading the pre-pass's V^T workspace: the producer's
-//                          TMA brings V's rows into a byte ring (one more slot per ring stage, 16
-//                          KB each: 194 KB in all) and the producer warpgroup's warps 1-3 transpose
-//                          each slot into the V^T ring (fp8_vt_transpose.h: ldmatrix.x4.trans + 4
-//                          prmt + stmatrix.x4 per 512 bytes; fwd_fp8_vt_convert.cuh), with the
-//                          fp8_kv tile's register split (56 / 224). No pre-pass (10-15 % of an S 1k
-//                          call), no workspace. The earlier in-kernel transpose (2026-12-06, 4-byte
+//   FA4_SM90_FP8_VT_IN_KERNEL  1: the 128-key e4m3 D 128 and D 64 tiles (Tile::fp8) transpose V in
+//                          the kernel instead of reading the pre-pass's V^T workspace: the
+//                          producer's TMA brings V's rows into a byte ring (one more slot per ring
+//                          stage: D 128 16 KB each, 194 KB in all) and the producer warpgroup's
+//                          warps 1-3 transpose each slot into the V^T ring (fp8_vt_transpose.h:
+//                          ldmatrix.x4.trans + 4 prmt + stmatrix.x4 per 512 bytes;
+//                          fwd_fp8_vt_convert.cuh), 56 registers for them (consumers 224 / 152 at
+//                          two / three consumers). No pre-pass (10-15 % of an S 1k call), no
+//                          workspace. The earlier in-kernel transpose (2026-12-06, 4-byte
 //                          shared loads / stores, 4x the instructions) cost the kernel 8 %; this
 //                          one is staged, not yet measured: 0 until an A/B.
 #ifndef FA4_SM90_FP8_VT_IN_KERNEL
@@ -526,9 +527,11 @@ enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_long_key
 // The all-fp8 tiles (e4m3 q / k / v, a V^T pre-pass): 128-key tiles, and 192-key ones at D 128
 // for long key sequences (FA4_SM90_FP8_LONG_KEYS_MIN_SK).
 constexpr bool is_fp8_tile(Tile t) { return t == Tile::fp8 || t == Tile::fp8_long_keys; }
-// (FA4_SM90_FP8_VT_IN_KERNEL) The instance that transposes V itself: e4m3 D 128, 128-key tiles.
+// (FA4_SM90_FP8_VT_IN_KERNEL) The instances that transpose V themselves: e4m3 D 128 and D 64, 128-key
+// tiles (D 256: no shared memory left for a byte ring).
 constexpr bool fp8_vt_in_kernel(int dqk, int dv, Tile t) {
-  return FA4_SM90_FP8_VT_IN_KERNEL != 0 && t == Tile::fp8 && dqk == 128 && dv == 128;
+  return FA4_SM90_FP8_VT_IN_KERNEL != 0 && t == Tile::fp8 && dqk == dv && (dqk == 128 || dqk == 64) &&
+         (dqk == 128 || FA4_SM90_FP8_D64_BLOCK_N == 128);
 }
 // Tiles whose launches of <= 64-row tiles run consumer 0 alone (Sm90Params::solo): all with
 // FA4_SM90_SOLO, else the fp8_kv tile -- the widened 16-bit ring's GEMMs on empty rows held it

@@ -76,7 +76,7 @@ struct VtConverter {
                                               uint32_t dst_x, uint32_t s0, uint32_t s1, int warp, int lane, int rows) {
 #pragma unroll 1
     for (int h = warp; h < Map::kKeyGroups; h += kConvertWarps) {  // (warp-uniform)
-      const uint32_t sh16 = src + (static_cast<uint32_t>(h) << 11);
+      const uint32_t sh16 = src + static_cast<uint32_t>(h * Map::kKeyGroupBytes);
       uint32_t r[Map::kDimGroups][4];
 #pragma unroll
       for (int j = 0; j < Map::kDimGroups; ++j) ptx::ldsm_x4_trans(sh16 + piece[j], r[j]);

@@ -23,15 +23,19 @@ __device__ __forceinline__ int consumer_of(int thread) { return thread / 128 - 1
 
 // setmaxnreg budgets at one CTA per SM (65536 registers; the producer gives its share away):
 // two consumers 24 * 128 + 2 * 240 * 128 = 64512, three 32 * 128 + 3 * 160 * 128 = 65536;
-// Tile::fp8_kv and the e4m3 tile that transposes V itself (vt_convert: FA4_SM90_FP8_VT_IN_KERNEL;
-// two consumers, converter warps in the producer warpgroup: fwd_fp8_kv.h, fwd_fp8_vt_convert.cuh)
-// 56 * 128 + 2 * 224 * 128 = 64512.
+// Tile::fp8_kv and the e4m3 tiles that transpose V themselves (vt_convert: FA4_SM90_FP8_VT_IN_KERNEL;
+// converter warps in the producer warpgroup: fwd_fp8_kv.h, fwd_fp8_vt_convert.cuh) 56 * 128 +
+// 2 * 224 * 128 = 64512 with two consumers, 56 * 128 + 3 * 152 * 128 = 65536 with three.
 constexpr int producer_regs(int consumers, Tile t = Tile::standard, bool vt_convert = false) {
   return t == Tile::fp8_kv || vt_convert ? kFp8KvProducerRegs : consumers == 2 ? 24 : 32;
 }
 constexpr int consumer_regs(int consumers, Tile t = Tile::standard, bool vt_convert = false) {
-  return t == Tile::fp8_kv || vt_convert ? kFp8KvConsumerRegs : consumers == 2 ? 240 : 160;
+  if (t == Tile::fp8_kv || (vt_convert && consumers == 2)) return kFp8KvConsumerRegs;
+  if (vt_convert) return 152;
+  return consumers == 2 ? 240 : 160;
 }
+static_assert(128 * producer_regs(3, Tile::fp8, true) + 3 * 128 * consumer_regs(3, Tile::fp8, true) <= 65536,
+              "three consumers and the converters within the SM's registers");
 static_assert(128 * kFp8KvProducerRegs + 2 * 128 * kFp8KvConsumerRegs <= 384 * 168,
               "setmaxnreg moves registers within the launch's 384 x 168 (two-consumer CTAs)");
 
