@@ -1375,9 +1375,17 @@ TEST(CudaPlan, Sm90Fp8Tile) {
     EXPECT_EQ(pl.sm90_tile, w.d <= 128 && long_at_3000 ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8);
     EXPECT_EQ(pl.m, w.m);
     EXPECT_EQ(pl.n, w.d == 128 ? n128 : w.d == 64 ? n64 : 128);
-    EXPECT_EQ(pl.smem, w.smem);
     EXPECT_LE(pl.smem, 232448);
     EXPECT_EQ(pl.splits, 1);
+    // (FA4_SM90_FP8_VT_IN_KERNEL) A tile that transposes V itself: + its V byte ring (stages x n x D
+    // bytes), no V^T workspace.
+    if (fa4::cuda::sm90::fp8_vt_in_kernel(static_cast<int>(w.d), static_cast<int>(w.d), pl.sm90_tile)) {
+      EXPECT_EQ(pl.smem, w.smem + 3 * static_cast<int>(pl.n) * static_cast<int>(w.d));
+      EXPECT_EQ(pl.workspace, 0u);
+      EXPECT_EQ(pl.fp8_vt.bytes, 0);
+      continue;
+    }
+    EXPECT_EQ(pl.smem, w.smem);
     // V^T: [batch][hkv][dv][3000 keys rounded up to a multiple of the pad: 3072 for 128 (or 384)]
     const int pad = fa4::cuda::sm90::fp8_vt_pad(static_cast<int>(pl.n));
     const int64_t cols = (3000 + pad - 1) / pad * pad;
