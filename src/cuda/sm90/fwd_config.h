@@ -400,19 +400,24 @@
 #ifndef FA4_SM90_FP8_STAGES_D128
 #define FA4_SM90_FP8_STAGES_D128 3
 #endif
-//   FA4_SM90_FP8_VT_IN_KERNEL  1: the 128-key e4m3 D 128 and D 64 tiles (Tile::fp8) transpose V in
-//                          the kernel instead of reading the pre-pass's V^T workspace: the
-//                          producer's TMA brings V's rows into a byte ring (one more slot per ring
-//                          stage: D 128 16 KB each, 194 KB in all) and the producer warpgroup's
-//                          warps 1-3 transpose each slot into the V^T ring (fp8_vt_transpose.h:
-//                          ldmatrix.x4.trans + 4 prmt + stmatrix.x4 per 512 bytes;
-//                          fwd_fp8_vt_convert.cuh), 56 registers for them (consumers 224 / 152 at
-//                          two / three consumers). No pre-pass (10-15 % of an S 1k call), no
-//                          workspace. The earlier in-kernel transpose (2026-12-06, 4-byte
-//                          shared loads / stores, 4x the instructions) cost the kernel 8 %; this
-//                          one is staged, not yet measured: 0 until an A/B.
+//   FA4_SM90_FP8_VT_IN_KERNEL  1: the 128-key e4m3 D 128 tile (Tile::fp8) transposes V in the kernel
+//                          instead of reading the pre-pass's V^T workspace; 2: the D 64 tile too;
+//                          0: both read the pre-pass's (fwd_fp8_vt.cu). The producer's TMA brings V's
+//                          rows into a byte ring (one more slot per ring stage: D 128 16 KB each, 194
+//                          KB in all) and the producer warpgroup's warps 1-3 transpose each slot into
+//                          the V^T ring (fp8_vt_transpose.h: ldmatrix.x4.trans + 4 prmt +
+//                          stmatrix.x4 per 512 bytes, ~8 instructions; fwd_fp8_vt_convert.cuh), 56
+//                          registers for them (consumers 224 / 152 at two / three consumers). No
+//                          pre-pass (10-15 % of an S 1k call), no workspace. H100 2026-12-07, whole
+//                          calls against the pre-pass (docs/perf/h100-2026-12-07e-vtik.md): D 128
+//                          unmasked S 1k / 2k / 4k 1.12 / 1.06 / 0.99x, causal 1.20 / 1.13 / 1.05x;
+//                          D 64 1.03 / 1.04 / 0.93x, causal 1.07 / 1.06 / 1.01x -- its three
+//                          consumer warps per sub-partition leave the converters less room: 2 only
+//                          until D 64 keeps the pre-pass for long unmasked keys. (The first
+//                          in-kernel transpose, 2026-12-06, 4-byte shared loads / stores: the
+//                          kernel 8 % slower.)
 #ifndef FA4_SM90_FP8_VT_IN_KERNEL
-#define FA4_SM90_FP8_VT_IN_KERNEL 0
+#define FA4_SM90_FP8_VT_IN_KERNEL 1
 #endif
 //   FA4_SM90_FP8_D64_CONSUMERS / FA4_SM90_FP8_D64_BLOCK_N  the e4m3 D 64 tile (Tile::fp8): 3 x 128
 //                          (192 query rows, 128 keys) by default. FA3's is 192 x 160: ncu at S 4k
@@ -527,11 +532,12 @@ enum class Tile { standard, short_masked, long_keys, split_kv, fp8, fp8_long_key
 // The all-fp8 tiles (e4m3 q / k / v, a V^T pre-pass): 128-key tiles, and 192-key ones at D 128
 // for long key sequences (FA4_SM90_FP8_LONG_KEYS_MIN_SK).
 constexpr bool is_fp8_tile(Tile t) { return t == Tile::fp8 || t == Tile::fp8_long_keys; }
-// (FA4_SM90_FP8_VT_IN_KERNEL) The instances that transpose V themselves: e4m3 D 128 and D 64, 128-key
-// tiles (D 256: no shared memory left for a byte ring).
+// (FA4_SM90_FP8_VT_IN_KERNEL) The instances that transpose V themselves: e4m3 D 128 (1) and D 64 (2),
+// 128-key tiles (D 256: no shared memory left for a byte ring).
 constexpr bool fp8_vt_in_kernel(int dqk, int dv, Tile t) {
-  return FA4_SM90_FP8_VT_IN_KERNEL != 0 && t == Tile::fp8 && dqk == dv && (dqk == 128 || dqk == 64) &&
-         (dqk == 128 || FA4_SM90_FP8_D64_BLOCK_N == 128);
+  return t == Tile::fp8 && dqk == dv &&
+         ((FA4_SM90_FP8_VT_IN_KERNEL >= 1 && dqk == 128) ||
+          (FA4_SM90_FP8_VT_IN_KERNEL >= 2 && dqk == 64 && FA4_SM90_FP8_D64_BLOCK_N == 128));
 }
 // Tiles whose launches of <= 64-row tiles run consumer 0 alone (Sm90Params::solo): all with
 // FA4_SM90_SOLO, else the fp8_kv tile -- the widened 16-bit ring's GEMMs on empty rows held it
