@@ -36,15 +36,13 @@ struct VtConverter {
 
   // Converter thread ct (0 .. kConvertThreads - 1: producer warps 1-3). Warp w takes the key
   // groups h = w, w + 3, ... of every slot, each with its kDimGroups units (fp8_vt_transpose.h): a
-  // lane's source offsets per unit are kDimGroups per-lane constants (piece) past the key group's
-  // base, its destination offsets immediates past the key group's.
+  // lane's source offset per unit is the key group's base plus (j << 5) ^ src_x (one LOP3; kept in
+  // registers, the per-unit constants spilled the D 64 converters at 32 registers), its destination
+  // offsets immediates past the key group's.
   static __device__ __forceinline__ void run(Smem& sh, int ct) {
     const int warp = ct / 32, lane = ct % 32;
-    uint32_t piece[Map::kDimGroups];
-#pragma unroll
-    for (int j = 0; j < Map::kDimGroups; ++j) piece[j] = Map::src_piece(lane, j);
-    const uint32_t dst_x = Map::dst_xor(lane);
-    const uint32_t s0 = Map::sel0(lane), s1 = Map::sel1(lane);
+    const uint32_t src_x = Map::src_xor(lane), dst_x = Map::dst_xor(lane);
+    const uint32_t s0 = Map::sel0(lane);  // (sel1 = sel0 ^ 0x1111: the other of 0x6420 / 0x7531)
     const uint32_t src0 = ptx::smem_u32(sh.vb(0)) + Map::src_base(lane);
     const uint32_t dst0 = ptx::smem_u32(sh.v[0][0]) + Map::dst_base(lane);
     constexpr uint32_t kByteSlot = T::kBlockN * T::kDv;                 // bytes of a V byte slot
@@ -56,8 +54,8 @@ struct VtConverter {
       if (rows == Smem::kVtEnd) break;
       ptx::mbarrier_wait_parity(&sh.v_ring.empty[st.index], st.phase ^ 1u);  // the consumers' P V read it
       const uint32_t src = src0 + st.index * kByteSlot, dst = dst0 + st.index * kVtSlot;
-      if (rows >= T::kBlockN) slot<false>(src, dst, piece, dst_x, s0, s1, warp, lane, rows);
-      else slot<true>(src, dst, piece, dst_x, s0, s1, warp, lane, rows);
+      if (rows >= T::kBlockN) slot<false>(src, dst, src_x, dst_x, s0, warp, lane, rows);
+      else slot<true>(src, dst, src_x, dst_x, s0, warp, lane, rows);
       // The stores are read by wgmma (async proxy) once the consumers see the phase; the fence
       // also orders this thread's reads of the byte slot before the TMA's next write into it.
       ptx::fence_proxy_async_shared_cta();
@@ -72,14 +70,14 @@ struct VtConverter {
   // prmt / stmatrix of each. A rolled loop over the groups (2 or 3 per warp): unrolled, ptxas
   // hoisted every unit's offsets out of the slot loop and spilled them at 56 registers.
   template <bool kPartial>
-  static __device__ __forceinline__ void slot(uint32_t src, uint32_t dst, const uint32_t (&piece)[Map::kDimGroups],
-                                              uint32_t dst_x, uint32_t s0, uint32_t s1, int warp, int lane, int rows) {
+  static __device__ __forceinline__ void slot(uint32_t src, uint32_t dst, uint32_t src_x, uint32_t dst_x, uint32_t s0,
+                                              int warp, int lane, int rows) {
 #pragma unroll 1
     for (int h = warp; h < Map::kKeyGroups; h += kConvertWarps) {  // (warp-uniform)
       const uint32_t sh16 = src + static_cast<uint32_t>(h * Map::kKeyGroupBytes);
       uint32_t r[Map::kDimGroups][4];
 #pragma unroll
-      for (int j = 0; j < Map::kDimGroups; ++j) ptx::ldsm_x4_trans(sh16 + piece[j], r[j]);
+      for (int j = 0; j < Map::kDimGroups; ++j) ptx::ldsm_x4_trans(sh16 + ((static_cast<uint32_t>(j) << 5) ^ src_x), r[j]);
       if constexpr (kPartial) {  // keys at or past `rows`: zeros (matrices 0 / 2: the group's first 8 keys)
         const uint32_t lo = Map::key_mask(Map::first_key(lane, h, 0), rows);
         const uint32_t hi = Map::key_mask(Map::first_key(lane, h, 1), rows);
@@ -87,7 +85,7 @@ struct VtConverter {
         for (int j = 0; j < Map::kDimGroups; ++j) r[j][0] &= lo, r[j][2] &= lo, r[j][1] &= hi, r[j][3] &= hi;
       }
       const uint32_t dh = dst + ((static_cast<uint32_t>(h) << 4) ^ dst_x);
-      store<0>(dh, r, s0, s1);
+      store<0>(dh, r, s0, s0 ^ 0x1111u);
     }
   }
   template <int J>

@@ -23,19 +23,19 @@ __device__ __forceinline__ int consumer_of(int thread) { return thread / 128 - 1
 
 // setmaxnreg budgets at one CTA per SM (65536 registers; the producer gives its share away):
 // two consumers 24 * 128 + 2 * 240 * 128 = 64512, three 32 * 128 + 3 * 160 * 128 = 65536;
-// Tile::fp8_kv and the e4m3 tiles that transpose V themselves (vt_convert: FA4_SM90_FP8_VT_IN_KERNEL;
-// converter warps in the producer warpgroup: fwd_fp8_kv.h, fwd_fp8_vt_convert.cuh) 56 * 128 +
-// 2 * 224 * 128 = 64512 with two consumers, 56 * 128 + 3 * 152 * 128 = 65536 with three.
+// Tile::fp8_kv and the two-consumer e4m3 tile that transposes V itself (vt_convert:
+// FA4_SM90_FP8_VT_IN_KERNEL; converter warps in the producer warpgroup: fwd_fp8_kv.h,
+// fwd_fp8_vt_convert.cuh) 56 * 128 + 2 * 224 * 128 = 64512. The three-consumer one (D 64) keeps
+// 32 / 160, so its consumers compile as the pre-pass tile's: its converters (two dim groups a key
+// group) spill 16 bytes of slot setup there, 4 L1-resident loads a slot; at 56 / 152 they spilled
+// nothing and the consumers' key loop took 4 instructions more (922 -> 926).
 constexpr int producer_regs(int consumers, Tile t = Tile::standard, bool vt_convert = false) {
-  return t == Tile::fp8_kv || vt_convert ? kFp8KvProducerRegs : consumers == 2 ? 24 : 32;
+  return t == Tile::fp8_kv || (vt_convert && consumers == 2) ? kFp8KvProducerRegs : consumers == 2 ? 24 : 32;
 }
 constexpr int consumer_regs(int consumers, Tile t = Tile::standard, bool vt_convert = false) {
   if (t == Tile::fp8_kv || (vt_convert && consumers == 2)) return kFp8KvConsumerRegs;
-  if (vt_convert) return 152;
   return consumers == 2 ? 240 : 160;
 }
-static_assert(128 * producer_regs(3, Tile::fp8, true) + 3 * 128 * consumer_regs(3, Tile::fp8, true) <= 65536,
-              "three consumers and the converters within the SM's registers");
 static_assert(128 * kFp8KvProducerRegs + 2 * 128 * kFp8KvConsumerRegs <= 384 * 168,
               "setmaxnreg moves registers within the launch's 384 x 168 (two-consumer CTAs)");
 
