@@ -8,6 +8,9 @@
 // in its producer warpgroup (LDSM.T / STSM per tile and CTA: every query tile's CTA transposes the
 // same V again); here each V byte is transposed once per call, ~2 x V bytes of traffic (~1 % of a
 // B S = 16k, H D = 2048 prefill at 900 TFLOP/s), and the kernel's producer stays one TMA issuer.
+// Measured since: the pass is 10-15 % of an S 1k call, and the 128-key e4m3 D 128 tile now
+// transposes in the kernel as FA3 does (FA4_SM90_FP8_VT_IN_KERNEL, fp8_vt_transpose.h: 1.06-1.20x
+// the call at S 1k-2k, H100); this pass serves the D 64 / D 256 tiles and the wider-key tiles.
 //
 // One CTA step: kFp8VtStep = 128 keys of one (sequence, kv head), in three phases:
 //   1. the rows land in shared memory (every 16-byte load of the step issued before any store:

@@ -5,7 +5,8 @@
 // rings, so S = Q K^T of tile t + 1 can start while V of tile t is still in flight). The rings
 // and the Q barriers run on across tiles, so the next tile's loads start while the consumers
 // finish the current one. e4m3 instances (T::kFp8) load V^T tiles of the call's pre-pass
-// workspace (fp8_layout.h) instead of V: one [Dv rows][128 keys] box per key tile. fp8_kv
+// workspace (fp8_layout.h) instead of V: one [Dv rows][128 keys] box per key tile -- unless they
+// transpose V themselves (T::kVtConvert, below). fp8_kv
 // instances (T::kFp8Kv) load the e4m3 cache's K / V boxes into the byte rings instead, which the
 // converter warps widen into the K / V rings (fwd_fp8_kv.cuh): the same boxes and coordinates,
 // 128-column (128-byte) chunks. With FA4_SM90_FP8_VT_IN_KERNEL the e4m3 tile's V rows land so in a
