@@ -37,6 +37,7 @@ struct Shape {
   bool paged = false;
   int64_t page_size = 16;     // paged: rows per page (k / v: [batch x pages per sequence, page, Hkv, D])
   int64_t q_head_stride = 0;  // 0: contiguous BSHD (dqk)
+  int64_t v_head_stride = 0;  // 0: contiguous BSHD (dv)
   bool causal = false;
   int64_t window_right = -1;  // >= 0: a sliding window (what the planner reads of it)
   // The caller's hints; host_lengths: the lengths were read on the host (validate.cpp fills
@@ -79,7 +80,8 @@ class Planned {
     const int64_t qh = s.q_head_stride ? s.q_head_stride : s.dqk;
     pb_.qs = {s.varlen ? s.hq * qh : s.sq * s.hq * qh, s.hq * qh, qh, 1};
     pb_.ks = {s.sk * s.hkv * s.dqk, s.hkv * s.dqk, s.dqk, 1};
-    pb_.vs = {s.sk * s.hkv * s.dv, s.hkv * s.dv, s.dv, 1};
+    const int64_t vh = s.v_head_stride ? s.v_head_stride : s.dv;
+    pb_.vs = {s.sk * s.hkv * vh, s.hkv * vh, vh, 1};
     if (s.paged) {  // every sequence in pages of its own
       pb_.page_size = s.page_size, pb_.max_pages = (s.sk + s.page_size - 1) / s.page_size;
       pb_.kv_slot = pb_.max_pages * s.page_size;
@@ -1460,6 +1462,13 @@ TEST(CudaPlan, Sm90Fp8Tile) {
   s = big, s.q_head_stride = 136;
   EXPECT_EQ(plan(s).kernel, Kernel::sm80);
   s = big, s.q_head_stride = 144;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm90);
+  // v rows the TMA cannot take (136-byte head stride): where the tile transposes V itself
+  // (FA4_SM90_FP8_VT_IN_KERNEL, D 128) its TMA reads them, so sm80; where the pre-pass reads v, sm90.
+  s = big, s.v_head_stride = 136;
+  EXPECT_EQ(plan(s).kernel,
+            fa4::cuda::sm90::fp8_vt_in_kernel(128, 128, fa4::cuda::sm90::Tile::fp8) ? Kernel::sm80 : Kernel::sm90);
+  s = big, s.v_head_stride = 144;
   EXPECT_EQ(plan(s).kernel, Kernel::sm90);
   // Decode-shaped calls under the preference: no split (the heuristic would split them on the
   // 16-bit tiles), PackGQA as the 16-bit tiles pack.

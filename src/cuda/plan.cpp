@@ -202,13 +202,15 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   // k / v rows per batch-like index: tokens (varlen), a page's rows (paged), the slot (dense, cache).
   const int64_t k_rows = vk ? p.k.shape[0] : paged ? pb.page_size : pb.kv_slot;
   const int64_t v_rows = vk ? p.v.shape[0] : paged ? pb.page_size : pb.kv_slot;
-  // (fp8: v is read by the V^T pre-pass, not by TMA; its map is the workspace's. fp8 KV cache:
+  // (fp8: v is read by the V^T pre-pass, not by TMA; its map is the workspace's -- unless the tile
+  // transposes V itself (FA4_SM90_FP8_VT_IN_KERNEL), whose TMA reads v's rows as k's. fp8 KV cache:
   // 16-bit q, e4m3 k / v.)
   const int64_t eb = fp8 ? 1 : 2, kv_eb = fp8 || pb.kv_fp8 ? 1 : 2;
+  const bool v_by_tma = !fp8 || sm90::fp8_vt_in_kernel(d.dqk, d.dv, tile);
   return tma_fits(pb.dqk, pb.hq, vq ? p.q.shape[0] : pb.sq_dense, vq ? 1 : pb.batch, pb.qs.head, vq ? pb.qs.s0 : pb.qs.s1,
                   pb.qs.s0, eb) &&
          tma_fits(pb.dqk, pb.hkv, k_rows, vk ? 1 : p.k.shape[0], pb.ks.head, vk ? pb.ks.s0 : pb.ks.s1, pb.ks.s0, kv_eb) &&
-         (fp8 ||
+         (!v_by_tma ||
           tma_fits(pb.dv, pb.hkv, v_rows, vk ? 1 : p.v.shape[0], pb.vs.head, vk ? pb.vs.s0 : pb.vs.s1, pb.vs.s0, kv_eb));
 }
 
