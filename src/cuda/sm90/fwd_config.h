@@ -155,6 +155,10 @@
 //                          16k-64k keys, 3-6 % behind at 4k (the merge per tile); tests and the
 //                          three sanitizers clean. The H100's HBM caps the fp8-KV tile there, so
 //                          the per-SM gain it was built for needs an H200 A/B: 0 until then.
+//                          H200 2026-12-07 (with SKIP_EMPTY_WARPS, B 32 fp8-KV decode, kv 4k / 16k /
+//                          64k): +1.6 / +6.3 / +7.8 % on the e4m3 cache, bf16 level
+//                          (docs/perf/h200-2026-12-07e-fp8kv-1q-ab.md); its device tests and the
+//                          16-bit B 1 / 4 decode A/B still to run before it flips.
 #ifndef FA4_SM90_ONE_Q
 #define FA4_SM90_ONE_Q 0
 #endif
@@ -169,7 +173,9 @@
 //                          all of consumer 1 empty; their issue slots go to the fp8_kv converter
 //                          warps sharing their SM sub-partitions). H100 2026-12-06: fp8-KV
 //                          -1 to +1.5 %, 16-bit decode +-2 % (the H100's HBM caps the fp8-KV
-//                          tile); 0 until an H200 A/B.
+//                          tile). H200 2026-12-07: fp8-KV B 32 +4.3 / +6.3 / +6.2 % at kv 4k / 16k
+//                          / 64k, bf16 level (docs/perf/h200-2026-12-07e-fp8kv-1q-ab.md); 0 until
+//                          its device tests run with it.
 #ifndef FA4_SM90_SKIP_EMPTY_WARPS
 #define FA4_SM90_SKIP_EMPTY_WARPS 0
 #endif
