@@ -36,9 +36,9 @@ struct VtConverter {
 
   // Converter thread ct (0 .. kConvertThreads - 1: producer warps 1-3). Warp w takes the key
   // groups h = w, w + 3, ... of every slot, each with its kDimGroups units (fp8_vt_transpose.h): a
-  // lane's source offset per unit is the key group's base plus (j << 5) ^ src_x (one LOP3; kept in
-  // registers, the per-unit constants spilled the D 64 converters at 32 registers), its destination
-  // offsets immediates past the key group's.
+  // lane's source offset per unit is the key group's base plus (j << 5) ^ src_x, one LOP3 each (held
+  // as per-lane registers instead, those constants spilled the D 64 converters at 32 registers);
+  // its destination offsets are immediates past the key group's.
   static __device__ __forceinline__ void run(Smem& sh, int ct) {
     const int warp = ct / 32, lane = ct % 32;
     const uint32_t src_x = Map::src_xor(lane), dst_x = Map::dst_xor(lane);
