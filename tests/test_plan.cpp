@@ -1465,9 +1465,11 @@ TEST(CudaPlan, Sm90Fp8Tile) {
   EXPECT_EQ(plan(s).kernel, Kernel::sm90);
   // v rows the TMA cannot take (136-byte head stride): where the tile transposes V itself
   // (FA4_SM90_FP8_VT_IN_KERNEL, D 128) its TMA reads them, so sm80; where the pre-pass reads v, sm90.
+  // (The tile of these calls: the 128-key one, or the 192-key one where FA4_SM90_FP8_LONG_KEYS_MIN_SK
+  // puts every D 128 call on it -- the switches build -- which keeps the pre-pass.)
+  const bool v_by_tma = fa4::cuda::sm90::fp8_vt_in_kernel(128, 128, plan(big).sm90_tile);
   s = big, s.v_head_stride = 136;
-  EXPECT_EQ(plan(s).kernel,
-            fa4::cuda::sm90::fp8_vt_in_kernel(128, 128, fa4::cuda::sm90::Tile::fp8) ? Kernel::sm80 : Kernel::sm90);
+  EXPECT_EQ(plan(s).kernel, v_by_tma ? Kernel::sm80 : Kernel::sm90);
   s = big, s.v_head_stride = 144;
   EXPECT_EQ(plan(s).kernel, Kernel::sm90);
   // Decode-shaped calls under the preference: no split (the heuristic would split them on the
