@@ -61,11 +61,10 @@ struct VtTransposeMap {
   static_assert(kBlockN == 128, "one V^T chunk of 128 key columns (fp8_vt_chunk_keys)");
   static constexpr int kKeyGroups = kBlockN / 16;  // h: 16 keys each
   static constexpr int kDimGroups = kDv / 32;      // j: 32 dims each
-  static constexpr int kUnits = kKeyGroups * kDimGroups;
   static constexpr int kKeyGroupBytes = 16 * kDv;  // a key group's rows in the byte slot
   // Who takes what: converter warp w of `warps` takes the key groups h = w, w + warps, ..., each
   // with all its kDimGroups units (j = 0 .. kDimGroups - 1): per key group one base offset on each
-  // side, the units' offsets then per-lane constants (src_piece) or immediates (j << 12).
+  // side, the units' offsets then src_piece's one XOR or immediates (j << 12).
 
   // A 128-byte-swizzled slot of 128-byte rows (the V^T slot; the byte slot at kDv = 128): byte
   // offset of (row, 16-byte piece).
@@ -86,7 +85,8 @@ struct VtTransposeMap {
   static FA4_VT_FN uint32_t src_xor(int lane) {
     return static_cast<uint32_t>((((lane >> 4) & 1) ^ (kDv == 128 ? (lane & 7) : (lane & 7) >> 1)) << 4);
   }
-  static FA4_VT_FN uint32_t src_piece(int lane, int j) { return (static_cast<uint32_t>(j) << 5) ^ src_xor(lane); }
+  static FA4_VT_FN uint32_t src_piece_x(uint32_t xr, int j) { return (static_cast<uint32_t>(j) << 5) ^ xr; }
+  static FA4_VT_FN uint32_t src_piece(int lane, int j) { return src_piece_x(src_xor(lane), j); }
   static FA4_VT_FN uint32_t src_offset(int lane, int h, int j) {
     return src_base(lane) + static_cast<uint32_t>(h * kKeyGroupBytes) + src_piece(lane, j);
   }

@@ -77,7 +77,7 @@ struct VtConverter {
       const uint32_t sh16 = src + static_cast<uint32_t>(h * Map::kKeyGroupBytes);
       uint32_t r[Map::kDimGroups][4];
 #pragma unroll
-      for (int j = 0; j < Map::kDimGroups; ++j) ptx::ldsm_x4_trans(sh16 + ((static_cast<uint32_t>(j) << 5) ^ src_x), r[j]);
+      for (int j = 0; j < Map::kDimGroups; ++j) ptx::ldsm_x4_trans(sh16 + Map::src_piece_x(src_x, j), r[j]);
       if constexpr (kPartial) {  // keys at or past `rows`: zeros (matrices 0 / 2: the group's first 8 keys)
         const uint32_t lo = Map::key_mask(Map::first_key(lane, h, 0), rows);
         const uint32_t hi = Map::key_mask(Map::first_key(lane, h, 1), rows);
