@@ -1400,11 +1400,12 @@ TEST(CudaPlan, Sm90Fp8Tile) {
     EXPECT_EQ(pl.fp8_vt_offset, 0u);
     EXPECT_EQ(pl.workspace, static_cast<size_t>(2 * 4 * w.d * cols));
   }
-  // The wider key tiles (Tile::fp8_long_keys) from FA4_SM90_FP8_LONG_KEYS_MIN_SK keys (the longest
-  // sequence, or the max_seqlen_k hint of device-resident varlen lengths), never at D 256: D 128
-  // 192 keys, 16 + 3 x (24 + 24) + 2 + 32 KB, a V^T pad of 384 (8200 keys -> 8448 columns); D 64
-  // 160 keys, 12 + 3 x (10 + 10) + 2 + 24 KB, a pad of 640 (8200 -> 8320).
-  if (FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8200) {
+  // The wider key tiles (Tile::fp8_long_keys) from FA4_SM90_FP8_LONG_KEYS_MIN_SK keys in masked
+  // calls, FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED in unmasked ones (the longest sequence, or the
+  // max_seqlen_k hint of device-resident varlen lengths), never at D 256: D 128 192 keys, 16 + 3 x
+  // (24 + 24) + 2 + 32 KB, a V^T pad of 384 (8200 keys -> 8448 columns); D 64 160 keys, 12 + 3 x
+  // (10 + 10) + 2 + 24 KB, a pad of 640 (8200 -> 8320).
+  if (FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED <= 8200) {
     for (int64_t d : {64, 128, 256}) {
       SCOPED_TRACE(d);
       const Shape s{.dtype = DType::float8_e4m3, .batch = 1, .hq = 4, .hkv = 2, .dqk = d, .dv = d, .sq = 300, .sk = 8200};
@@ -1424,13 +1425,20 @@ TEST(CudaPlan, Sm90Fp8Tile) {
       EXPECT_EQ(pl.splits, 1);
     }
   }
-  if (FA4_SM90_FP8_LONG_KEYS_MIN_SK > 0) {  // at the bound the wider tile, one key below it 128 (D 128, D 64)
+  // At each bound the wider tile, one key below it 128 (D 128, D 64): unmasked, causal (Sq = Sk),
+  // and a sliding window (a mask too).
+  for (int masked = 0; masked < 3; ++masked) {
+    const int bound = masked ? FA4_SM90_FP8_LONG_KEYS_MIN_SK : FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED;
+    if (bound <= 0) continue;
     for (int64_t d : {128, 64}) {
-      Shape s{.dtype = DType::float8_e4m3, .batch = 1, .hq = 4, .hkv = 2, .dqk = d, .dv = d, .sq = 300,
-              .sk = FA4_SM90_FP8_LONG_KEYS_MIN_SK};
-      EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8_long_keys) << d;
-      s.sk = FA4_SM90_FP8_LONG_KEYS_MIN_SK - 1;
-      EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8) << d;
+      SCOPED_TRACE(::testing::Message() << "masked " << masked << " d " << d);
+      Shape s{.dtype = DType::float8_e4m3, .batch = 1, .hq = 4, .hkv = 2, .dqk = d, .dv = d,
+              .sq = masked == 1 ? bound : 300, .sk = bound, .causal = masked == 1};
+      if (masked == 2) s.window_right = 0;
+      EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8_long_keys);
+      s.sk = bound - 1;
+      if (masked == 1) s.sq = bound - 1;
+      EXPECT_EQ(Planned(s).on(sm90).sm90_tile, fa4::cuda::sm90::Tile::fp8);
     }
   }
   // Padded dims: (100, 100) on the D 128 tile; (192, 192) on D 256; no fp8 tile for (192, 128)
@@ -1478,10 +1486,16 @@ TEST(CudaPlan, Sm90Fp8Tile) {
   EXPECT_EQ(dec.kernel, Kernel::sm90);
   EXPECT_EQ(dec.splits, 1);
   // (the V^T workspace: 8 kv heads x 128 dims x 8192 keys rounded up to the pad: 128, or 384 with
-  // the 192-key e4m3 tile)
-  const int64_t pad = dec.fp8_vt.pad;
-  EXPECT_EQ(pad, FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8192 ? 384 : 128);
-  EXPECT_EQ(dec.workspace, static_cast<size_t>(8 * 128 * ((8192 + pad - 1) / pad * pad)));
+  // the 192-key e4m3 tile; none where the 128-key tile transposes V itself)
+  const bool dec_long = FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED <= 8192;
+  EXPECT_EQ(dec.sm90_tile, dec_long ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8);
+  if (fa4::cuda::sm90::fp8_vt_in_kernel(128, 128, dec.sm90_tile)) {
+    EXPECT_EQ(dec.workspace, 0u);
+  } else {
+    const int64_t pad = dec.fp8_vt.pad;
+    EXPECT_EQ(pad, dec_long ? 384 : 128);
+    EXPECT_EQ(dec.workspace, static_cast<size_t>(8 * 128 * ((8192 + pad - 1) / pad * pad)));
+  }
   // The automatic choice (FA4_SM90_FP8, the default; else sm80): sm90 for every call it supports,
   // unless sm80's heuristic splits it over more SMs than the unsplit sm90 grid's tiles times the
   // fp8 tile's speed per SM (D 64 2.0, D 128 2.8, D 256 5.9; cuda/plan.cpp plan_fp8_all): full
@@ -1509,8 +1523,11 @@ TEST(CudaPlan, Sm90Fp8Tile) {
     EXPECT_EQ(Planned(sh).on(h200()).splits, a.sm80_splits);
     const Plan pl = Planned(sh).on(h200_auto());
     EXPECT_EQ(pl.kernel, FA4_SM90_FP8 && a.sm90 ? Kernel::sm90 : Kernel::sm80);
-    if (pl.kernel == Kernel::sm90) {
-      EXPECT_EQ(std::make_tuple(pl.sm90_tile, pl.splits), std::make_tuple(fa4::cuda::sm90::Tile::fp8, 1));
+    if (pl.kernel == Kernel::sm90) {  // (unmasked: the wider key tiles from the unmasked bound, D <= 128)
+      const bool long_keys = sh.dqk <= 128 && FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED >= 0 &&
+                             sh.sk >= FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED;
+      EXPECT_EQ(std::make_tuple(pl.sm90_tile, pl.splits),
+                std::make_tuple(long_keys ? fa4::cuda::sm90::Tile::fp8_long_keys : fa4::cuda::sm90::Tile::fp8, 1));
     }
   }
 }

@@ -73,6 +73,12 @@ bool sm90_fp8_vt(const Problem& pb, sm90::DimPair d, sm90::Tile t, sm90::Fp8VtLa
 // A causal, windowed or chunked mask: query tiles see different key counts.
 bool masked_problem(const Problem& pb) { return pb.p->causal || pb.p->window_right >= 0 || pb.p->chunk_size > 0; }
 
+// The longest key sequence from which an all-fp8 call takes the wider key tiles
+// (Tile::fp8_long_keys, whose V^T comes from the pre-pass); negative: never.
+int fp8_long_keys_min_sk(const Problem& pb) {
+  return masked_problem(pb) ? FA4_SM90_FP8_LONG_KEYS_MIN_SK : FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED;
+}
+
 // The longest query / key sequence as far as speed choices go. Exact where the lengths were read
 // on the host; for device-resident varlen lengths pb.max_sq / max_sk are the tensor bounds (every
 // packed token one sequence), so the caller's max_seqlen_q / k hints stand in where they are
@@ -130,8 +136,9 @@ bool sm90_gathers(const Problem& pb, sm90::DimPair d, sm90::Tile t) {
 // 4096 keys, the standard tile everywhere else -- and in a paged cache a tile whose key block
 // divides the page size (a key tile must not straddle two pages), the standard one if that does.
 sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
-  if (is_fp8_all(pb)) {  // 160 / 192-key tiles at D 64 / 128 over long keys (FA4_SM90_FP8_LONG_KEYS_MIN_SK)
-    const bool long_keys = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && speed_max_sk(pb) >= FA4_SM90_FP8_LONG_KEYS_MIN_SK;
+  if (is_fp8_all(pb)) {  // 160 / 192-key tiles at D 64 / 128 over long keys (FA4_SM90_FP8_LONG_KEYS_MIN_SK[_UNMASKED])
+    const int min_sk = fp8_long_keys_min_sk(pb);
+    const bool long_keys = min_sk >= 0 && speed_max_sk(pb) >= min_sk;
     return long_keys && sm90::has_tile(sm90::Tile::fp8_long_keys, d.dqk, d.dv) ? sm90::Tile::fp8_long_keys
                                                                                  : sm90::Tile::fp8;
   }

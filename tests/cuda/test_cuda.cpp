@@ -1504,14 +1504,17 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
     run(c);
   }
   // Long key sequences at D 128 and 64: the wider key tiles (Tile::fp8_long_keys, from
-  // FA4_SM90_FP8_LONG_KEYS_MIN_SK keys; D 128 192 keys, V^T pad 384; D 64 160 keys in 32-key V^T
+  // FA4_SM90_FP8_LONG_KEYS_MIN_SK keys, _UNMASKED without a mask; D 128 192 keys, V^T pad 384; D 64 160 keys in 32-key V^T
   // chunks, pad 640): 8300 keys end a third (D 64: 7/8) into a tile; varlen with one long sequence
   // beside short ones (the planner goes by the longest; 200 keys pad to 384 / 640 columns, 256 on
   // the 128-key tile), causal. Through a NaN-filled workspace: V^T columns the pre-pass failed to
   // zero up to the pad would reach O.
   for (const int64_t d : {128, 64}) {
     if (!wanted(d)) continue;
-    const bool long_tile = FA4_SM90_FP8_LONG_KEYS_MIN_SK >= 0 && FA4_SM90_FP8_LONG_KEYS_MIN_SK <= 8250;
+    auto long_tile = [](bool masked) {
+      const int bound = masked ? FA4_SM90_FP8_LONG_KEYS_MIN_SK : FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED;
+      return bound >= 0 && bound <= 8250;
+    };
     const int long_n = d == 128 ? FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D128 : FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64;
     auto run_long = [&](CaseConfig c) {
       c.dtype = DType::float8_e4m3;
@@ -1521,7 +1524,7 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
       on_sm90 += info.kernel == "sm90";
       if (forced) {
         EXPECT_EQ(info.kernel, "sm90") << c.describe();
-        EXPECT_EQ(info.tile_n, long_tile ? long_n : 128) << c.describe();
+        EXPECT_EQ(info.tile_n, long_tile(c.causal) ? long_n : 128) << c.describe();
       }
       check_case_caller_workspace(c, seed, /*poison=*/true);
     };

@@ -456,6 +456,15 @@
 #ifndef FA4_SM90_FP8_LONG_KEYS_MIN_SK
 #define FA4_SM90_FP8_LONG_KEYS_MIN_SK 8192
 #endif
+//   FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED  the same bound for calls without a mask (no causal /
+//                          window / chunk): where the 128-key tile transposes V in the kernel
+//                          (FA4_SM90_FP8_VT_IN_KERNEL) its converters cost most over long unmasked
+//                          key rows (H100 2026-12-07, against the pre-pass at 4096 keys: D 128 0.99x,
+//                          D 64 0.93x; causal 1.05 / 1.01x), so unmasked calls may take the wider
+//                          pre-pass tiles earlier than masked ones.
+#ifndef FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED
+#define FA4_SM90_FP8_LONG_KEYS_MIN_SK_UNMASKED FA4_SM90_FP8_LONG_KEYS_MIN_SK
+#endif
 //   FA4_SM90_FP8_LONG_KEYS_BLOCK_N_D64 / _D128  those tiles' keys. D 128 224 (FA3's 128 x 224;
 //                          32-key V^T chunks, 16 bytes spilled outside the key loop) against 192 at
 //                          S 16k (H100 2026-12-06f, same run): 1.000 / 0.999 -- no gain, and its V^T
