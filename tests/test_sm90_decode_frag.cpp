@@ -3,8 +3,9 @@
 // slots, prmt, cvt.rn.f16x2.e4m3x2, movmatrix.trans and mma.sync m16n8k16 with the PTX ISA's
 // fragment layouts (restated in decode_frag.h). The kernel's register assembly -- the same
 // functions the device code calls -- must give S^T = K Q^T and O^T = V^T P^T equal to direct
-// products over a 128-key slot at D 128, and every 8-lane ldmatrix phase must be free of bank
-// conflicts.
+// products over a 128-key slot at D 128 -- O^T also where the sequence ends inside the slot and
+// the V rows past it are NaN codes (v_keep_mask) --, and every 8-lane ldmatrix phase must be free
+// of bank conflicts.
 #include "cuda/sm90/decode_frag.h"
 
 #include <gtest/gtest.h>
@@ -190,13 +191,19 @@ TEST(Sm90DecodeFrag, ScoresTransposedMatchKTimesQ) {
   }
 }
 
-TEST(Sm90DecodeFrag, OutputTransposedMatchesPTimesV) {
-  std::mt19937 rng(99);
-  const auto v_rows = random_e4m3(rng, kKeys * kDims);
+// O^T over one slot whose sequence ends at key sk (kKeys: a whole slot): the V rows from sk on
+// are NaN codes and P is 0 there, as in a sequence's last key tile; v_keep_mask must keep them out.
+void check_output(int sk) {
+  SCOPED_TRACE(sk);
+  std::mt19937 rng(99 + sk);
+  auto v_rows = random_e4m3(rng, kKeys * kDims);
+  for (int j = sk; j < kKeys; ++j)
+    for (int d = 0; d < kDims; ++d) v_rows[j * kDims + d] = (d & 1) ? 0x7f : 0xff;
   const auto slot = swizzled(v_rows);
   std::uniform_real_distribution<float> ud(0.f, 1.f);
   std::vector<float> p(kKeys * kRows);  // P[key][row], fp16 values
-  for (auto& x : p) x = static_cast<float>(static_cast<_Float16>(ud(rng)));
+  for (int j = 0; j < kKeys; ++j)
+    for (int n = 0; n < kRows; ++n) p[j * kRows + n] = j < sk ? static_cast<float>(static_cast<_Float16>(ud(rng))) : 0.f;
   // O^T over the slot's 8 dim blocks of 16, accumulated over its 16-key M tiles
   std::vector<std::array<std::array<double, 4>, 32>> acc(kDims / 16);
   for (int k0 = 0; k0 < kKeys; k0 += 16) {
@@ -228,6 +235,8 @@ TEST(Sm90DecodeFrag, OutputTransposedMatchesPTimesV) {
       std::array<std::array<std::array<uint32_t, 4>, 32>, 2> a{};
       for (int l = 0; l < 32; ++l) {
         uint32_t rl[4] = {r[l][0], r[l][1], r[l][2], r[l][3]}, al[2][4];
+        if (k0 + 16 > sk)
+          for (int q = 0; q < 4; ++q) rl[q] &= v_keep_mask(l % 4, q, k0, sk);
         v_a_regs(rl, al, cvt, perm);
         for (int t = 0; t < 2; ++t)
           for (int i = 0; i < 4; ++i) a[t][l][i] = al[t][i];
@@ -240,10 +249,14 @@ TEST(Sm90DecodeFrag, OutputTransposedMatchesPTimesV) {
       for (int i = 0; i < 4; ++i) {
         const int dim = 16 * blk + pv_dim(l / 4 + 8 * (i >> 1)), row = 2 * (l % 4) + (i & 1);
         double want = 0;
-        for (int key = 0; key < kKeys; ++key)
+        for (int key = 0; key < sk; ++key)
           want += static_cast<double>(p[key * kRows + row]) * fa4::cuda::e4m3_to_f32(v_rows[key * kDims + dim]);
         ASSERT_NEAR(acc[blk][l][i], want, 1e-9 * (1 + std::fabs(want))) << "dim " << dim << " row " << row;
       }
+}
+
+TEST(Sm90DecodeFrag, OutputTransposedMatchesPTimesV) {
+  for (const int sk : {kKeys, 1, 16, 75, 113, 127}) check_output(sk);
 }
 
 }  // namespace

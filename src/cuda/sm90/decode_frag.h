@@ -100,6 +100,15 @@ FA4_DECODE_FRAG_FN void v_a_regs(const uint32_t (&r)[4], uint32_t (&a)[2][4], Cv
   }
 }
 
+// The bytes of V ldmatrix.trans register q (matrix q: keys k0 + 8 (q & 1) + [0, 8), above) whose
+// keys are < sk: key k0 + 8 (q & 1) + 2c in the low half, the next key in the high half. Rows of
+// a slot past the sequence's end hold whatever the cache holds there (another sequence's keys,
+// unwritten memory): P is 0 for them, but 0 x NaN is not, so the last tile zeroes their bytes.
+FA4_DECODE_FRAG_FN uint32_t v_keep_mask(int c, int q, int k0, int sk) {
+  const int k = k0 + 8 * (q & 1) + 2 * c;
+  return (k < sk ? 0x0000ffffu : 0u) | (k + 1 < sk ? 0xffff0000u : 0u);
+}
+
 // The B registers of O^T += V^T P^T over one 16-key M tile of S^T, from its P values (the
 // accumulators d0 .. d3 after the softmax). pack: (float lo, float hi) -> f16x2; trans: movmatrix.
 template <class Pack, class Trans>
