@@ -1,0 +1,334 @@
+// The keys-on-M decode tile (work in progress, branch gpu-decode-keys-m; not yet launched by the
+// planner, not yet run on a GPU): 16-bit q against an e4m3 K / V cache, D 128, <= 8 packed query
+// rows (decode: the GQA group x a few query tokens) per (batch, kv head, split). The lane
+// fragments are decode_frag.h's (CPU-emulated in tests/test_sm90_decode_frag.cpp).
+//
+// Roles (one CTA = 5 warps):
+//   warp 0     producer: one lane walks the CTA's key tiles and TMAs each tile's 128 e4m3 K and V
+//              rows into a ring slot (the fp8_kv tile's tensor maps: 128-byte rows, 128-byte
+//              swizzle).
+//   warps 1-4  consumers: consumer w owns keys 32w .. 32w + 31 of every slot and keeps its own
+//              (O^T, m, l) over them -- S^T = K Q^T and O^T += V^T P^T with mma.sync m16n8k16 in
+//              fp16 from registers, softmax along M with three xor-shuffles per row; no consumer
+//              waits for another until the merge at the end (through shared memory, LSE-scaled).
+// bf16 q is computed in fp16 with a power of two per row (fwd_fp8_kv.h fp8_kv_q_shift), as the
+// fp8_kv tile does: every e4m3 value is an fp16 normal, so K and V widen exactly.
+//
+// What it takes (the planner's job, to come): dense / varlen / cache K / V (no pages yet), any
+// mask (per-row key ranges of core::SeqMask), no softcap, no sinks, factors per (batch, kv head).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/pipeline.cuh"
+#include "cuda/common/seq_info.cuh"
+#include "cuda/ptx/sm80_ptx.cuh"
+#include "cuda/ptx/sm90_ptx.cuh"
+#include "cuda/sm90/decode_frag.h"
+#include "cuda/sm90/fwd_fp8_kv.h"
+#include "cuda/sm90/fwd_params.h"
+
+namespace fa4::cuda::sm90::decode {
+
+constexpr int kBlockN = 128;        // keys per ring slot
+constexpr int kD = 128;             // head dim (one 128-byte e4m3 row)
+constexpr int kRows = 8;            // packed query rows (mma N)
+constexpr int kStages = 3;
+constexpr int kConsumers = 4;       // warps
+constexpr int kKeysPerWarp = kBlockN / kConsumers;  // 32: two 16-key M tiles
+constexpr int kThreads = 32 * (1 + kConsumers);
+constexpr uint32_t kSlotBytes = kBlockN * kSlotRowBytes;  // 16 KB each of K and V
+
+// The merge: each consumer's O^T rows (unnormalized, at its own max), m and l per packed row --
+// in the K ring's space, free once every consumer is past its last slot.
+struct MergeSpace {
+  float o[kConsumers][kRows][kD];
+  float m[kConsumers][kRows];
+  float l[kConsumers][kRows];
+};
+struct alignas(1024) DecodeSmem {
+  union {
+    uint8_t k[kStages][kSlotBytes];  // [key][128 bytes], 128-byte swizzle (1024-byte aligned slots)
+    MergeSpace merge;
+  };
+  uint8_t v[kStages][kSlotBytes];
+  MbarRing<kStages> ring;  // full: 1 arrival + TMA bytes; empty: one arrival per consumer warp
+};
+static_assert(sizeof(MergeSpace) <= sizeof(DecodeSmem::k), "the merge fits the K ring");
+// Two CTAs per SM: 2 x (the struct + 1 KB of alignment slack + the 1 KB the SM reserves per CTA)
+// within the SM's 228 KB.
+static_assert(2 * (sizeof(DecodeSmem) + 2048) <= 233472, "two CTAs per SM");
+constexpr int kConsumerBarrier = 1;  // named barrier of the 128 consumer threads (0: __syncthreads)
+
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
+// The packed row n -> (query row i, q head): n = i * group + (head - hk * group).
+struct PackedRow {
+  int i, head;
+};
+__device__ __forceinline__ PackedRow packed_row(const FwdArgs& a, int hk, int n) {
+  return {n / a.group, hk * a.group + n % a.group};
+}
+
+// Producer: the CTA's key tiles [n_lo, n_hi), K then V of each into the ring.
+__device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, int hk, int row0, int bl, int n_lo, int n_hi) {
+  PipelineState<kStages> st;
+  for (int t = n_lo; t < n_hi; ++t) {
+    uint64_t* full = sh.ring.acquire(st, 2 * kSlotBytes);
+    const int row = row0 + t * kBlockN;
+    ptx::tma_load_4d(sh.k[st.index], &P.tm_k, full, 0, hk, row, bl);
+    ptx::tma_load_4d(sh.v[st.index], &P.tm_v, full, 0, hk, row, bl);
+    st.advance();
+  }
+}
+
+// One consumer warp over the CTA's key tiles; leaves its (O^T, m, l) in the merge space.
+template <class QT>
+__device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, const SeqInfo& si, int hk, int rows, int sk,
+                                        int n_lo, int n_hi, int cw) {
+  const FwdArgs& a = P.a;
+  const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, c = lane & 3;
+  // Q's B registers (16-bit q of packed row g, the reduction dims permuted as qk_dim), in fp16:
+  // fp16 q as it is; bf16 q times 2^s_g, the row's largest |q| put in [2^14, 2^15).
+  uint32_t qb[kD / 16][2];
+  float row_unscale = 1.f;  // 2^-s_g: multiplies row g's scores (S^T column g)
+  {
+    const bool valid = g < rows;
+    const PackedRow pr = packed_row(a, hk, valid ? g : 0);
+    const QT* q = static_cast<const QT*>(a.q) + si.q_base + static_cast<int64_t>(pr.i) * si.q_step +
+                  static_cast<int64_t>(pr.head) * a.q_sh;
+    float x[kD / 16][4];
+    float amax = 0.f;
+#pragma unroll
+    for (int s = 0; s < kD / 16; ++s)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = q_b_dim(c, s) + j;
+        x[s][j] = valid && d < a.dqk ? static_cast<float>(q[d]) : 0.f;
+        amax = fmaxf(amax, fabsf(x[s][j]));
+      }
+    int shift = 0;
+    if constexpr (!std::is_same_v<QT, __half>) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      shift = fp8_kv_q_shift(__float_as_uint(amax));
+    }
+    const float up = __uint_as_float(fp8_kv_pow2_bits(shift));
+    row_unscale = __uint_as_float(fp8_kv_pow2_bits(-shift));
+#pragma unroll
+    for (int s = 0; s < kD / 16; ++s) {
+      qb[s][0] = ptx::pack2<__half>(x[s][0] * up, x[s][1] * up);
+      qb[s][1] = ptx::pack2<__half>(x[s][2] * up, x[s][3] * up);
+    }
+  }
+  // This lane's S^T columns are rows 2c, 2c + 1: their score factors (k_descale x softmax scale
+  // x the row's 2^-s) come from the lanes holding those rows' q (lane 4 (2c + h)).
+  float kscale = a.scale_log2;
+  if (P.k_descale) kscale *= P.k_descale[si.b * P.kd_s0 + hk * P.kd_sh];
+  const float col_scale[2] = {kscale * __shfl_sync(0xffffffffu, row_unscale, 8 * c),
+                              kscale * __shfl_sync(0xffffffffu, row_unscale, 8 * c + 4)};
+  // The keys [key_lo, key_end) packed row 2c + h sees under the mask (causal, window, chunk),
+  // within the sequence's sk; none for rows past the tile's.
+  int key_lo[2], key_end[2];
+  {
+    const core::SeqMask sm{a.mask, si.sq, si.sk};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = 2 * c + h;
+      const int64_t i = n < rows ? n / a.group : 0;
+      const int64_t lo = sm.row_lo(i), hi = sm.row_hi(i) < sk ? sm.row_hi(i) : sk;
+      key_lo[h] = static_cast<int>(lo < hi ? lo : hi);
+      key_end[h] = n < rows ? static_cast<int>(hi) : 0;
+    }
+  }
+
+  float o[kD / 16][4] = {};                 // O^T: dim block t, (dim pv_dim(g / g+8), row 2c / 2c+1)
+  float m[2] = {-INFINITY, -INFINITY};      // running max of rows 2c, 2c + 1 (log2 domain)
+  float l[2] = {0.f, 0.f};                  // this lane's share of the running sums
+  const uint32_t k_base = ptx::smem_u32(sh.k[0]), v_base = ptx::smem_u32(sh.v[0]);
+  PipelineState<kStages> st;
+  for (int t = n_lo; t < n_hi; ++t) {
+    sh.ring.wait(st);
+    const uint32_t kslot = k_base + st.index * kSlotBytes, vslot = v_base + st.index * kSlotBytes;
+    const int key0 = t * kBlockN + cw * kKeysPerWarp;  // this warp's first key
+    // S^T of the warp's two 16-key M tiles
+    float s[2][4] = {};
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int p0 = 0; p0 < kD / 16; p0 += 2) {
+        uint32_t r[4], ar[2][4];
+        ptx::ldmatrix_x4(kslot + ldsm_row_offset(lane, cw * kKeysPerWarp + 16 * mt, p0), r[0], r[1], r[2], r[3]);
+        k_a_regs(r, ar, [](uint16_t x) { return ptx::cvt_f16x2_e4m3x2(x); });
+        ptx::mma_16816<__half>(s[mt], ar[0], qb[p0][0], qb[p0][1]);
+        ptx::mma_16816<__half>(s[mt], ar[1], qb[p0 + 1][0], qb[p0 + 1][1]);
+      }
+    // Scores in the log2 domain, masked: element (mt, i) is key key0 + 16 mt + g + 8 (i >> 1),
+    // row 2c + (i & 1).
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = key0 + 16 * mt + g + 8 * (i >> 1), h = i & 1;
+        s[mt][i] = key >= key_lo[h] && key < key_end[h] ? s[mt][i] * col_scale[h] : -INFINITY;
+        mx[h] = fmaxf(mx[h], s[mt][i]);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int x = 4; x < 32; x <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], x));
+    }
+    // Rescale where the max moved (a row without keys yet keeps -inf and factor 1).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (mx[h] > m[h]) {
+        const float f = m[h] == -INFINITY ? 0.f : ptx::exp2_approx(m[h] - mx[h]);
+        l[h] *= f;
+#pragma unroll
+        for (int blk = 0; blk < kD / 16; ++blk) o[blk][h] *= f, o[blk][2 + h] *= f;
+        m[h] = mx[h];
+      }
+    }
+    // P, its B registers, and O^T += V^T P^T per M tile
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      float p[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int h = i & 1;
+        p[i] = m[h] == -INFINITY ? 0.f : ptx::exp2_approx(s[mt][i] - m[h]);
+        l[h] += p[i];
+      }
+      uint32_t pb[2];
+      p_b_regs(p, pb, [](float x, float y) { return ptx::pack2<__half>(x, y); }, [](uint32_t x) { return movmatrix_trans(x); });
+      // V rows past the sequence's end hold whatever the cache holds there (P is 0, but 0 x NaN
+      // is not): zero this lane's key pairs at or past sk in the last tile.
+      const int kk = key0 + 16 * mt;  // the M tile's first key
+      const bool tail = kk + 16 > sk;
+#pragma unroll
+      for (int p0 = 0; p0 < kD / 16; p0 += 2) {
+        uint32_t r[4], ar[2][4];
+        ptx::ldmatrix_x4_trans(vslot + ldsm_row_offset(lane, cw * kKeysPerWarp + 16 * mt, p0), r[0], r[1], r[2], r[3]);
+        if (tail) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {  // register q: keys kk + 8 (q & 1) + 2c, + 1 (bytes 0-1 / 2-3)
+            const int k2 = kk + 8 * (q & 1) + 2 * c;
+            const uint32_t keep = (k2 < sk ? 0x00ff00ffu : 0u) | (k2 + 1 < sk ? 0xff00ff00u : 0u);
+            r[q] &= keep;
+          }
+        }
+        v_a_regs(r, ar, [](uint16_t x) { return ptx::cvt_f16x2_e4m3x2(x); }, [](uint32_t x, uint32_t sel) { return __byte_perm(x, 0, sel); });
+        ptx::mma_16816<__half>(o[p0], ar[0], pb[0], pb[1]);
+        ptx::mma_16816<__half>(o[p0 + 1], ar[1], pb[0], pb[1]);
+      }
+    }
+    __syncwarp();
+    sh.ring.release(st, lane == 0);
+    st.advance();
+  }
+  // The warp's state into the merge space (over the K ring: every consumer past its last slot
+  // first -- the producer's last TMA landed before that slot's full barrier let it read):
+  // l summed over the g lanes; O^T element (blk, i) is row 2c + (i & 1), dim 16 blk +
+  // pv_dim(g + 8 (i >> 1)).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], x);
+  }
+  ptx::named_barrier_sync(kConsumerBarrier, 32 * kConsumers);
+  MergeSpace& ms = sh.merge;
+  if (g == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) ms.m[cw][2 * c + h] = m[h], ms.l[cw][2 * c + h] = l[h];
+  }
+#pragma unroll
+  for (int blk = 0; blk < kD / 16; ++blk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ms.o[cw][2 * c + (i & 1)][16 * blk + pv_dim(g + 8 * (i >> 1))] = o[blk][i];
+  ptx::named_barrier_sync(kConsumerBarrier, 32 * kConsumers);
+}
+
+// The consumers' merge and the output: 128 threads, packed row r = tid / 16, dims 8 (tid % 16) ..
+// + 7. splits > 1: fp32 partials and their lse (the combine kernel merges them).
+template <class QT>
+__device__ __forceinline__ void merge_store(const Sm90Params& P, const MergeSpace& sh, const SeqInfo& si, int hk, int rows,
+                                            int split, int tid) {
+  const FwdArgs& a = P.a;
+  const int r = tid / 16, d0 = 8 * (tid % 16);
+  if (r >= rows) return;
+  float mx = -INFINITY;
+  for (int w = 0; w < kConsumers; ++w) mx = fmaxf(mx, sh.m[w][r]);
+  float f[kConsumers], lsum = 0.f;
+  for (int w = 0; w < kConsumers; ++w) {
+    f[w] = mx == -INFINITY || sh.m[w][r] == -INFINITY ? 0.f : ptx::exp2_approx(sh.m[w][r] - mx);
+    lsum += f[w] * sh.l[w][r];
+  }
+  float vscale = 1.f;
+  if (P.v_descale) vscale = P.v_descale[si.b * P.vd_s0 + hk * P.vd_sh];
+  const float inv = lsum > 0.f ? vscale / lsum : 0.f;
+  const PackedRow pr = packed_row(a, hk, r);
+  // lse in natural-log units (-inf for a row without keys)
+  const float lse = lsum > 0.f ? (mx + __log2f(lsum)) * 0.69314718055994531f : -INFINITY;
+  float out[8];
+  for (int j = 0; j < 8; ++j) {
+    float acc = 0.f;
+    for (int w = 0; w < kConsumers; ++w) acc += f[w] * sh.o[w][r][d0 + j];
+    out[j] = acc * inv;
+  }
+  if (a.num_splits > 1) {
+    const int64_t row = (si.token0 + pr.i) * a.hq + pr.head;
+    float* op = a.o_part + (static_cast<int64_t>(split) * a.rows_total * a.hq + row) * a.dv_pad + d0;
+    for (int j = 0; j < 8; ++j) op[j] = out[j];
+    if (tid % 16 == 0) a.lse_part[static_cast<int64_t>(split) * a.rows_total * a.hq + row] = lse;
+    return;
+  }
+  QT* o = static_cast<QT*>(a.out) + si.o_base + static_cast<int64_t>(pr.i) * si.o_step + static_cast<int64_t>(pr.head) * a.o_sh;
+  for (int j = 0; j < 8; ++j)
+    if (d0 + j < a.dv) o[d0 + j] = static_cast<QT>(out[j]);
+  if (a.lse && tid % 16 == 0) a.lse[si.lse_row(a, pr.i) + static_cast<int64_t>(pr.head) * a.lse_sh] = lse;
+}
+
+// grid (hkv, batch, splits); block kThreads; dynamic shared memory sizeof(DecodeSmem) + 1024.
+template <class QT>
+__global__ void __launch_bounds__(kThreads, 2) decode_kv_kernel(const __grid_constant__ Sm90Params P) {
+  extern __shared__ uint8_t smem_raw[];
+  DecodeSmem& sh = *reinterpret_cast<DecodeSmem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const int hk = blockIdx.x, b = blockIdx.y, split = blockIdx.z;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  SeqInfo si;
+  si.init(P.a, b);
+  const int rows = static_cast<int>(si.sq) * P.a.group;
+  const int sk = static_cast<int>(si.sk < INT_MAX ? si.sk : INT_MAX);
+  int n_lo, n_hi;
+  key_tiles(P.a, si, 0, si.sq > 0 ? si.sq - 1 : 0, sk, kBlockN, split, &n_lo, &n_hi);
+  if (rows == 0 || rows > kRows) return;  // (the planner sends only <= 8 packed rows)
+  if (threadIdx.x == 0) {
+    sh.ring.init(kConsumers);
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (warp == 0) {
+    if (threadIdx.x == 0) {
+      ptx::tma_prefetch_descriptor(&P.tm_k);
+      ptx::tma_prefetch_descriptor(&P.tm_v);
+      // cache / dense rows: (row = key, batch-like = the sequence's slot)
+      load_kv(P, sh, hk, P.a.kv_mode == kKvVarlen ? static_cast<int>(si.kv_a) : 0,
+              P.a.kv_mode == kKvVarlen ? 0 : static_cast<int>(si.kv_a), n_lo, n_hi);
+    }
+  } else {
+    consume<QT>(P, sh, si, hk, rows, sk, n_lo, n_hi, warp - 1);
+    merge_store<QT>(P, sh.merge, si, hk, rows, split, static_cast<int>(threadIdx.x) - 32);
+  }
+}
+
+}  // namespace fa4::cuda::sm90::decode
