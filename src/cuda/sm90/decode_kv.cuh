@@ -14,7 +14,7 @@
 // bf16 q is computed in fp16 with a power of two per row (fwd_fp8_kv.h fp8_kv_q_shift), as the
 // fp8_kv tile does: every e4m3 value is an fp16 normal, so K and V widen exactly.
 //
-// What it takes (the planner's job, to come): dense / varlen / cache K / V (no pages yet), any
+// What it takes (decode_kv_takes): dense / varlen / cache K / V, pages of whole key tiles, any
 // mask (per-row key ranges of core::SeqMask), no softcap, no sinks, factors per (batch, kv head).
 #pragma once
 
@@ -79,12 +79,24 @@ __device__ __forceinline__ PackedRow packed_row(const FwdArgs& a, int hk, int n)
   return {n / a.group, hk * a.group + n % a.group};
 }
 
-// Producer: the CTA's key tiles [n_lo, n_hi), K then V of each into the ring.
-__device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, int hk, int row0, int bl, int n_lo, int n_hi) {
+// Producer: the CTA's key tiles [n_lo, n_hi), K then V of each into the ring. TMA coordinates
+// (row, batch-like): dense (key, batch), varlen (cu_seqlens_k[b] + key, 0), cache (key, the cache
+// sequence), paged (key % page, the page-table entry: pages of whole key tiles).
+__device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, const SeqInfo& si, int hk, int n_lo, int n_hi) {
+  const FwdArgs& a = P.a;
   PipelineState<kStages> st;
   for (int t = n_lo; t < n_hi; ++t) {
+    const int j0 = t * kBlockN;
+    int row = j0, bl = static_cast<int>(si.kv_a);
+    if (a.kv_mode == kKvVarlen) {
+      row = static_cast<int>(si.kv_a) + j0, bl = 0;
+    } else if (a.kv_mode == kKvPaged) {
+      const int ps = static_cast<int>(a.page_size), pi = j0 / ps;
+      const int32_t page = a.page_table[static_cast<int64_t>(si.b) * a.pt_s0 + static_cast<int64_t>(pi) * a.pt_s1];
+      bl = page < 0 ? 0 : (page >= a.kv_rows0 ? static_cast<int>(a.kv_rows0 - 1) : page);
+      row = j0 - pi * ps;
+    }
     uint64_t* full = sh.ring.acquire(st, 2 * kSlotBytes);
-    const int row = row0 + t * kBlockN;
     ptx::tma_load_4d(sh.k[st.index], &P.tm_k, full, 0, hk, row, bl);
     ptx::tma_load_4d(sh.v[st.index], &P.tm_v, full, 0, hk, row, bl);
     st.advance();
@@ -298,12 +310,13 @@ __device__ __forceinline__ void merge_store(const Sm90Params& P, const MergeSpac
   if (a.lse && tid % 16 == 0) a.lse[si.lse_row(a, pr.i) + static_cast<int64_t>(pr.head) * a.lse_sh] = lse;
 }
 
-// grid (hkv, batch, splits); block kThreads; dynamic shared memory sizeof(DecodeSmem) + 1024.
+// grid (batch, hkv, splits); block kThreads; dynamic shared memory sizeof(DecodeSmem) + 1024.
 template <class QT>
 __global__ void __launch_bounds__(kThreads, 2) decode_kv_kernel(const __grid_constant__ Sm90Params P) {
+#if FA4_PTX_SM90A  // (the sm_80 pass of the build compiles an empty body: launched on sm_90a only)
   extern __shared__ uint8_t smem_raw[];
   DecodeSmem& sh = *reinterpret_cast<DecodeSmem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  const int hk = blockIdx.x, b = blockIdx.y, split = blockIdx.z;
+  const int b = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   SeqInfo si;
   si.init(P.a, b);
@@ -321,14 +334,13 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kv_kernel(const __grid_con
     if (threadIdx.x == 0) {
       ptx::tma_prefetch_descriptor(&P.tm_k);
       ptx::tma_prefetch_descriptor(&P.tm_v);
-      // cache / dense rows: (row = key, batch-like = the sequence's slot)
-      load_kv(P, sh, hk, P.a.kv_mode == kKvVarlen ? static_cast<int>(si.kv_a) : 0,
-              P.a.kv_mode == kKvVarlen ? 0 : static_cast<int>(si.kv_a), n_lo, n_hi);
+      load_kv(P, sh, si, hk, n_lo, n_hi);
     }
   } else {
     consume<QT>(P, sh, si, hk, rows, sk, n_lo, n_hi, warp - 1);
     merge_store<QT>(P, sh.merge, si, hk, rows, split, static_cast<int>(threadIdx.x) - 32);
   }
+#endif
 }
 
 }  // namespace fa4::cuda::sm90::decode
