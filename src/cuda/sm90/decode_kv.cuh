@@ -15,7 +15,7 @@
 // fp8_kv tile does: every e4m3 value is an fp16 normal, so K and V widen exactly.
 //
 // What it takes (decode_kv_takes): dense / varlen / cache K / V, pages of whole key tiles, any
-// mask (per-row key ranges of core::SeqMask), no softcap, no sinks, factors per (batch, kv head).
+// mask (per-row key ranges of core::SeqMask), sinks, no softcap, factors per (batch, kv head).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,6 +27,7 @@
 
 #include "cuda/common/pipeline.cuh"
 #include "cuda/common/seq_info.cuh"
+#include "cuda/common/softmax.cuh"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/decode_frag.h"
@@ -218,7 +219,8 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int h = i & 1;
-        p[i] = m[h] == -INFINITY ? 0.f : ptx::exp2_approx(s[mt][i] - m[h]);
+        // (a row without a visible key yet: masked scores are -inf -> 0, a NaN score stays NaN)
+        p[i] = ptx::exp2_approx(s[mt][i] - (m[h] == -INFINITY ? 0.f : m[h]));
         l[h] += p[i];
       }
       uint32_t pb[2];
@@ -278,19 +280,23 @@ __device__ __forceinline__ void merge_store(const Sm90Params& P, const MergeSpac
   const FwdArgs& a = P.a;
   const int r = tid / 16, d0 = 8 * (tid % 16);
   if (r >= rows) return;
+  // The consumers' (m, l) at one max, then common/softmax.cuh's finalize: the sink (split 0 only,
+  // as the other kernels: the combine adds each split once), 1 / l, lse; an empty row O = 0 and
+  // lse = -inf, a row that met a NaN score NaN.
   float mx = -INFINITY;
   for (int w = 0; w < kConsumers; ++w) mx = fmaxf(mx, sh.m[w][r]);
   float f[kConsumers], lsum = 0.f;
   for (int w = 0; w < kConsumers; ++w) {
-    f[w] = mx == -INFINITY || sh.m[w][r] == -INFINITY ? 0.f : ptx::exp2_approx(sh.m[w][r] - mx);
+    f[w] = sh.m[w][r] == -INFINITY ? 0.f : ptx::exp2_approx(sh.m[w][r] - mx);
     lsum += f[w] * sh.l[w][r];
   }
+  const PackedRow pr = packed_row(a, hk, r);
+  const float sink2 = a.sinks != nullptr && split == 0 ? a.sinks[pr.head * a.sinks_st] * kLog2e : -INFINITY;
+  const RowFinal fin = finalize_row(mx, lsum, sink2);
   float vscale = 1.f;
   if (P.v_descale) vscale = P.v_descale[si.b * P.vd_s0 + hk * P.vd_sh];
-  const float inv = lsum > 0.f ? vscale / lsum : 0.f;
-  const PackedRow pr = packed_row(a, hk, r);
-  // lse in natural-log units (-inf for a row without keys)
-  const float lse = lsum > 0.f ? (mx + __log2f(lsum)) * 0.69314718055994531f : -INFINITY;
+  const float inv = fin.scale * vscale;
+  const float lse = fin.lse;
   float out[8];
   for (int j = 0; j < 8; ++j) {
     float acc = 0.f;

@@ -21,10 +21,10 @@ constexpr int kDecodeKeysMRows = 8;  // packed rows (query tokens x the GQA grou
 constexpr int kDecodeKeysMBlockN = 128;
 
 // Whether the kernel computes this fp8_kv launch (D 128, dense q of sq x group <= 8 rows, no
-// softcap / sinks, pages of whole 128-key tiles, the tile's 128-key boxes).
+// softcap, pages of whole 128-key tiles, the tile's 128-key boxes).
 inline bool decode_kv_takes(const FwdArgs& a, int block_n) {
   return FA4_SM90_DECODE_KEYS_M && block_n == kDecodeKeysMBlockN && a.dqk <= 128 && a.dv <= 128 && !a.varlen_q &&
-         a.sq_dense >= 1 && a.sq_dense * a.group <= kDecodeKeysMRows && a.softcap_log2 == 0.f && a.sinks == nullptr &&
+         a.sq_dense >= 1 && a.sq_dense * a.group <= kDecodeKeysMRows && a.softcap_log2 == 0.f &&
          (a.kv_mode != kKvPaged || a.page_size % kDecodeKeysMBlockN == 0) && a.batch <= 0x7fffffff && a.hkv <= 65535 &&
          a.num_splits <= 65535;
 }
