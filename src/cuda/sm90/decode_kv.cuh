@@ -225,21 +225,16 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
       }
       uint32_t pb[2];
       p_b_regs(p, pb, [](float x, float y) { return ptx::pack2<__half>(x, y); }, [](uint32_t x) { return movmatrix_trans(x); });
-      // V rows past the sequence's end hold whatever the cache holds there (P is 0, but 0 x NaN
-      // is not): zero this lane's key pairs at or past sk in the last tile.
+      // V rows past the sequence's end: zeroed in the last tile (0 x NaN garbage would reach O).
       const int kk = key0 + 16 * mt;  // the M tile's first key
       const bool tail = kk + 16 > sk;
 #pragma unroll
       for (int p0 = 0; p0 < kD / 16; p0 += 2) {
         uint32_t r[4], ar[2][4];
         ptx::ldmatrix_x4_trans(vslot + ldsm_row_offset(lane, cw * kKeysPerWarp + 16 * mt, p0), r[0], r[1], r[2], r[3]);
-        if (tail) {
+        if (tail) {  // (decode_frag.h v_keep_mask: CPU-emulated with NaN rows past the end)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {  // register q: keys kk + 8 (q & 1) + 2c, + 1 (bytes 0-1 / 2-3)
-            const int k2 = kk + 8 * (q & 1) + 2 * c;
-            const uint32_t keep = (k2 < sk ? 0x00ff00ffu : 0u) | (k2 + 1 < sk ? 0xff00ff00u : 0u);
-            r[q] &= keep;
-          }
+          for (int q = 0; q < 4; ++q) r[q] &= v_keep_mask(c, q, kk, sk);
         }
         v_a_regs(r, ar, [](uint16_t x) { return ptx::cvt_f16x2_e4m3x2(x); }, [](uint32_t x, uint32_t sel) { return __byte_perm(x, 0, sel); });
         ptx::mma_16816<__half>(o[p0], ar[0], pb[0], pb[1]);
