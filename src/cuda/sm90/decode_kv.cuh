@@ -48,7 +48,8 @@ constexpr uint32_t kSlotBytes = kBlockN * kSlotRowBytes;  // 16 KB each of K and
 // The merge: each consumer's O^T rows (unnormalized, at its own max), m and l per packed row --
 // in the K ring's space, free once every consumer is past its last slot.
 struct MergeSpace {
-  float o[kConsumers][kRows][kD];
+  // (rows padded by 4 floats: 2c-strided row writes and 8-float-strided reads spread over the banks)
+  float o[kConsumers][kRows][kD + 4];
   float m[kConsumers][kRows];
   float l[kConsumers][kRows];
 };
@@ -120,20 +121,23 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
     const QT* q = static_cast<const QT*>(a.q) + si.q_base + static_cast<int64_t>(pr.i) * si.q_step +
                   static_cast<int64_t>(pr.head) * a.q_sh;
     float x[kD / 16][4];
-    float amax = 0.f;
+    uint32_t amax = 0;  // (bf16) the row's largest |q| as 16-bit bits, as fp8_kv_q_shift takes it
 #pragma unroll
     for (int s = 0; s < kD / 16; ++s)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int d = q_b_dim(c, s) + j;
-        x[s][j] = valid && d < a.dqk ? static_cast<float>(q[d]) : 0.f;
-        amax = fmaxf(amax, fabsf(x[s][j]));
+        const QT v = valid && d < a.dqk ? q[d] : QT(0.f);
+        x[s][j] = static_cast<float>(v);
+        if constexpr (!std::is_same_v<QT, __half>) amax = max(amax, static_cast<uint32_t>(__bfloat16_as_ushort(v) & 0x7fffu));
       }
     int shift = 0;
     if constexpr (!std::is_same_v<QT, __half>) {
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      shift = fp8_kv_q_shift(__float_as_uint(amax));
+      // (integer max over the quad's bits, as fwd_consumer.cuh convert_q: a NaN row -- bits above
+      // Inf's -- gets shift 0, a subnormal row is not flushed to 0 by an fp32 max)
+      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      shift = fp8_kv_q_shift(amax);
     }
     const float up = __uint_as_float(fp8_kv_pow2_bits(shift));
     row_unscale = __uint_as_float(fp8_kv_pow2_bits(-shift));
