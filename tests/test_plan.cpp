@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/problem.h"
+#include "cuda/sm90/decode_kv.h"
 #include "cuda/sm90/fwd_gather.h"
 #include "test_util.h"
 
@@ -1239,6 +1240,56 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
                              .sq = 1000, .sk = 1000}).on(h200());
   EXPECT_EQ(p256.sm80_tile, Tile::prefill);
   EXPECT_EQ(p256.smem, 145920);
+}
+
+// The keys-on-M decode kernel (sm90/decode_kv.h, FA4_SM90_DECODE_KEYS_M): the rule itself, then
+// the planner's flag on fp8_kv calls -- set only with the switch, for dense q of <= 8 packed rows
+// (B 32 decode 32 / 8: 4 rows; 2 tokens x 4; not 16 rows, varlen q, softcap, 64-key pages).
+TEST(CudaPlan, Sm90DecodeKeysM) {
+  using fa4::cuda::sm90::decode_keys_m_fits;
+  EXPECT_TRUE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 128, 8, 1));
+  EXPECT_TRUE(decode_keys_m_fits(false, 2, 4, false, true, 256, 128, 128, 128, 8, 7));
+  EXPECT_TRUE(decode_keys_m_fits(false, 8, 1, false, false, 0, 128, 128, 128, 8, 1));
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 16, false, false, 0, 128, 128, 128, 8, 1));  // 16 rows
+  EXPECT_FALSE(decode_keys_m_fits(false, 3, 4, false, false, 0, 128, 128, 128, 8, 1));   // 12 rows
+  EXPECT_FALSE(decode_keys_m_fits(true, 1, 4, false, false, 0, 128, 128, 128, 8, 1));    // varlen q
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, true, false, 0, 128, 128, 128, 8, 1));    // softcap
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, true, 64, 128, 128, 128, 8, 1));   // 64-key pages
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 64, 64, 128, 8, 1));     // D 64
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 64, 8, 1));    // 64-key boxes
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 128, 70000, 1));  // grid y
+  EXPECT_FALSE(decode_keys_m_fits(false, 0, 4, false, false, 0, 128, 128, 128, 8, 1));   // no rows
+  if (!FA4_SM90_FP8_KV) return;
+  auto plan = [](Shape s) {
+    s.kv_fp8 = true;
+    return Planned(s).on(h200_auto());
+  };
+  const Shape dec{.batch = 32, .hq = 32, .hkv = 8, .sq = 1, .sk = 16384};
+  const Plan d = plan(dec);
+  ASSERT_EQ(d.kernel, Kernel::sm90);
+  EXPECT_EQ(d.sm90_tile, fa4::cuda::sm90::Tile::fp8_kv);
+  EXPECT_EQ(d.sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
+  Shape s = dec;
+  s.sq = 2, s.causal = true;  // speculative: 8 rows
+  EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
+  s = dec, s.paged = true, s.page_size = 256;
+  EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
+  s = dec, s.hq = 128;  // 16 rows
+  EXPECT_FALSE(plan(s).sm90_decode_keys_m);
+  s = dec, s.sq = 4;  // 16 rows
+  EXPECT_FALSE(plan(s).sm90_decode_keys_m);
+  s = dec, s.paged = true, s.page_size = 64;
+  EXPECT_FALSE(plan(s).sm90_decode_keys_m);
+  s = dec, s.sq = 512;  // chunked prefill
+  EXPECT_FALSE(plan(s).sm90_decode_keys_m);
+  s = dec;
+  s.kv_tok = true;  // per-token factors: sm80
+  EXPECT_FALSE(plan(s).sm90_decode_keys_m);
+  // The 16-bit cache never.
+  s = dec;
+  DeviceLimits pref = h200_auto();
+  pref.prefer = Kernel::sm90;
+  EXPECT_FALSE(Planned(s).on(pref).sm90_decode_keys_m);
 }
 
 // An fp8 KV cache (16-bit q, e4m3 k / v) on the sm90 kernel's fp8_kv tile (sm90/fwd_config.h

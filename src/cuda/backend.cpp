@@ -27,6 +27,7 @@
 #include "cuda/tile_counters.h"
 #include "cuda/simt/fwd_f32.h"
 #include "cuda/sm80/fwd_launch.h"
+#include "cuda/sm90/decode_kv.h"
 #include "cuda/sm90/fwd_launch.h"
 #include "cuda/stage_rows.h"
 
@@ -428,9 +429,9 @@ void cuda_describe(const Problem& pb, PlanInfo* info) {
   }
   const Plan pl = plan_for(pb);
   info->kernel = cuda::kernel_name(pl.kernel);
-  info->tile_m = pl.m;
+  info->tile_m = pl.sm90_decode_keys_m ? cuda::sm90::kDecodeKeysMRows : pl.m;
   info->tile_n = pl.n;
-  info->pack_gqa = pl.pack_gqa;
+  info->pack_gqa = pl.pack_gqa || pl.sm90_decode_keys_m;
   info->splits = pl.splits;
 }
 
@@ -584,8 +585,11 @@ Status cuda_forward(const Problem& pb) {
         else P.piece_state = reinterpret_cast<float*>(work + pl.piece_state_offset);
       }
       // (FA4_SM90_PAGED_GATHER: the tile's gather instance, sm90/fwd_gather.h)
-      e = (pl.sm90_gather ? cuda::sm90::launch_fwd_gather : cuda::sm90::launch_fwd)(
-          P, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, dim3(static_cast<unsigned>(pl.ctas)), stream);
+      if (pl.sm90_decode_keys_m)  // (FA4_SM90_DECODE_KEYS_M: the keys-on-M decode kernel, sm90/decode_kv.h)
+        e = cuda::sm90::launch_decode_kv(P, pb.dtype == DType::bfloat16, stream);
+      else
+        e = (pl.sm90_gather ? cuda::sm90::launch_fwd_gather : cuda::sm90::launch_fwd)(
+            P, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, dim3(static_cast<unsigned>(pl.ctas)), stream);
       break;
     }
     case Kernel::sm80:

@@ -8,6 +8,7 @@
 #include "cuda/simt/fwd_f32_config.h"
 #include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/decode_kv.h"
 #include "cuda/sm90/fwd_fp8_kv.h"
 #include "cuda/sm90/fwd_gather.h"
 
@@ -698,6 +699,11 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   const bool one_q_tile = !pl.varlen_tiles && pl.rows <= sm90::kRowsPerConsumer;
   pl.sm90_one_q = one_q_tile && sm90::one_q_capable(pl.sm90_tile, d.dqk, d.dv);
   pl.sm90_solo = one_q_tile && sm90::solo_capable(pl.sm90_tile) && !pl.sm90_one_q;
+  // (FA4_SM90_DECODE_KEYS_M) Decode-sized fp8_kv calls on the keys-on-M kernel (sm90/decode_kv.h).
+  pl.sm90_decode_keys_m = FA4_SM90_DECODE_KEYS_M && pl.sm90_tile == sm90::Tile::fp8_kv &&
+                          sm90::decode_keys_m_fits(pb.varlen_q, pb.max_sq, pb.group, pb.p->softcap != 0.f,
+                                                   pb.kv == core::KvLayout::paged, pb.page_size, d.dqk, d.dv,
+                                                   static_cast<int>(pl.n), pb.hkv, pl.splits);
   pl.sm90_gather = gather;
   schedule_sm90(pb, dl, pl);
   return pl;

@@ -14,7 +14,7 @@
 // bf16 q is computed in fp16 with a power of two per row (fwd_fp8_kv.h fp8_kv_q_shift), as the
 // fp8_kv tile does: every e4m3 value is an fp16 normal, so K and V widen exactly.
 //
-// What it takes (decode_kv_takes): dense / varlen / cache K / V, pages of whole key tiles, any
+// What it takes (decode_kv.h decode_keys_m_fits): dense / varlen / cache K / V, pages of whole key tiles, any
 // mask (per-row key ranges of core::SeqMask), sinks, no softcap, factors per (batch, kv head).
 #pragma once
 

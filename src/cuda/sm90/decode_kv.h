@@ -1,15 +1,13 @@
 // Host side of the keys-on-M fp8-KV decode kernel (decode_kv.cuh; FA4_SM90_DECODE_KEYS_M): which
-// fp8_kv-tile launches it takes, and its launch. It reads the fp8_kv tile's parameters as they
-// are (make_params_fp8_kv: 128-byte e4m3 rows in boxes of 128 keys) and writes out / lse, or the
-// split partials the combine kernel merges.
+// fp8_kv-tile calls it takes -- the planner decides (Plan::sm90_decode_keys_m), cuda/backend.cpp
+// launches it (fwd_launch.h launch_decode_kv) with the fp8_kv tile's parameters as they are
+// (make_params_fp8_kv: 128-byte e4m3 rows in boxes of 128 keys); it writes out / lse, or the split
+// partials the combine kernel merges. Host-only, CUDA-free: tests/test_plan.cpp checks the rule.
 #pragma once
 
-#include <cuda_runtime.h>
+#include <cstdint>
 
-#include "cuda/common/fwd_args.h"
-#include "cuda/sm90/fwd_params.h"
-
-// FA4_SM90_DECODE_KEYS_M  1: fp8_kv launches of <= 8 packed query rows per (sequence, kv head) run
+// FA4_SM90_DECODE_KEYS_M  1: fp8_kv calls of <= 8 packed query rows per (sequence, kv head) run
 //                         the keys-on-M decode kernel. 0 until it has run on a GPU.
 #ifndef FA4_SM90_DECODE_KEYS_M
 #define FA4_SM90_DECODE_KEYS_M 0
@@ -17,18 +15,17 @@
 
 namespace fa4::cuda::sm90 {
 
-constexpr int kDecodeKeysMRows = 8;  // packed rows (query tokens x the GQA group) per CTA
-constexpr int kDecodeKeysMBlockN = 128;
+constexpr int kDecodeKeysMRows = 8;  // packed rows (query tokens x the GQA group) per CTA: mma N
+constexpr int kDecodeKeysMBlockN = 128;  // keys per ring slot, the fp8_kv tile's TMA box rows
 
-// Whether the kernel computes this fp8_kv launch (D 128, dense q of sq x group <= 8 rows, no
-// softcap, pages of whole 128-key tiles, the tile's 128-key boxes).
-inline bool decode_kv_takes(const FwdArgs& a, int block_n) {
-  return FA4_SM90_DECODE_KEYS_M && block_n == kDecodeKeysMBlockN && a.dqk <= 128 && a.dv <= 128 && !a.varlen_q &&
-         a.sq_dense >= 1 && a.sq_dense * a.group <= kDecodeKeysMRows && a.softcap_log2 == 0.f &&
-         (a.kv_mode != kKvPaged || a.page_size % kDecodeKeysMBlockN == 0) && a.batch <= 0x7fffffff && a.hkv <= 65535 &&
-         a.num_splits <= 65535;
+// Whether the kernel computes an fp8_kv call (given the switch): D 128 (dims <= 128 padded to it),
+// dense q with sq x group <= 8 packed rows, no softcap, caches whose pages hold whole 128-key
+// tiles, the fp8_kv tile's 128-key boxes, a grid of (batch, hkv <= 65535, splits <= 65535).
+constexpr bool decode_keys_m_fits(bool varlen_q, int64_t sq, int64_t group, bool softcap, bool paged, int64_t page_size,
+                                  int dqk, int dv, int block_n, int64_t hkv, int64_t splits) {
+  return dqk == 128 && dv == 128 && block_n == kDecodeKeysMBlockN && !varlen_q && sq >= 1 && group >= 1 &&
+         sq * group <= kDecodeKeysMRows && !softcap && (!paged || page_size % kDecodeKeysMBlockN == 0) && hkv <= 65535 &&
+         splits >= 1 && splits <= 65535;
 }
-
-cudaError_t launch_decode_kv(const Sm90Params& P, bool bf16, cudaStream_t stream);
 
 }  // namespace fa4::cuda::sm90

@@ -1,7 +1,8 @@
 // The keys-on-M fp8-KV decode kernel's instances (decode_kv.cuh): fp16 and bf16 q, D 128. Always
-// compiled (CI builds them); FA4_SM90_DECODE_KEYS_M (decode_kv.h) decides whether launches come.
+// compiled (CI builds them); the planner (Plan::sm90_decode_keys_m, FA4_SM90_DECODE_KEYS_M) decides
+// whether launches come.
 #include "cuda/sm90/decode_kv.cuh"
-#include "cuda/sm90/decode_kv.h"
+#include "cuda/sm90/fwd_launch.h"
 
 namespace fa4::cuda::sm90 {
 

@@ -6,7 +6,6 @@
 #include "cuda/common/tensor_map.h"
 #include "cuda/sm90/fp8_layout.h"
 #include "cuda/sm90/fwd_config.h"
-#include "cuda/sm90/decode_kv.h"
 #include "cuda/sm90/fwd_fp8_kv.h"
 #include "cuda/sm90/fwd_gather.h"
 
@@ -169,8 +168,6 @@ cudaError_t launch_fwd(const Sm90Params& P, DimPair dims, Tile tile, bool bf16, 
       if (tile == Tile::fp8) return launch_fwd_d128_fp8(P, grid, stream);
       if (tile == Tile::fp8_long_keys) return launch_fwd_d128_fp8_long_keys(P, grid, stream);
       if (tile == Tile::fp8_kv) {
-        // (FA4_SM90_DECODE_KEYS_M) decode-sized launches on the keys-on-M kernel
-        if (decode_kv_takes(P.a, tile_cfg(128, 128, Tile::fp8_kv).block_n)) return launch_decode_kv(P, bf16, stream);
         // (FA4_SM90_FP8_KV_F16_COMPUTE) bf16 q computed in fp16: the same tile, plan and tensor
         // maps (q's is bf16 -- TMA copies the bits; the kernel converts them), another instance.
 #if FA4_SM90_FP8_KV_F16_COMPUTE

@@ -62,6 +62,9 @@ cudaError_t launch_fwd_d128_fp8(const Sm90Params& P, dim3 grid, cudaStream_t str
 cudaError_t launch_fwd_d128_fp8_long_keys(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d256_fp8(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 cudaError_t launch_fwd_d128_fp8_kv(const Sm90Params& P, bool bf16, dim3 grid, cudaStream_t stream);
+// (FA4_SM90_DECODE_KEYS_M, decode_kv.h) The keys-on-M decode kernel on an fp8_kv call's parameters:
+// its own grid (batch x hkv x splits), two CTAs per SM.
+cudaError_t launch_decode_kv(const Sm90Params& P, bool bf16, cudaStream_t stream);
 // (FA4_SM90_FP8_KV_F16_COMPUTE) bf16 q against the e4m3 cache, computed in fp16 (fwd_fp8_kv.h).
 cudaError_t launch_fwd_d128_fp8_kv_f16(const Sm90Params& P, dim3 grid, cudaStream_t stream);
 
