@@ -1622,6 +1622,19 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     run(c, true);
     c.num_splits = 5, c.kv = KvMode::paged, c.page_size = 64, c.sq = 4, c.causal = true;
     run(c);
+    // Speculative decode: Sq 2 x GQA 4 (8 packed rows: FA4_SM90_DECODE_KEYS_M's kernel where built
+    // in), causal with a sliding window, 256-row pages, a forced split count; then dense k / v
+    // with seqused_k, Sq 1, a length ending inside a slot.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 2, c.hq = 8, c.hkv = 2, c.sq = 2, c.sk = 1500, c.causal = true;
+    c.window_left = 700;
+    c.kv = KvMode::paged, c.page_size = 256, c.num_splits = 3;
+    run(c);
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 3, c.hq = 8, c.hkv = 2, c.sq = 1, c.sk = 900, c.seqused_k = true;
+    run(c);
     // Pages no TMA box sequence takes (sm80's fp8 instances; the planner's choice checked in run):
     // 1 row (every row its own page), 3, 24 (does not divide the key tile), 192 (larger than the
     // tile, not a multiple); Sq 1 and 7, lengths ending inside a page and inside a tile.
