@@ -158,6 +158,17 @@ __device__ __forceinline__ void key_tiles(const FwdArgs& p, const SeqInfo& si, i
   *n_lo_out = n_lo, *n_hi_out = n_hi;
 }
 
+// TMA (row, batch-like) coordinates of the paged key tile starting at key j0 of sequence `batch`,
+// when pages hold whole key tiles: row j0 % page of the page its page-table entry names, the entry
+// clamped to the cache's pages (a bad page table reads wrong rows, never out of bounds).
+__device__ __forceinline__ void paged_tile_coords(const FwdArgs& p, int batch, int j0, int* row, int* bl) {
+  const int ps = static_cast<int>(p.page_size);
+  const int pi = j0 / ps;
+  const int32_t page = p.page_table[static_cast<int64_t>(batch) * p.pt_s0 + static_cast<int64_t>(pi) * p.pt_s1];
+  *bl = page < 0 ? 0 : (page >= p.kv_rows0 ? static_cast<int>(p.kv_rows0 - 1) : page);
+  *row = j0 - pi * ps;
+}
+
 // Element offsets of key row j of one sequence in k (or v, with its strides): dense / cache rows
 // advance along dim 1, varlen rows along dim 0, paged rows go through the page table.
 struct KvAddr {

@@ -93,10 +93,7 @@ __device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, con
     if (a.kv_mode == kKvVarlen) {
       row = static_cast<int>(si.kv_a) + j0, bl = 0;
     } else if (a.kv_mode == kKvPaged) {
-      const int ps = static_cast<int>(a.page_size), pi = j0 / ps;
-      const int32_t page = a.page_table[static_cast<int64_t>(si.b) * a.pt_s0 + static_cast<int64_t>(pi) * a.pt_s1];
-      bl = page < 0 ? 0 : (page >= a.kv_rows0 ? static_cast<int>(a.kv_rows0 - 1) : page);
-      row = j0 - pi * ps;
+      paged_tile_coords(a, si.b, j0, &row, &bl);
     }
     uint64_t* full = sh.ring.acquire(st, 2 * kSlotBytes);
     ptx::tma_load_4d(sh.k[st.index], &P.tm_k, full, 0, hk, row, bl);

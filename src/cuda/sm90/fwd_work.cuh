@@ -69,11 +69,7 @@ struct TileWork {
       *row = kv_row0 + j0, *bl = kv_b;
       return;
     }
-    const int ps = static_cast<int>(p.page_size);
-    const int pi = j0 / ps;
-    const int32_t page = p.page_table[static_cast<int64_t>(batch) * p.pt_s0 + static_cast<int64_t>(pi) * p.pt_s1];
-    *bl = page < 0 ? 0 : (page >= p.kv_rows0 ? static_cast<int>(p.kv_rows0 - 1) : page);
-    *row = j0 - pi * ps;
+    paged_tile_coords(p, batch, j0, row, bl);
   }
   // Query rows of one consumer's 64 tile rows. (Derived from the parameters, not kept in the
   // tile: one more live field spilled in the producer's 24 registers.)
