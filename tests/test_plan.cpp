@@ -1244,7 +1244,8 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
 
 // The keys-on-M decode kernel (sm90/decode_kv.h, FA4_SM90_DECODE_KEYS_M): the rule itself, then
 // the planner's flag on fp8_kv calls -- set only with the switch, for dense q of <= 8 packed rows
-// (B 32 decode 32 / 8: 4 rows; 2 tokens x 4; not 16 rows, varlen q, softcap, 64-key pages).
+// (B 32 decode 32 / 8: 4 rows; 2 tokens x 4; pages the fp8_kv tile's boxes take; not 16 rows,
+// varlen q, softcap, pages of 24 / 192 rows).
 TEST(CudaPlan, Sm90DecodeKeysM) {
   using fa4::cuda::sm90::decode_keys_m_fits;
   EXPECT_TRUE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 128, 8, 1));
@@ -1254,7 +1255,12 @@ TEST(CudaPlan, Sm90DecodeKeysM) {
   EXPECT_FALSE(decode_keys_m_fits(false, 3, 4, false, false, 0, 128, 128, 128, 8, 1));   // 12 rows
   EXPECT_FALSE(decode_keys_m_fits(true, 1, 4, false, false, 0, 128, 128, 128, 8, 1));    // varlen q
   EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, true, false, 0, 128, 128, 128, 8, 1));    // softcap
-  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, true, 64, 128, 128, 128, 8, 1));   // 64-key pages
+  for (int ps : {8, 16, 32, 64, 128, 512})  // one box per page, or whole tiles in a page
+    EXPECT_EQ(decode_keys_m_fits(false, 1, 4, false, true, ps, 128, 128, 128, 8, 1),
+              static_cast<bool>(FA4_SM90_PAGED_SUB) || ps >= 128)
+        << ps;
+  for (int ps : {1, 3, 24, 48, 96, 192})  // not a box sequence
+    EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, true, ps, 128, 128, 128, 8, 1)) << ps;
   EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 64, 64, 128, 8, 1));     // D 64
   EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 64, 8, 1));    // 64-key boxes
   EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 128, 70000, 1));  // grid y
@@ -1278,7 +1284,9 @@ TEST(CudaPlan, Sm90DecodeKeysM) {
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);
   s = dec, s.sq = 4;  // 16 rows
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);
-  s = dec, s.paged = true, s.page_size = 64;
+  s = dec, s.paged = true, s.page_size = 16;
+  EXPECT_EQ(plan(s).sm90_decode_keys_m, FA4_SM90_DECODE_KEYS_M && FA4_SM90_PAGED_SUB);
+  s = dec, s.paged = true, s.page_size = 24;  // sm80's fp8 instances
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);
   s = dec, s.sq = 512;  // chunked prefill
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);

@@ -1635,6 +1635,17 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
     c.batch = 3, c.hq = 8, c.hkv = 2, c.sq = 1, c.sk = 900, c.seqused_k = true;
     run(c);
+    // Pages smaller than the key tile (one box per page), <= 8 packed rows: Sq 2 x GQA 4 on 16-row
+    // pages, causal, lengths ending inside a page and inside a tile (the page-table entries past a
+    // length are garbage, the pages past the cache NaN); Sq 1, 64-row pages, sinks, 4 forced splits.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 3, c.hq = 8, c.hkv = 2, c.sq = 2, c.sk = 777, c.causal = true;
+    c.lens_k = {777, 2, 300};
+    c.kv = KvMode::paged, c.page_size = 16;
+    run(c);
+    c.sq = 1, c.causal = false, c.sinks = true, c.page_size = 64, c.num_splits = 4;
+    run(c);
     // Pages no TMA box sequence takes (sm80's fp8 instances; the planner's choice checked in run):
     // 1 row (every row its own page), 3, 24 (does not divide the key tile), 192 (larger than the
     // tile, not a multiple); Sq 1 and 7, lengths ending inside a page and inside a tile.

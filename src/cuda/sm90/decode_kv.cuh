@@ -1,5 +1,5 @@
-// The keys-on-M decode tile (work in progress, branch gpu-decode-keys-m; not yet launched by the
-// planner, not yet run on a GPU): 16-bit q against an e4m3 K / V cache, D 128, <= 8 packed query
+// The keys-on-M decode tile (FA4_SM90_DECODE_KEYS_M, decode_kv.h: the planner's switch, off until
+// it has run on a GPU): 16-bit q against an e4m3 K / V cache, D 128, <= 8 packed query
 // rows (decode: the GQA group x a few query tokens) per (batch, kv head, split). The lane
 // fragments are decode_frag.h's (CPU-emulated in tests/test_sm90_decode_frag.cpp).
 //
@@ -14,7 +14,7 @@
 // bf16 q is computed in fp16 with a power of two per row (fwd_fp8_kv.h fp8_kv_q_shift), as the
 // fp8_kv tile does: every e4m3 value is an fp16 normal, so K and V widen exactly.
 //
-// What it takes (decode_kv.h decode_keys_m_fits): dense / varlen / cache K / V, pages of whole key tiles, any
+// What it takes (decode_kv.h decode_keys_m_fits): dense / varlen / cache K / V, the fp8_kv tile's pages, any
 // mask (per-row key ranges of core::SeqMask), sinks, no softcap, factors per (batch, kv head).
 #pragma once
 
@@ -81,23 +81,42 @@ __device__ __forceinline__ PackedRow packed_row(const FwdArgs& a, int hk, int n)
   return {n / a.group, hk * a.group + n % a.group};
 }
 
-// Producer: the CTA's key tiles [n_lo, n_hi), K then V of each into the ring. TMA coordinates
+// Producer warp: the CTA's key tiles [n_lo, n_hi), K then V of each into the ring. TMA coordinates
 // (row, batch-like): dense (key, batch), varlen (cu_seqlens_k[b] + key, 0), cache (key, the cache
-// sequence), paged (key % page, the page-table entry: pages of whole key tiles).
-__device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, const SeqInfo& si, int hk, int n_lo, int n_hi) {
+// sequence), paged (key % page, the page-table entry). Pages smaller than the slot (8 .. 64 rows
+// dividing it: fwd_fp8_kv.h fp8_kv_pages_fit; the fp8_kv tile's maps then have boxes of one page)
+// go one box per page: every box starts on a 1024-byte swizzle atom of the slot, so the slot's
+// layout is that of one whole-slot box. Lane l reads sub-tile l's page-table entry (one parallel
+// load); sub-tiles past the sequence's last key read no entry -- the table may end there -- and
+// load page 0, whose rows the consumers mask (K) and zero (V) as any row past sk. Lane 0 issues.
+__device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, const SeqInfo& si, int hk, int sk, int n_lo,
+                                        int n_hi) {
   const FwdArgs& a = P.a;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const bool leader = lane == 0;
+  const bool paged = a.kv_mode == kKvPaged;
+  const int box_rows = paged && a.page_size < kBlockN ? static_cast<int>(a.page_size) : kBlockN;
   PipelineState<kStages> st;
   for (int t = n_lo; t < n_hi; ++t) {
     const int j0 = t * kBlockN;
     int row = j0, bl = static_cast<int>(si.kv_a);
     if (a.kv_mode == kKvVarlen) {
       row = static_cast<int>(si.kv_a) + j0, bl = 0;
-    } else if (a.kv_mode == kKvPaged) {
-      paged_tile_coords(a, si.b, j0, &row, &bl);
+    } else if (paged) {
+      row = 0, bl = 0;
+      const int j = j0 + lane * box_rows;
+      if (lane * box_rows < kBlockN && j < sk) paged_tile_coords(a, si.b, j, &row, &bl);
     }
-    uint64_t* full = sh.ring.acquire(st, 2 * kSlotBytes);
-    ptx::tma_load_4d(sh.k[st.index], &P.tm_k, full, 0, hk, row, bl);
-    ptx::tma_load_4d(sh.v[st.index], &P.tm_v, full, 0, hk, row, bl);
+    uint64_t* full = sh.ring.acquire(st, 2 * kSlotBytes, leader);
+    for (int sub = 0; sub * box_rows < kBlockN; ++sub) {
+      const int r = __shfl_sync(0xffffffffu, row, sub), b = __shfl_sync(0xffffffffu, bl, sub);
+      if (leader) {
+        const uint32_t off = static_cast<uint32_t>(sub * box_rows) * kSlotRowBytes;
+        ptx::tma_load_4d(sh.k[st.index] + off, &P.tm_k, full, 0, hk, r, b);
+        ptx::tma_load_4d(sh.v[st.index] + off, &P.tm_v, full, 0, hk, r, b);
+      }
+    }
+    __syncwarp();
     st.advance();
   }
 }
@@ -336,8 +355,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kv_kernel(const __grid_con
     if (threadIdx.x == 0) {
       ptx::tma_prefetch_descriptor(&P.tm_k);
       ptx::tma_prefetch_descriptor(&P.tm_v);
-      load_kv(P, sh, si, hk, n_lo, n_hi);
     }
+    load_kv(P, sh, si, hk, sk, n_lo, n_hi);
   } else {
     consume<QT>(P, sh, si, hk, rows, sk, n_lo, n_hi, warp - 1);
     merge_store<QT>(P, sh.merge, si, hk, rows, split, static_cast<int>(threadIdx.x) - 32);

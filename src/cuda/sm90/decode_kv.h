@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cuda/sm90/fwd_fp8_kv.h"
+
 // FA4_SM90_DECODE_KEYS_M  1: fp8_kv calls of <= 8 packed query rows per (sequence, kv head) run
 //                         the keys-on-M decode kernel. 0 until it has run on a GPU.
 #ifndef FA4_SM90_DECODE_KEYS_M
@@ -19,13 +21,14 @@ constexpr int kDecodeKeysMRows = 8;  // packed rows (query tokens x the GQA grou
 constexpr int kDecodeKeysMBlockN = 128;  // keys per ring slot, the fp8_kv tile's TMA box rows
 
 // Whether the kernel computes an fp8_kv call (given the switch): D 128 (dims <= 128 padded to it),
-// dense q with sq x group <= 8 packed rows, no softcap, caches whose pages hold whole 128-key
-// tiles, the fp8_kv tile's 128-key boxes, a grid of (batch, hkv <= 65535, splits <= 65535).
+// dense q with sq x group <= 8 packed rows, no softcap, the pages the fp8_kv tile's boxes take
+// (whole 128-key tiles, or 8-64-row pages dividing one: one box per page), 128-key tiles, a grid
+// of (batch, hkv <= 65535, splits <= 65535).
 constexpr bool decode_keys_m_fits(bool varlen_q, int64_t sq, int64_t group, bool softcap, bool paged, int64_t page_size,
                                   int dqk, int dv, int block_n, int64_t hkv, int64_t splits) {
   return dqk == 128 && dv == 128 && block_n == kDecodeKeysMBlockN && !varlen_q && sq >= 1 && group >= 1 &&
-         sq * group <= kDecodeKeysMRows && !softcap && (!paged || page_size % kDecodeKeysMBlockN == 0) && hkv <= 65535 &&
-         splits >= 1 && splits <= 65535;
+         sq * group <= kDecodeKeysMRows && !softcap && (!paged || fp8_kv_pages_fit(page_size, kDecodeKeysMBlockN)) &&
+         hkv <= 65535 && splits >= 1 && splits <= 65535;
 }
 
 }  // namespace fa4::cuda::sm90
