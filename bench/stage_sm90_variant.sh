@@ -16,6 +16,9 @@
 # this checkout's tests/cuda/test_cuda.cpp.
 # MAIN_ROOT=dir: take the main build (dir/build-cuda) and the staging folder (dir/build-device)
 # from another checkout, compiling this checkout's sources (a worktree of a branch).
+# HOST_ONLY=1: a switch only the host side reads (the planner's, e.g. FA4_SM90_DECODE_KEYS_M):
+# recompile fwd_launch.cpp / plan.cpp / backend.cpp alone and link the main build's kernel objects
+# (2 cores: seconds instead of ~20 minutes of nvcc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 1 ]] || { echo "usage: bash bench/stage_sm90_variant.sh NAME [-DFA4_SM90_...=V ...]" >&2; exit 2; }
@@ -26,7 +29,9 @@ B=$root/build-cuda D=$root/build-device
 out=$B/variant-$name
 mkdir -p "$out"
 objs=()
-for src in src/cuda/sm90/*.cu; do
+kernels=(src/cuda/sm90/*.cu)
+[[ ${HOST_ONLY:-0} == 1 ]] && kernels=()
+for src in "${kernels[@]}"; do
   o=$out/$(basename "$src").o
   nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-fPIC --use_fast_math -std=c++20 \
     --expt-relaxed-constexpr -lineinfo -DFA4_HAVE_CUDA=1 -Iinclude -Isrc "$@" -c "$src" -o "$o" &
