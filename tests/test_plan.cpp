@@ -1280,6 +1280,12 @@ TEST(CudaPlan, Sm90DecodeKeysM) {
   EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
   s = dec, s.paged = true, s.page_size = 256;
   EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
+  // Two CTAs per SM: B 4 (32 CTAs a split) fills 2 x 132 slots with 7 splits (224 CTAs, the first
+  // count within 0.85 of the best wave efficiency; the fp8_kv tile, one CTA per SM: 4); B 32 (256
+  // CTAs) stays whole.
+  s = dec, s.batch = 4;
+  EXPECT_EQ(plan(s).splits, FA4_SM90_DECODE_KEYS_M ? 7 : 4);
+  EXPECT_EQ(d.splits, 1);
   s = dec, s.hq = 128;  // 16 rows
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);
   s = dec, s.sq = 4;  // 16 rows

@@ -31,6 +31,7 @@
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
 #include "cuda/sm90/decode_frag.h"
+#include "cuda/sm90/decode_kv.h"
 #include "cuda/sm90/fwd_fp8_kv.h"
 #include "cuda/sm90/fwd_params.h"
 
@@ -64,7 +65,7 @@ struct alignas(1024) DecodeSmem {
 static_assert(sizeof(MergeSpace) <= sizeof(DecodeSmem::k), "the merge fits the K ring");
 // Two CTAs per SM: 2 x (the struct + 1 KB of alignment slack + the 1 KB the SM reserves per CTA)
 // within the SM's 228 KB.
-static_assert(2 * (sizeof(DecodeSmem) + 2048) <= 233472, "two CTAs per SM");
+static_assert(kDecodeKeysMCtasPerSm * (sizeof(DecodeSmem) + 2048) <= 233472, "two CTAs per SM");
 constexpr int kConsumerBarrier = 1;  // named barrier of the 128 consumer threads (0: __syncthreads)
 
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
@@ -333,7 +334,7 @@ __device__ __forceinline__ void merge_store(const Sm90Params& P, const MergeSpac
 
 // grid (batch, hkv, splits); block kThreads; dynamic shared memory sizeof(DecodeSmem) + 1024.
 template <class QT>
-__global__ void __launch_bounds__(kThreads, 2) decode_kv_kernel(const __grid_constant__ Sm90Params P) {
+__global__ void __launch_bounds__(kThreads, kDecodeKeysMCtasPerSm) decode_kv_kernel(const __grid_constant__ Sm90Params P) {
 #if FA4_PTX_SM90A  // (the sm_80 pass of the build compiles an empty body: launched on sm_90a only)
   extern __shared__ uint8_t smem_raw[];
   DecodeSmem& sh = *reinterpret_cast<DecodeSmem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});

@@ -19,6 +19,7 @@ namespace fa4::cuda::sm90 {
 
 constexpr int kDecodeKeysMRows = 8;  // packed rows (query tokens x the GQA group) per CTA: mma N
 constexpr int kDecodeKeysMBlockN = 128;  // keys per ring slot, the fp8_kv tile's TMA box rows
+constexpr int kDecodeKeysMCtasPerSm = 2;  // (decode_kv.cuh: __launch_bounds__(160, 2), 99 KB of shared memory)
 
 // Whether the kernel computes an fp8_kv call (given the switch): D 128 (dims <= 128 padded to it),
 // dense q with sq x group <= 8 packed rows, no softcap, the pages the fp8_kv tile's boxes take
