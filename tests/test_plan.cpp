@@ -1243,16 +1243,23 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
 }
 
 // The keys-on-M decode kernel (sm90/decode_kv.h, FA4_SM90_DECODE_KEYS_M): the rule itself, then
-// the planner's flag on fp8_kv calls -- set only with the switch, for dense q of <= 8 packed rows
-// (B 32 decode 32 / 8: 4 rows; 2 tokens x 4; pages the fp8_kv tile's boxes take; not 16 rows,
-// varlen q, softcap, pages of 24 / 192 rows).
+// the planner's flag on fp8_kv calls -- set only with the switch, for dense q of <= 16 packed rows
+// (B 32 decode 32 / 8: 4 rows; 2 tokens x 4; GQA 16; pages the fp8_kv tile's boxes take; not 32
+// rows, varlen q, softcap, pages of 24 / 192 rows).
 TEST(CudaPlan, Sm90DecodeKeysM) {
   using fa4::cuda::sm90::decode_keys_m_fits;
   EXPECT_TRUE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 128, 8, 1));
   EXPECT_TRUE(decode_keys_m_fits(false, 2, 4, false, true, 256, 128, 128, 128, 8, 7));
   EXPECT_TRUE(decode_keys_m_fits(false, 8, 1, false, false, 0, 128, 128, 128, 8, 1));
-  EXPECT_FALSE(decode_keys_m_fits(false, 1, 16, false, false, 0, 128, 128, 128, 8, 1));  // 16 rows
-  EXPECT_FALSE(decode_keys_m_fits(false, 3, 4, false, false, 0, 128, 128, 128, 8, 1));   // 12 rows
+  EXPECT_TRUE(decode_keys_m_fits(false, 1, 16, false, false, 0, 128, 128, 128, 8, 1));  // 16 rows
+  EXPECT_TRUE(decode_keys_m_fits(false, 3, 4, false, false, 0, 128, 128, 128, 8, 1));   // 12 rows
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 32, false, false, 0, 128, 128, 128, 8, 1));  // 32 rows
+  EXPECT_FALSE(decode_keys_m_fits(false, 17, 1, false, false, 0, 128, 128, 128, 8, 1));  // 17 rows
+  // One N tile of 8 rows up to 8, two up to 16.
+  EXPECT_EQ(fa4::cuda::sm90::decode_keys_m_tiles(1), 1);
+  EXPECT_EQ(fa4::cuda::sm90::decode_keys_m_tiles(8), 1);
+  EXPECT_EQ(fa4::cuda::sm90::decode_keys_m_tiles(9), 2);
+  EXPECT_EQ(fa4::cuda::sm90::decode_keys_m_tiles(16), 2);
   EXPECT_FALSE(decode_keys_m_fits(true, 1, 4, false, false, 0, 128, 128, 128, 8, 1));    // varlen q
   EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, true, false, 0, 128, 128, 128, 8, 1));    // softcap
   for (int ps : {8, 16, 32, 64, 128, 512})  // one box per page, or whole tiles in a page
@@ -1287,8 +1294,10 @@ TEST(CudaPlan, Sm90DecodeKeysM) {
   EXPECT_EQ(plan(s).splits, FA4_SM90_DECODE_KEYS_M ? 7 : 4);
   EXPECT_EQ(d.splits, 1);
   s = dec, s.hq = 128;  // 16 rows
-  EXPECT_FALSE(plan(s).sm90_decode_keys_m);
-  s = dec, s.sq = 4;  // 16 rows
+  EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
+  s = dec, s.sq = 4, s.causal = true;  // 16 rows
+  EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
+  s = dec, s.sq = 8, s.causal = true;  // 32 rows
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);
   s = dec, s.paged = true, s.page_size = 16;
   EXPECT_EQ(plan(s).sm90_decode_keys_m, FA4_SM90_DECODE_KEYS_M && FA4_SM90_PAGED_SUB);

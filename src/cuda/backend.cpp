@@ -429,7 +429,7 @@ void cuda_describe(const Problem& pb, PlanInfo* info) {
   }
   const Plan pl = plan_for(pb);
   info->kernel = cuda::kernel_name(pl.kernel);
-  info->tile_m = pl.sm90_decode_keys_m ? cuda::sm90::kDecodeKeysMRows : pl.m;
+  info->tile_m = pl.sm90_decode_keys_m ? 8 * cuda::sm90::decode_keys_m_tiles(pb.max_sq * pb.group) : pl.m;
   info->tile_n = pl.n;
   info->pack_gqa = pl.pack_gqa || pl.sm90_decode_keys_m;
   info->splits = pl.splits;

@@ -1623,7 +1623,7 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     c.num_splits = 5, c.kv = KvMode::paged, c.page_size = 64, c.sq = 4, c.causal = true;
     run(c);
     // Speculative decode: Sq 2 x GQA 4 (8 packed rows: FA4_SM90_DECODE_KEYS_M's kernel where built
-    // in), causal with a sliding window, 256-row pages, a forced split count; then dense k / v
+    // in, as every case here of <= 16 rows without softcap), causal with a sliding window, 256-row pages, a forced split count; then dense k / v
     // with seqused_k, Sq 1, a length ending inside a slot.
     c = CaseConfig{};
     c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
@@ -1645,6 +1645,18 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     c.kv = KvMode::paged, c.page_size = 16;
     run(c);
     c.sq = 1, c.causal = false, c.sinks = true, c.page_size = 64, c.num_splits = 4;
+    run(c);
+    // Two N tiles (9-16 packed rows): GQA 16, Sq 1, a contiguous cache with ragged lengths and
+    // sinks; Sq 3 x GQA 4 = 12 rows (the second tile half full), causal, 64-row pages.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 3, c.hq = 32, c.hkv = 2, c.sq = 1, c.sk = 1300, c.sinks = true;
+    c.kv = KvMode::cache, c.lens_k = {1300, 5, 640};
+    run(c);
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 2, c.hq = 8, c.hkv = 2, c.sq = 3, c.sk = 901, c.causal = true;
+    c.kv = KvMode::paged, c.page_size = 64;
     run(c);
     // Pages no TMA box sequence takes (sm80's fp8 instances; the planner's choice checked in run):
     // 1 row (every row its own page), 3, 24 (does not divide the key tile), 192 (larger than the

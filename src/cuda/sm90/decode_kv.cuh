@@ -1,11 +1,11 @@
 // The keys-on-M decode tile (FA4_SM90_DECODE_KEYS_M, decode_kv.h: the planner's switch, off until
-// it has run on a GPU): 16-bit q against an e4m3 K / V cache, D 128, <= 8 packed query
+// it has run on a GPU): 16-bit q against an e4m3 K / V cache, D 128, <= 16 packed query
 // rows (decode: the GQA group x a few query tokens) per (batch, kv head, split). The lane
 // fragments are decode_frag.h's (CPU-emulated in tests/test_sm90_decode_frag.cpp).
 //
 // Roles (one CTA = 5 warps):
-//   warp 0     producer: one lane walks the CTA's key tiles and TMAs each tile's 128 e4m3 K and V
-//              rows into a ring slot (the fp8_kv tile's tensor maps: 128-byte rows, 128-byte
+//   warp 0     producer: walks the CTA's key tiles and TMAs each tile's 128 e4m3 K and V rows
+//              (one box, or one per page of pages smaller than the tile) into a ring slot (the fp8_kv tile's tensor maps: 128-byte rows, 128-byte
 //              swizzle).
 //   warps 1-4  consumers: consumer w owns keys 32w .. 32w + 31 of every slot and keeps its own
 //              (O^T, m, l) over them -- S^T = K Q^T and O^T += V^T P^T with mma.sync m16n8k16 in
@@ -39,7 +39,9 @@ namespace fa4::cuda::sm90::decode {
 
 constexpr int kBlockN = 128;        // keys per ring slot
 constexpr int kD = 128;             // head dim (one 128-byte e4m3 row)
-constexpr int kRows = 8;            // packed query rows (mma N)
+constexpr int kTileRows = 8;                     // packed query rows of one mma N tile
+constexpr int kMaxRows = kDecodeKeysMRows;       // 16: two N tiles
+static_assert(kMaxRows == 2 * kTileRows, "the instances take one or two N tiles");
 constexpr int kStages = 3;
 constexpr int kConsumers = 4;       // warps
 constexpr int kKeysPerWarp = kBlockN / kConsumers;  // 32: two 16-key M tiles
@@ -50,9 +52,9 @@ constexpr uint32_t kSlotBytes = kBlockN * kSlotRowBytes;  // 16 KB each of K and
 // in the K ring's space, free once every consumer is past its last slot.
 struct MergeSpace {
   // (rows padded by 4 floats: 2c-strided row writes and 8-float-strided reads spread over the banks)
-  float o[kConsumers][kRows][kD + 4];
-  float m[kConsumers][kRows];
-  float l[kConsumers][kRows];
+  float o[kConsumers][kMaxRows][kD + 4];
+  float m[kConsumers][kMaxRows];
+  float l[kConsumers][kMaxRows];
 };
 struct alignas(1024) DecodeSmem {
   union {
@@ -122,19 +124,23 @@ __device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, con
   }
 }
 
-// One consumer warp over the CTA's key tiles; leaves its (O^T, m, l) in the merge space.
-template <class QT>
+// One consumer warp over the CTA's key tiles; leaves its (O^T, m, l) in the merge space. kNT N
+// tiles of 8 packed rows (1: <= 8 rows, 2: <= 16): the K and V fragments are loaded and widened
+// once per M tile and feed kNT mmas each.
+template <class QT, int kNT>
 __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, const SeqInfo& si, int hk, int rows, int sk,
                                         int n_lo, int n_hi, int cw) {
   const FwdArgs& a = P.a;
   const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, c = lane & 3;
-  // Q's B registers (16-bit q of packed row g, the reduction dims permuted as qk_dim), in fp16:
-  // fp16 q as it is; bf16 q times 2^s_g, the row's largest |q| put in [2^14, 2^15).
-  uint32_t qb[kD / 16][2];
-  float row_unscale = 1.f;  // 2^-s_g: multiplies row g's scores (S^T column g)
-  {
-    const bool valid = g < rows;
-    const PackedRow pr = packed_row(a, hk, valid ? g : 0);
+  // Q's B registers (16-bit q of packed row 8 nt + g, the reduction dims permuted as qk_dim), in
+  // fp16: fp16 q as it is; bf16 q times 2^s, the row's largest |q| put in [2^14, 2^15).
+  uint32_t qb[kNT][kD / 16][2];
+  float row_unscale[kNT];  // 2^-s: multiplies row 8 nt + g's scores (S^T column g of N tile nt)
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int n = 8 * nt + g;
+    const bool valid = n < rows;
+    const PackedRow pr = packed_row(a, hk, valid ? n : 0);
     const QT* q = static_cast<const QT*>(a.q) + si.q_base + static_cast<int64_t>(pr.i) * si.q_step +
                   static_cast<int64_t>(pr.head) * a.q_sh;
     float x[kD / 16][4];
@@ -157,37 +163,44 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
       shift = fp8_kv_q_shift(amax);
     }
     const float up = __uint_as_float(fp8_kv_pow2_bits(shift));
-    row_unscale = __uint_as_float(fp8_kv_pow2_bits(-shift));
+    row_unscale[nt] = __uint_as_float(fp8_kv_pow2_bits(-shift));
 #pragma unroll
     for (int s = 0; s < kD / 16; ++s) {
-      qb[s][0] = ptx::pack2<__half>(x[s][0] * up, x[s][1] * up);
-      qb[s][1] = ptx::pack2<__half>(x[s][2] * up, x[s][3] * up);
+      qb[nt][s][0] = ptx::pack2<__half>(x[s][0] * up, x[s][1] * up);
+      qb[nt][s][1] = ptx::pack2<__half>(x[s][2] * up, x[s][3] * up);
     }
   }
-  // This lane's S^T columns are rows 2c, 2c + 1: their score factors (k_descale x softmax scale
-  // x the row's 2^-s) come from the lanes holding those rows' q (lane 4 (2c + h)).
+  // This lane's S^T columns of N tile nt are rows 8 nt + 2c, 8 nt + 2c + 1: their score factors
+  // (k_descale x softmax scale x the row's 2^-s) come from the lanes holding those rows' q (lane
+  // 4 (2c + h)).
   float kscale = a.scale_log2;
   if (P.k_descale) kscale *= P.k_descale[si.b * P.kd_s0 + hk * P.kd_sh];
-  const float col_scale[2] = {kscale * __shfl_sync(0xffffffffu, row_unscale, 8 * c),
-                              kscale * __shfl_sync(0xffffffffu, row_unscale, 8 * c + 4)};
-  // The keys [key_lo, key_end) packed row 2c + h sees under the mask (causal, window, chunk),
-  // within the sequence's sk; none for rows past the tile's.
-  int key_lo[2], key_end[2];
+  float col_scale[kNT][2];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) col_scale[nt][h] = kscale * __shfl_sync(0xffffffffu, row_unscale[nt], 8 * c + 4 * h);
+  // The keys [key_lo, key_end) packed row 8 nt + 2c + h sees under the mask (causal, window,
+  // chunk), within the sequence's sk; none for rows past the tile's.
+  int key_lo[kNT][2], key_end[kNT][2];
   {
     const core::SeqMask sm{a.mask, si.sq, si.sk};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = 2 * c + h;
-      const int64_t i = n < rows ? n / a.group : 0;
-      const int64_t lo = sm.row_lo(i), hi = sm.row_hi(i) < sk ? sm.row_hi(i) : sk;
-      key_lo[h] = static_cast<int>(lo < hi ? lo : hi);
-      key_end[h] = n < rows ? static_cast<int>(hi) : 0;
-    }
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int n = 8 * nt + 2 * c + h;
+        const int64_t i = n < rows ? n / a.group : 0;
+        const int64_t lo = sm.row_lo(i), hi = sm.row_hi(i) < sk ? sm.row_hi(i) : sk;
+        key_lo[nt][h] = static_cast<int>(lo < hi ? lo : hi);
+        key_end[nt][h] = n < rows ? static_cast<int>(hi) : 0;
+      }
   }
 
-  float o[kD / 16][4] = {};                 // O^T: dim block t, (dim pv_dim(g / g+8), row 2c / 2c+1)
-  float m[2] = {-INFINITY, -INFINITY};      // running max of rows 2c, 2c + 1 (log2 domain)
-  float l[2] = {0.f, 0.f};                  // this lane's share of the running sums
+  float o[kNT][kD / 16][4] = {};  // O^T: N tile, dim block t, (dim pv_dim(g / g+8), row 2c / 2c+1)
+  float m[kNT][2], l[kNT][2];     // running max (log2 domain) / this lane's share of the sum
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) m[nt][0] = m[nt][1] = -INFINITY, l[nt][0] = l[nt][1] = 0.f;
   const uint32_t k_base = ptx::smem_u32(sh.k[0]), v_base = ptx::smem_u32(sh.v[0]);
   PipelineState<kStages> st;
   for (int t = n_lo; t < n_hi; ++t) {
@@ -195,7 +208,7 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
     const uint32_t kslot = k_base + st.index * kSlotBytes, vslot = v_base + st.index * kSlotBytes;
     const int key0 = t * kBlockN + cw * kKeysPerWarp;  // this warp's first key
     // S^T of the warp's two 16-key M tiles
-    float s[2][4] = {};
+    float s[2][kNT][4] = {};
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -203,49 +216,60 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
         uint32_t r[4], ar[2][4];
         ptx::ldmatrix_x4(kslot + ldsm_row_offset(lane, cw * kKeysPerWarp + 16 * mt, p0), r[0], r[1], r[2], r[3]);
         k_a_regs(r, ar, [](uint16_t x) { return ptx::cvt_f16x2_e4m3x2(x); });
-        ptx::mma_16816<__half>(s[mt], ar[0], qb[p0][0], qb[p0][1]);
-        ptx::mma_16816<__half>(s[mt], ar[1], qb[p0 + 1][0], qb[p0 + 1][1]);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          ptx::mma_16816<__half>(s[mt][nt], ar[0], qb[nt][p0][0], qb[nt][p0][1]);
+          ptx::mma_16816<__half>(s[mt][nt], ar[1], qb[nt][p0 + 1][0], qb[nt][p0 + 1][1]);
+        }
       }
-    // Scores in the log2 domain, masked: element (mt, i) is key key0 + 16 mt + g + 8 (i >> 1),
-    // row 2c + (i & 1).
-    float mx[2] = {m[0], m[1]};
+    // Scores in the log2 domain, masked: element (mt, nt, i) is key key0 + 16 mt + g + 8 (i >> 1),
+    // row 8 nt + 2c + (i & 1).
+    float mx[kNT][2];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int nt = 0; nt < kNT; ++nt) {
+      mx[nt][0] = m[nt][0], mx[nt][1] = m[nt][1];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = key0 + 16 * mt + g + 8 * (i >> 1), h = i & 1;
-        s[mt][i] = key >= key_lo[h] && key < key_end[h] ? s[mt][i] * col_scale[h] : -INFINITY;
-        mx[h] = fmaxf(mx[h], s[mt][i]);
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = key0 + 16 * mt + g + 8 * (i >> 1), h = i & 1;
+          s[mt][nt][i] = key >= key_lo[nt][h] && key < key_end[nt][h] ? s[mt][nt][i] * col_scale[nt][h] : -INFINITY;
+          mx[nt][h] = fmaxf(mx[nt][h], s[mt][nt][i]);
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int x = 4; x < 32; x <<= 1) mx[nt][h] = fmaxf(mx[nt][h], __shfl_xor_sync(0xffffffffu, mx[nt][h], x));
       }
+      // Rescale where the max moved (a row without keys yet keeps -inf and factor 1).
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) {
+        if (mx[nt][h] > m[nt][h]) {
+          const float f = m[nt][h] == -INFINITY ? 0.f : ptx::exp2_approx(m[nt][h] - mx[nt][h]);
+          l[nt][h] *= f;
 #pragma unroll
-      for (int x = 4; x < 32; x <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], x));
-    }
-    // Rescale where the max moved (a row without keys yet keeps -inf and factor 1).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (mx[h] > m[h]) {
-        const float f = m[h] == -INFINITY ? 0.f : ptx::exp2_approx(m[h] - mx[h]);
-        l[h] *= f;
-#pragma unroll
-        for (int blk = 0; blk < kD / 16; ++blk) o[blk][h] *= f, o[blk][2 + h] *= f;
-        m[h] = mx[h];
+          for (int blk = 0; blk < kD / 16; ++blk) o[nt][blk][h] *= f, o[nt][blk][2 + h] *= f;
+          m[nt][h] = mx[nt][h];
+        }
       }
     }
     // P, its B registers, and O^T += V^T P^T per M tile
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
-      float p[4];
+      uint32_t pb[kNT][2];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int h = i & 1;
-        // (a row without a visible key yet: masked scores are -inf -> 0, a NaN score stays NaN)
-        p[i] = ptx::exp2_approx(s[mt][i] - (m[h] == -INFINITY ? 0.f : m[h]));
-        l[h] += p[i];
+      for (int nt = 0; nt < kNT; ++nt) {
+        float p[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int h = i & 1;
+          // (a row without a visible key yet: masked scores are -inf -> 0, a NaN score stays NaN)
+          p[i] = ptx::exp2_approx(s[mt][nt][i] - (m[nt][h] == -INFINITY ? 0.f : m[nt][h]));
+          l[nt][h] += p[i];
+        }
+        p_b_regs(p, pb[nt], [](float x, float y) { return ptx::pack2<__half>(x, y); },
+                 [](uint32_t x) { return movmatrix_trans(x); });
       }
-      uint32_t pb[2];
-      p_b_regs(p, pb, [](float x, float y) { return ptx::pack2<__half>(x, y); }, [](uint32_t x) { return movmatrix_trans(x); });
       // V rows past the sequence's end: zeroed in the last tile (0 x NaN garbage would reach O).
       const int kk = key0 + 16 * mt;  // the M tile's first key
       const bool tail = kk + 16 > sk;
@@ -258,8 +282,11 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
           for (int q = 0; q < 4; ++q) r[q] &= v_keep_mask(c, q, kk, sk);
         }
         v_a_regs(r, ar, [](uint16_t x) { return ptx::cvt_f16x2_e4m3x2(x); }, [](uint32_t x, uint32_t sel) { return __byte_perm(x, 0, sel); });
-        ptx::mma_16816<__half>(o[p0], ar[0], pb[0], pb[1]);
-        ptx::mma_16816<__half>(o[p0 + 1], ar[1], pb[0], pb[1]);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          ptx::mma_16816<__half>(o[nt][p0], ar[0], pb[nt][0], pb[nt][1]);
+          ptx::mma_16816<__half>(o[nt][p0 + 1], ar[1], pb[nt][0], pb[nt][1]);
+        }
       }
     }
     __syncwarp();
@@ -268,72 +295,79 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
   }
   // The warp's state into the merge space (over the K ring: every consumer past its last slot
   // first -- the producer's last TMA landed before that slot's full barrier let it read):
-  // l summed over the g lanes; O^T element (blk, i) is row 2c + (i & 1), dim 16 blk +
+  // l summed over the g lanes; O^T element (nt, blk, i) is row 8 nt + 2c + (i & 1), dim 16 blk +
   // pv_dim(g + 8 (i >> 1)).
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-    for (int x = 4; x < 32; x <<= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], x);
-  }
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int x = 4; x < 32; x <<= 1) l[nt][h] += __shfl_xor_sync(0xffffffffu, l[nt][h], x);
+    }
   ptx::named_barrier_sync(kConsumerBarrier, 32 * kConsumers);
   MergeSpace& ms = sh.merge;
-  if (g == 0) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) ms.m[cw][2 * c + h] = m[h], ms.l[cw][2 * c + h] = l[h];
+  for (int nt = 0; nt < kNT; ++nt) {
+    if (g == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) ms.m[cw][8 * nt + 2 * c + h] = m[nt][h], ms.l[cw][8 * nt + 2 * c + h] = l[nt][h];
+    }
+#pragma unroll
+    for (int blk = 0; blk < kD / 16; ++blk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ms.o[cw][8 * nt + 2 * c + (i & 1)][16 * blk + pv_dim(g + 8 * (i >> 1))] = o[nt][blk][i];
   }
-#pragma unroll
-  for (int blk = 0; blk < kD / 16; ++blk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) ms.o[cw][2 * c + (i & 1)][16 * blk + pv_dim(g + 8 * (i >> 1))] = o[blk][i];
   ptx::named_barrier_sync(kConsumerBarrier, 32 * kConsumers);
 }
 
-// The consumers' merge and the output: 128 threads, packed row r = tid / 16, dims 8 (tid % 16) ..
-// + 7. splits > 1: fp32 partials and their lse (the combine kernel merges them).
+// The consumers' merge and the output: 128 threads, packed rows r = tid / 16 (+ 8), dims 8 (tid %
+// 16) .. + 7. splits > 1: fp32 partials and their lse (the combine kernel merges them).
 template <class QT>
 __device__ __forceinline__ void merge_store(const Sm90Params& P, const MergeSpace& sh, const SeqInfo& si, int hk, int rows,
                                             int split, int tid) {
   const FwdArgs& a = P.a;
-  const int r = tid / 16, d0 = 8 * (tid % 16);
-  if (r >= rows) return;
-  // The consumers' (m, l) at one max, then common/softmax.cuh's finalize: the sink (split 0 only,
-  // as the other kernels: the combine adds each split once), 1 / l, lse; an empty row O = 0 and
-  // lse = -inf, a row that met a NaN score NaN.
-  float mx = -INFINITY;
-  for (int w = 0; w < kConsumers; ++w) mx = fmaxf(mx, sh.m[w][r]);
-  float f[kConsumers], lsum = 0.f;
-  for (int w = 0; w < kConsumers; ++w) {
-    f[w] = sh.m[w][r] == -INFINITY ? 0.f : ptx::exp2_approx(sh.m[w][r] - mx);
-    lsum += f[w] * sh.l[w][r];
-  }
-  const PackedRow pr = packed_row(a, hk, r);
-  const float sink2 = a.sinks != nullptr && split == 0 ? a.sinks[pr.head * a.sinks_st] * kLog2e : -INFINITY;
-  const RowFinal fin = finalize_row(mx, lsum, sink2);
+  const int d0 = 8 * (tid % 16);
   float vscale = 1.f;
   if (P.v_descale) vscale = P.v_descale[si.b * P.vd_s0 + hk * P.vd_sh];
-  const float inv = fin.scale * vscale;
-  const float lse = fin.lse;
-  float out[8];
-  for (int j = 0; j < 8; ++j) {
-    float acc = 0.f;
-    for (int w = 0; w < kConsumers; ++w) acc += f[w] * sh.o[w][r][d0 + j];
-    out[j] = acc * inv;
+  for (int r = tid / 16; r < rows; r += 8) {
+    // The consumers' (m, l) at one max, then common/softmax.cuh's finalize: the sink (split 0
+    // only, as the other kernels: the combine adds each split once), 1 / l, lse; an empty row O =
+    // 0 and lse = -inf, a row that met a NaN score NaN.
+    float mx = -INFINITY;
+    for (int w = 0; w < kConsumers; ++w) mx = fmaxf(mx, sh.m[w][r]);
+    float f[kConsumers], lsum = 0.f;
+    for (int w = 0; w < kConsumers; ++w) {
+      f[w] = sh.m[w][r] == -INFINITY ? 0.f : ptx::exp2_approx(sh.m[w][r] - mx);
+      lsum += f[w] * sh.l[w][r];
+    }
+    const PackedRow pr = packed_row(a, hk, r);
+    const float sink2 = a.sinks != nullptr && split == 0 ? a.sinks[pr.head * a.sinks_st] * kLog2e : -INFINITY;
+    const RowFinal fin = finalize_row(mx, lsum, sink2);
+    const float inv = fin.scale * vscale;
+    const float lse = fin.lse;
+    float out[8];
+    for (int j = 0; j < 8; ++j) {
+      float acc = 0.f;
+      for (int w = 0; w < kConsumers; ++w) acc += f[w] * sh.o[w][r][d0 + j];
+      out[j] = acc * inv;
+    }
+    if (a.num_splits > 1) {
+      const int64_t row = (si.token0 + pr.i) * a.hq + pr.head;
+      float* op = a.o_part + (static_cast<int64_t>(split) * a.rows_total * a.hq + row) * a.dv_pad + d0;
+      for (int j = 0; j < 8; ++j) op[j] = out[j];
+      if (tid % 16 == 0) a.lse_part[static_cast<int64_t>(split) * a.rows_total * a.hq + row] = lse;
+      continue;
+    }
+    QT* o = static_cast<QT*>(a.out) + si.o_base + static_cast<int64_t>(pr.i) * si.o_step + static_cast<int64_t>(pr.head) * a.o_sh;
+    for (int j = 0; j < 8; ++j)
+      if (d0 + j < a.dv) o[d0 + j] = static_cast<QT>(out[j]);
+    if (a.lse && tid % 16 == 0) a.lse[si.lse_row(a, pr.i) + static_cast<int64_t>(pr.head) * a.lse_sh] = lse;
   }
-  if (a.num_splits > 1) {
-    const int64_t row = (si.token0 + pr.i) * a.hq + pr.head;
-    float* op = a.o_part + (static_cast<int64_t>(split) * a.rows_total * a.hq + row) * a.dv_pad + d0;
-    for (int j = 0; j < 8; ++j) op[j] = out[j];
-    if (tid % 16 == 0) a.lse_part[static_cast<int64_t>(split) * a.rows_total * a.hq + row] = lse;
-    return;
-  }
-  QT* o = static_cast<QT*>(a.out) + si.o_base + static_cast<int64_t>(pr.i) * si.o_step + static_cast<int64_t>(pr.head) * a.o_sh;
-  for (int j = 0; j < 8; ++j)
-    if (d0 + j < a.dv) o[d0 + j] = static_cast<QT>(out[j]);
-  if (a.lse && tid % 16 == 0) a.lse[si.lse_row(a, pr.i) + static_cast<int64_t>(pr.head) * a.lse_sh] = lse;
 }
 
 // grid (batch, hkv, splits); block kThreads; dynamic shared memory sizeof(DecodeSmem) + 1024.
-template <class QT>
+// kNT: N tiles of 8 packed rows (the launch: 1 for <= 8 rows, 2 for <= 16).
+template <class QT, int kNT>
 __global__ void __launch_bounds__(kThreads, kDecodeKeysMCtasPerSm) decode_kv_kernel(const __grid_constant__ Sm90Params P) {
 #if FA4_PTX_SM90A  // (the sm_80 pass of the build compiles an empty body: launched on sm_90a only)
   extern __shared__ uint8_t smem_raw[];
@@ -346,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeKeysMCtasPerSm) decode_kv_ker
   const int sk = static_cast<int>(si.sk < INT_MAX ? si.sk : INT_MAX);
   int n_lo, n_hi;
   key_tiles(P.a, si, 0, si.sq > 0 ? si.sq - 1 : 0, sk, kBlockN, split, &n_lo, &n_hi);
-  if (rows == 0 || rows > kRows) return;  // (the planner sends only <= 8 packed rows)
+  if (rows == 0 || rows > kTileRows * kNT) return;  // (the launch chose kNT for the call's rows)
   if (threadIdx.x == 0) {
     sh.ring.init(kConsumers);
     ptx::fence_mbarrier_init();
@@ -359,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeKeysMCtasPerSm) decode_kv_ker
     }
     load_kv(P, sh, si, hk, sk, n_lo, n_hi);
   } else {
-    consume<QT>(P, sh, si, hk, rows, sk, n_lo, n_hi, warp - 1);
+    consume<QT, kNT>(P, sh, si, hk, rows, sk, n_lo, n_hi, warp - 1);
     merge_store<QT>(P, sh.merge, si, hk, rows, split, static_cast<int>(threadIdx.x) - 32);
   }
 #endif
