@@ -704,10 +704,13 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
                           sm90::decode_keys_m_fits(pb.varlen_q, pb.max_sq, pb.group, pb.p->softcap != 0.f,
                                                    pb.kv == core::KvLayout::paged, pb.page_size, d.dqk, d.dv,
                                                    static_cast<int>(pl.n), pb.hkv, pl.splits);
-  // Its CTAs (5 warps, 99 KB of shared memory) run two per SM: the split heuristic fills twice the
-  // slots (B 4 decode 32 / 8: 8 splits, not the fp8_kv tile's 4; B 32 fills them unsplit).
-  if (pl.sm90_decode_keys_m) {
+  // Its grid is (batch, hkv, splits) whatever the fp8_kv tile's decomposition (which packs only
+  // groups dividing 64 -- today the only decode calls sm90 takes, sm80_takes_decode), and its
+  // CTAs (5 warps, 99 KB of shared memory) run two per SM: the split heuristic fills twice the
+  // slots (B 4 decode 32 / 8: 7 splits, not the fp8_kv tile's 4; B 32 fills them unsplit).
+  if (pl.sm90_decode_keys_m && FA4_SM90_DECODE) {
     const int64_t tiles = (pb.max_sk + pl.n - 1) / pl.n;
+    pl.grid.y = pb.hkv, pl.grid.x = 1;
     pl.workspace = 0;  // (the fp8_kv tile's partials, sized again; it has no other workspace)
     plan_splits(pb, dl, sm90::kDecodeKeysMCtasPerSm, tiles / 2, pl, FA4_SM90_TILE_SPLITS ? tiles : 0);
   }
