@@ -41,6 +41,7 @@ struct Shape {
   int64_t v_head_stride = 0;  // 0: contiguous BSHD (dv)
   bool causal = false;
   int64_t window_right = -1;  // >= 0: a sliding window (what the planner reads of it)
+  float softcap = 0.f;
   // The caller's hints; host_lengths: the lengths were read on the host (validate.cpp fills
   // seqlen_q / k), else they are device-resident and sq / sk are the tensor bounds.
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;
@@ -55,6 +56,7 @@ class Planned {
     params_.num_splits = s.num_splits;
     params_.causal = s.causal;
     params_.window_right = s.window_right;
+    params_.softcap = s.softcap;
     params_.q.shape[0] = s.varlen ? s.total_q : s.batch;
     params_.max_seqlen_q = s.max_seqlen_q, params_.max_seqlen_k = s.max_seqlen_k;
     if (s.host_lengths) pb_.seqlen_q.assign(s.batch, s.sq), pb_.seqlen_k.assign(s.batch, s.sk);
@@ -1245,33 +1247,32 @@ TEST(CudaPlan, Fp8RunsTheSm80Fp8Instances) {
 // The keys-on-M decode kernel (sm90/decode_kv.h, FA4_SM90_DECODE_KEYS_M): the rule itself, then
 // the planner's flag on fp8_kv calls -- set only with the switch, for dense q of <= 16 packed rows
 // (B 32 decode 32 / 8: 4 rows; 2 tokens x 4; GQA 16; pages the fp8_kv tile's boxes take; not 32
-// rows, varlen q, softcap, pages of 24 / 192 rows).
+// rows, varlen q, pages of 24 / 192 rows).
 TEST(CudaPlan, Sm90DecodeKeysM) {
   using fa4::cuda::sm90::decode_keys_m_fits;
-  EXPECT_TRUE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 128, 8, 1));
-  EXPECT_TRUE(decode_keys_m_fits(false, 2, 4, false, true, 256, 128, 128, 128, 8, 7));
-  EXPECT_TRUE(decode_keys_m_fits(false, 8, 1, false, false, 0, 128, 128, 128, 8, 1));
-  EXPECT_TRUE(decode_keys_m_fits(false, 1, 16, false, false, 0, 128, 128, 128, 8, 1));  // 16 rows
-  EXPECT_TRUE(decode_keys_m_fits(false, 3, 4, false, false, 0, 128, 128, 128, 8, 1));   // 12 rows
-  EXPECT_FALSE(decode_keys_m_fits(false, 1, 32, false, false, 0, 128, 128, 128, 8, 1));  // 32 rows
-  EXPECT_FALSE(decode_keys_m_fits(false, 17, 1, false, false, 0, 128, 128, 128, 8, 1));  // 17 rows
+  EXPECT_TRUE(decode_keys_m_fits(false, 1, 4, false, 0, 128, 128, 128, 8, 1));
+  EXPECT_TRUE(decode_keys_m_fits(false, 2, 4, true, 256, 128, 128, 128, 8, 7));
+  EXPECT_TRUE(decode_keys_m_fits(false, 8, 1, false, 0, 128, 128, 128, 8, 1));
+  EXPECT_TRUE(decode_keys_m_fits(false, 1, 16, false, 0, 128, 128, 128, 8, 1));  // 16 rows
+  EXPECT_TRUE(decode_keys_m_fits(false, 3, 4, false, 0, 128, 128, 128, 8, 1));   // 12 rows
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 32, false, 0, 128, 128, 128, 8, 1));  // 32 rows
+  EXPECT_FALSE(decode_keys_m_fits(false, 17, 1, false, 0, 128, 128, 128, 8, 1));  // 17 rows
   // One N tile of 8 rows up to 8, two up to 16.
   EXPECT_EQ(fa4::cuda::sm90::decode_keys_m_tiles(1), 1);
   EXPECT_EQ(fa4::cuda::sm90::decode_keys_m_tiles(8), 1);
   EXPECT_EQ(fa4::cuda::sm90::decode_keys_m_tiles(9), 2);
   EXPECT_EQ(fa4::cuda::sm90::decode_keys_m_tiles(16), 2);
-  EXPECT_FALSE(decode_keys_m_fits(true, 1, 4, false, false, 0, 128, 128, 128, 8, 1));    // varlen q
-  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, true, false, 0, 128, 128, 128, 8, 1));    // softcap
+  EXPECT_FALSE(decode_keys_m_fits(true, 1, 4, false, 0, 128, 128, 128, 8, 1));    // varlen q
   for (int ps : {8, 16, 32, 64, 128, 512})  // one box per page, or whole tiles in a page
-    EXPECT_EQ(decode_keys_m_fits(false, 1, 4, false, true, ps, 128, 128, 128, 8, 1),
+    EXPECT_EQ(decode_keys_m_fits(false, 1, 4, true, ps, 128, 128, 128, 8, 1),
               static_cast<bool>(FA4_SM90_PAGED_SUB) || ps >= 128)
         << ps;
   for (int ps : {1, 3, 24, 48, 96, 192})  // not a box sequence
-    EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, true, ps, 128, 128, 128, 8, 1)) << ps;
-  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 64, 64, 128, 8, 1));     // D 64
-  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 64, 8, 1));    // 64-key boxes
-  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, false, 0, 128, 128, 128, 70000, 1));  // grid y
-  EXPECT_FALSE(decode_keys_m_fits(false, 0, 4, false, false, 0, 128, 128, 128, 8, 1));   // no rows
+    EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, true, ps, 128, 128, 128, 8, 1)) << ps;
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, 0, 64, 64, 128, 8, 1));     // D 64
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, 0, 128, 128, 64, 8, 1));    // 64-key boxes
+  EXPECT_FALSE(decode_keys_m_fits(false, 1, 4, false, 0, 128, 128, 128, 70000, 1));  // grid y
+  EXPECT_FALSE(decode_keys_m_fits(false, 0, 4, false, 0, 128, 128, 128, 8, 1));   // no rows
   if (!FA4_SM90_FP8_KV) return;
   auto plan = [](Shape s) {
     s.kv_fp8 = true;
@@ -1299,6 +1300,8 @@ TEST(CudaPlan, Sm90DecodeKeysM) {
   EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
   s = dec, s.sq = 8, s.causal = true;  // 32 rows
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);
+  s = dec, s.softcap = 30.f;
+  EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
   s = dec, s.paged = true, s.page_size = 16;
   EXPECT_EQ(plan(s).sm90_decode_keys_m, FA4_SM90_DECODE_KEYS_M && FA4_SM90_PAGED_SUB);
   s = dec, s.paged = true, s.page_size = 24;  // sm80's fp8 instances

@@ -701,8 +701,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   pl.sm90_solo = one_q_tile && sm90::solo_capable(pl.sm90_tile) && !pl.sm90_one_q;
   // (FA4_SM90_DECODE_KEYS_M) Decode-sized fp8_kv calls on the keys-on-M kernel (sm90/decode_kv.h).
   pl.sm90_decode_keys_m = FA4_SM90_DECODE_KEYS_M && pl.sm90_tile == sm90::Tile::fp8_kv &&
-                          sm90::decode_keys_m_fits(pb.varlen_q, pb.max_sq, pb.group, pb.p->softcap != 0.f,
-                                                   pb.kv == core::KvLayout::paged, pb.page_size, d.dqk, d.dv,
+                          sm90::decode_keys_m_fits(pb.varlen_q, pb.max_sq, pb.group, pb.kv == core::KvLayout::paged, pb.page_size, d.dqk, d.dv,
                                                    static_cast<int>(pl.n), pb.hkv, pl.splits);
   // Its grid is (batch, hkv, splits) whatever the fp8_kv tile's decomposition (which packs only
   // groups dividing 64 -- today the only decode calls sm90 takes, sm80_takes_decode), and its

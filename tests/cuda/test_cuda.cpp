@@ -1646,11 +1646,11 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     run(c);
     c.sq = 1, c.causal = false, c.sinks = true, c.page_size = 64, c.num_splits = 4;
     run(c);
-    // Two N tiles (9-16 packed rows): GQA 16, Sq 1, a contiguous cache with ragged lengths and
-    // sinks; Sq 3 x GQA 4 = 12 rows (the second tile half full), causal, 64-row pages.
+    // Two N tiles (9-16 packed rows): GQA 16, Sq 1, a contiguous cache with ragged lengths, sinks
+    // and softcap; Sq 3 x GQA 4 = 12 rows (the second tile half full), causal, 64-row pages.
     c = CaseConfig{};
     c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
-    c.batch = 3, c.hq = 32, c.hkv = 2, c.sq = 1, c.sk = 1300, c.sinks = true;
+    c.batch = 3, c.hq = 32, c.hkv = 2, c.sq = 1, c.sk = 1300, c.sinks = true, c.softcap = 30.0f;
     c.kv = KvMode::cache, c.lens_k = {1300, 5, 640};
     run(c);
     c = CaseConfig{};

@@ -15,7 +15,7 @@
 // fp8_kv tile does: every e4m3 value is an fp16 normal, so K and V widen exactly.
 //
 // What it takes (decode_kv.h decode_keys_m_fits): dense / varlen / cache K / V, the fp8_kv tile's pages, any
-// mask (per-row key ranges of core::SeqMask), sinks, no softcap, factors per (batch, kv head).
+// mask (per-row key ranges of core::SeqMask), sinks, softcap, factors per (batch, kv head).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,6 +27,7 @@
 
 #include "cuda/common/pipeline.cuh"
 #include "cuda/common/seq_info.cuh"
+#include "cuda/common/softcap.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/ptx/sm80_ptx.cuh"
 #include "cuda/ptx/sm90_ptx.cuh"
@@ -171,9 +172,11 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
     }
   }
   // This lane's S^T columns of N tile nt are rows 8 nt + 2c, 8 nt + 2c + 1: their score factors
-  // (k_descale x softmax scale x the row's 2^-s) come from the lanes holding those rows' q (lane
-  // 4 (2c + h)).
-  float kscale = a.scale_log2;
+  // (k_descale x the softmax scale, or softcap's tanh argument scale / softcap, x the row's 2^-s)
+  // come from the lanes holding those rows' q (lane 4 (2c + h)). Scores are log2-domain:
+  // scale_log2 x q.k, or softcap x log2(e) x tanh(q.k x scale / softcap).
+  const bool softcap = a.softcap_log2 != 0.f;
+  float kscale = softcap ? a.softcap_in : a.scale_log2;
   if (P.k_descale) kscale *= P.k_descale[si.b * P.kd_s0 + hk * P.kd_sh];
   float col_scale[kNT][2];
 #pragma unroll
@@ -233,7 +236,9 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int key = key0 + 16 * mt + g + 8 * (i >> 1), h = i & 1;
-          s[mt][nt][i] = key >= key_lo[nt][h] && key < key_end[nt][h] ? s[mt][nt][i] * col_scale[nt][h] : -INFINITY;
+          const float x = softcap ? a.softcap_log2 * softcap_tanh(s[mt][nt][i], col_scale[nt][h], col_scale[nt][h] * 2.f * kLog2e)
+                                  : s[mt][nt][i] * col_scale[nt][h];
+          s[mt][nt][i] = key >= key_lo[nt][h] && key < key_end[nt][h] ? x : -INFINITY;
           mx[nt][h] = fmaxf(mx[nt][h], s[mt][nt][i]);
         }
 #pragma unroll

@@ -24,13 +24,13 @@ constexpr int decode_keys_m_tiles(int64_t rows) { return rows > 8 ? 2 : 1; }
 constexpr int kDecodeKeysMCtasPerSm = 2;  // (decode_kv.cuh: __launch_bounds__(160, 2), 99 KB of shared memory)
 
 // Whether the kernel computes an fp8_kv call (given the switch): D 128 (dims <= 128 padded to it),
-// dense q with sq x group <= 16 packed rows, no softcap, the pages the fp8_kv tile's boxes take
+// dense q with sq x group <= 16 packed rows, any mask / softcap / sinks, the pages the fp8_kv tile's boxes take
 // (whole 128-key tiles, or 8-64-row pages dividing one: one box per page), 128-key tiles, a grid
 // of (batch, hkv <= 65535, splits <= 65535).
-constexpr bool decode_keys_m_fits(bool varlen_q, int64_t sq, int64_t group, bool softcap, bool paged, int64_t page_size,
+constexpr bool decode_keys_m_fits(bool varlen_q, int64_t sq, int64_t group, bool paged, int64_t page_size,
                                   int dqk, int dv, int block_n, int64_t hkv, int64_t splits) {
   return dqk == 128 && dv == 128 && block_n == kDecodeKeysMBlockN && !varlen_q && sq >= 1 && group >= 1 &&
-         sq * group <= kDecodeKeysMRows && !softcap && (!paged || fp8_kv_pages_fit(page_size, kDecodeKeysMBlockN)) &&
+         sq * group <= kDecodeKeysMRows && (!paged || fp8_kv_pages_fit(page_size, kDecodeKeysMBlockN)) &&
          hkv <= 65535 && splits >= 1 && splits <= 65535;
 }
 
