@@ -1308,9 +1308,16 @@ TEST(CudaPlan, Sm90DecodeKeysM) {
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);
   s = dec, s.sq = 512;  // chunked prefill
   EXPECT_FALSE(plan(s).sm90_decode_keys_m);
+  // Per-token factors: the keys-on-M kernel where built in, else sm80 (the fp8_kv tile takes
+  // factors per (batch, kv head) only); chunked prefill with them stays on sm80.
   s = dec;
-  s.kv_tok = true;  // per-token factors: sm80
-  EXPECT_FALSE(plan(s).sm90_decode_keys_m);
+  s.kv_tok = true;
+  EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
+  EXPECT_EQ(plan(s).kernel, FA4_SM90_DECODE_KEYS_M ? Kernel::sm90 : Kernel::sm80);
+  s.paged = true, s.page_size = 16, s.sq = 2, s.causal = true;
+  EXPECT_EQ(plan(s).kernel, FA4_SM90_DECODE_KEYS_M && FA4_SM90_PAGED_SUB ? Kernel::sm90 : Kernel::sm80);
+  s = dec, s.kv_tok = true, s.sq = 512, s.causal = true;
+  EXPECT_EQ(plan(s).kernel, Kernel::sm80);
   // The 16-bit cache never.
   s = dec;
   DeviceLimits pref = h200_auto();
@@ -1399,16 +1406,17 @@ TEST(CudaPlan, Sm90Fp8KvTile) {
     EXPECT_EQ(pl.sm90_tile, kv_tile);
     EXPECT_EQ(pl.sched.dynamic, 0);  // (the static walk: the converters walk it too)
   }
-  // sm80: per-token factors, FA4_CUDA_KERNEL=sm80, head dims without an instance, pages the boxes
-  // do not take, fp16 q like bf16.
+  // sm80: per-token factors (but on the keys-on-M decode kernel where built in), FA4_CUDA_KERNEL=sm80,
+  // head dims without an instance, pages the boxes do not take, fp16 q like bf16.
   Shape tok = shape(32, 4096, 0);
   tok.kv_tok = true;
-  EXPECT_EQ(Planned(tok).on(h200_auto()).kernel, Kernel::sm80);
-  EXPECT_FALSE(fa4::cuda::sm90_supports(Planned(tok).problem(), h200_auto()));
+  const Kernel tok_kernel = FA4_SM90_DECODE_KEYS_M ? Kernel::sm90 : Kernel::sm80;
+  EXPECT_EQ(Planned(tok).on(h200_auto()).kernel, tok_kernel);
+  EXPECT_EQ(fa4::cuda::sm90_supports(Planned(tok).problem(), h200_auto()), static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
   DeviceLimits pref90 = h200_auto();
   pref90.prefer = Kernel::sm90;
-  EXPECT_EQ(Planned(tok).on(pref90).kernel, Kernel::sm80);  // FA4_CUDA_KERNEL=sm90 cannot take it either
-  EXPECT_EQ(Planned(tok).on(pref90).sm80_fp8, Fp8::kv);
+  EXPECT_EQ(Planned(tok).on(pref90).kernel, tok_kernel);  // FA4_CUDA_KERNEL=sm90 cannot take it either without it
+  if (!FA4_SM90_DECODE_KEYS_M) EXPECT_EQ(Planned(tok).on(pref90).sm80_fp8, Fp8::kv);
   EXPECT_EQ(Planned(shape(32, 4096, 0)).on(h200()).kernel, Kernel::sm80);
   EXPECT_EQ(Planned(shape(32, 4096, 0)).on(h200()).sm80_fp8, Fp8::kv);
   EXPECT_EQ(Planned(shape(32, 4096, 0)).on(pref90).sm90_tile, kv_tile);

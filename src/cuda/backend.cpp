@@ -552,9 +552,11 @@ Status cuda_forward(const Problem& pb) {
           if (const cudaError_t ev = cuda::sm90::launch_fp8_vt(a, vt, pl.fp8_vt, stream); ev != cudaSuccess)
             return device_error("fp8 V^T pre-pass launch", ev);
       } else if (pl.sm90_tile == cuda::sm90::Tile::fp8_kv) {
-        // An e4m3 KV cache under 16-bit q: byte maps of k / v, the factors per (batch, kv head).
-        if (!cuda::sm90::make_params_fp8_kv(make_fp8_args(pb, a), {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, &P, &why))
-          return Status::Error(StatusCode::internal, "cuda: sm90 fp8-KV tensor maps: " + why);
+        // An e4m3 KV cache under 16-bit q: byte maps of k / v, the factors per (batch, kv head) --
+        // or per token too, on the keys-on-M decode kernel.
+        const bool ok = (pl.sm90_decode_keys_m ? cuda::sm90::make_params_decode_kv : cuda::sm90::make_params_fp8_kv)(
+            make_fp8_args(pb, a), {pl.dqk, pl.dv}, pb.dtype == DType::bfloat16, &P, &why);
+        if (!ok) return Status::Error(StatusCode::internal, "cuda: sm90 fp8-KV tensor maps: " + why);
       } else if (!cuda::sm90::make_params(a, {pl.dqk, pl.dv}, pl.sm90_tile, pb.dtype == DType::bfloat16, &P, &why)) {
         return Status::Error(StatusCode::internal, "cuda: sm90 tensor maps: " + why);  // sm90_supports checked TMA's rules
       }

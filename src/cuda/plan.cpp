@@ -177,16 +177,25 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
 // no paged cache (its V^T pre-pass reads contiguous rows), no requested split count (a split
 // launch runs sm80's fp8 instances), a V^T workspace whose sizes fit (sm90_fp8_vt).
 // An fp8 KV cache (16-bit q, e4m3 k / v; FA4_SM90_FP8_KV): the fp8_kv tile (D 128, equal dims,
-// unpadded: its TMA boxes are whole 128-byte e4m3 rows), factors per (batch, kv head) or none --
-// per-token ones stay on sm80 --, paged caches whose pages fit its boxes (sm90::fp8_kv_pages_fit).
+// unpadded: its TMA boxes are whole 128-byte e4m3 rows), factors per (batch, kv head) or none,
+// paged caches whose pages fit its boxes (sm90::fp8_kv_pages_fit); per-token factors only where
+// the keys-on-M decode kernel takes the call (FA4_SM90_DECODE_KEYS_M), else they stay on sm80.
+// Whether the keys-on-M decode kernel takes an fp8_kv call (FA4_SM90_DECODE_KEYS_M; sm90/decode_kv.h)
+// of `splits` splits.
+bool keys_m_takes(const Problem& pb, sm90::DimPair d, int64_t splits) {
+  return FA4_SM90_DECODE_KEYS_M && pb.kv_fp8 &&
+         sm90::decode_keys_m_fits(pb.varlen_q, pb.max_sq, pb.group, pb.kv == core::KvLayout::paged, pb.page_size, d.dqk,
+                                  d.dv, sm90::tile_cfg(d.dqk, d.dv, sm90::Tile::fp8_kv).block_n, pb.hkv, splits);
+}
+
 bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   const bool fp8 = is_fp8_all(pb);
   if (!dl.known || dl.cc_major != 9 || dl.cc_minor != 0 || !(is_16bit(pb.dtype) || fp8)) return false;
   if (!sm90::padded_dims(static_cast<int>(pb.dqk), static_cast<int>(pb.dv), &d)) return false;
+  const bool per_token = (pb.k_sc.data != nullptr && pb.k_sc.per_token) || (pb.v_sc.data != nullptr && pb.v_sc.per_token);
   if (pb.kv_fp8 && (!FA4_SM90_FP8_KV || !sm90::has_tile(sm90::Tile::fp8_kv, d.dqk, d.dv) || pb.dqk != d.dqk ||
-                    pb.dv != d.dv || (pb.k_sc.data != nullptr && pb.k_sc.per_token) ||
-                    (pb.v_sc.data != nullptr && pb.v_sc.per_token)))
+                    pb.dv != d.dv || (per_token && !keys_m_takes(pb, d, 1))))
     return false;
   const sm90::Tile tile = sm90_tile(pb, d);
   sm90::Fp8VtLayout vl;
@@ -700,9 +709,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   pl.sm90_one_q = one_q_tile && sm90::one_q_capable(pl.sm90_tile, d.dqk, d.dv);
   pl.sm90_solo = one_q_tile && sm90::solo_capable(pl.sm90_tile) && !pl.sm90_one_q;
   // (FA4_SM90_DECODE_KEYS_M) Decode-sized fp8_kv calls on the keys-on-M kernel (sm90/decode_kv.h).
-  pl.sm90_decode_keys_m = FA4_SM90_DECODE_KEYS_M && pl.sm90_tile == sm90::Tile::fp8_kv &&
-                          sm90::decode_keys_m_fits(pb.varlen_q, pb.max_sq, pb.group, pb.kv == core::KvLayout::paged, pb.page_size, d.dqk, d.dv,
-                                                   static_cast<int>(pl.n), pb.hkv, pl.splits);
+  pl.sm90_decode_keys_m = pl.sm90_tile == sm90::Tile::fp8_kv && keys_m_takes(pb, d, pl.splits);
   // Its grid is (batch, hkv, splits) whatever the fp8_kv tile's decomposition (which packs only
   // groups dividing 64 -- today the only decode calls sm90 takes, sm80_takes_decode), and its
   // CTAs (5 warps, 99 KB of shared memory) run two per SM: the split heuristic fills twice the

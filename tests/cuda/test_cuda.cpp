@@ -27,6 +27,7 @@
 #include "test_util.h"
 #include "cuda_ok.h"
 #include "cuda/sm90/fwd_config.h"  // FA4_SM90_FP8_KV (the planner's default: which fp8-KV cases run on sm90)
+#include "cuda/sm90/decode_kv.h"   // FA4_SM90_DECODE_KEYS_M (which of them run the keys-on-M decode kernel)
 
 namespace {
 
@@ -1564,7 +1565,7 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
   if (!sm90_device(&why)) GTEST_SKIP() << why;
   const std::string pref = preferred_kernel();
   const bool quick = env_int("FA4_TEST_FP8KV_QUICK", 0) != 0;
-  int total = 0, on_sm90 = 0, k = 0;
+  int total = 0, on_sm90 = 0, on_keys_m = 0, k = 0;
   auto run = [&](CaseConfig c, bool determinism = false) {
     c.fp8_kv = true;
     c.dqk = c.dv = 128;
@@ -1575,8 +1576,15 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
       ++total;
       on_sm90 += info.kernel == "sm90";
       const bool pages_fit = c.kv != KvMode::paged || c.page_size % 128 == 0 || (128 % c.page_size == 0 && c.page_size % 8 == 0);
-      const bool sm90 = FA4_SM90_FP8_KV && pref != "sm80" && c.kv_scale != KvScaleMode::per_token && pages_fit;
+      const bool paged = c.kv == KvMode::paged;
+      const bool keys_m = FA4_SM90_DECODE_KEYS_M && fa4::cuda::sm90::decode_keys_m_fits(c.varlen_q, c.sq, c.hq / c.hkv, paged,
+                                                                                      c.page_size, 128, 128, 128, c.hkv, 1);
+      // (per-token factors: the keys-on-M kernel only)
+      const bool sm90 = FA4_SM90_FP8_KV && pref != "sm80" && pages_fit && (c.kv_scale != KvScaleMode::per_token || keys_m);
       EXPECT_EQ(info.kernel, sm90 ? "sm90" : "sm80") << c.describe();
+      // The keys-on-M kernel reports its 8- or 16-row tile.
+      if (sm90 && keys_m) EXPECT_EQ(info.tile_m, c.sq * (c.hq / c.hkv) <= 8 ? 8 : 16) << c.describe();
+      on_keys_m += sm90 && keys_m;
     }
     check_case(c, seed, determinism);
   };
@@ -1696,14 +1704,29 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     if (!quick) run(c, true);
     c.kv = KvMode::paged, c.page_size = 16;
     if (!quick) run(c);
-    // Per-token factors: sm80's fp8 instances.
+    // Per-token factors: the keys-on-M kernel where built in (FA4_SM90_DECODE_KEYS_M), else sm80's
+    // fp8 instances. A contiguous cache; 16-row pages with Sq 2 x GQA 4, causal, softcap; GQA 16 on
+    // 256-row pages with 3 forced splits and sinks; Sq 64 (sm80 either way).
     c = CaseConfig{};
     c.dtype = dt, c.kv_scale = KvScaleMode::per_token;
     c.batch = 2, c.hq = 8, c.hkv = 2, c.sq = 1, c.sk = 600, c.kv = KvMode::cache;
     run(c);
+    c.sq = 2, c.sk = 1000, c.causal = true, c.softcap = 25.0f, c.kv = KvMode::paged, c.page_size = 16;
+    c.lens_k = {1000, 77};
+    run(c);
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_token;
+    c.batch = 2, c.hq = 32, c.hkv = 2, c.sq = 1, c.sk = 2100, c.sinks = true, c.num_splits = 3;
+    c.kv = KvMode::paged, c.page_size = 256;
+    run(c);
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_token;
+    c.batch = 2, c.hq = 8, c.hkv = 2, c.sq = 64, c.sk = 300, c.causal = true, c.kv = KvMode::cache;
+    if (!quick) run(c);
   }
-  std::printf("Sm90Fp8KvDecode: %d of %d cases on the sm90 kernel (FA4_CUDA_KERNEL=%s, FA4_SM90_FP8_KV=%d)\n", on_sm90,
-              total, pref.empty() ? "auto" : pref.c_str(), FA4_SM90_FP8_KV);
+  std::printf("Sm90Fp8KvDecode: %d of %d cases on the sm90 kernel, %d on its keys-on-M decode kernel (FA4_CUDA_KERNEL=%s, "
+              "FA4_SM90_FP8_KV=%d, FA4_SM90_DECODE_KEYS_M=%d)\n",
+              on_sm90, total, on_keys_m, pref.empty() ? "auto" : pref.c_str(), FA4_SM90_FP8_KV, FA4_SM90_DECODE_KEYS_M);
 }
 
 // ---------------------------------------------------------------- float32 (src/cuda/simt)

@@ -48,6 +48,12 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+// The calling thread's earlier cp.asyncs arrive on the mbarrier at `bar` once they have landed
+// (their writes visible to whoever then waits on its phase). .noinc: the arrival is one of the
+// barrier's expected count, not added to it.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
 
 // Four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {

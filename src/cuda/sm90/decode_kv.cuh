@@ -63,7 +63,12 @@ struct alignas(1024) DecodeSmem {
     MergeSpace merge;
   };
   uint8_t v[kStages][kSlotBytes];
-  MbarRing<kStages> ring;  // full: 1 arrival + TMA bytes; empty: one arrival per consumer warp
+  // Per-token factors of each slot's keys (P.k_tok / v_tok), copied by the producer warp's lanes.
+  float fk[kStages][kBlockN];
+  float fv[kStages][kBlockN];
+  // full: 1 arrival + TMA bytes (+ one per producer lane with per-token factors: their cp.asyncs);
+  // empty: one arrival per consumer warp
+  MbarRing<kStages> ring;
 };
 static_assert(sizeof(MergeSpace) <= sizeof(DecodeSmem::k), "the merge fits the K ring");
 // Two CTAs per SM: 2 x (the struct + 1 KB of alignment slack + the 1 KB the SM reserves per CTA)
@@ -100,6 +105,12 @@ __device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, con
   const bool leader = lane == 0;
   const bool paged = a.kv_mode == kKvPaged;
   const int box_rows = paged && a.page_size < kBlockN ? static_cast<int>(a.page_size) : kBlockN;
+  const bool tok = (P.k_tok | P.v_tok) != 0;
+  KvAddr fk, fv;  // per-token factors: addressed as k's / v's rows, with their strides
+  if (tok) {
+    fk.init(a, si, P.kd_s0, P.kd_s1, P.kd_sh, hk);
+    fv.init(a, si, P.vd_s0, P.vd_s1, P.vd_sh, hk);
+  }
   PipelineState<kStages> st;
   for (int t = n_lo; t < n_hi; ++t) {
     const int j0 = t * kBlockN;
@@ -119,6 +130,21 @@ __device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, con
         ptx::tma_load_4d(sh.k[st.index] + off, &P.tm_k, full, 0, hk, r, b);
         ptx::tma_load_4d(sh.v[st.index] + off, &P.tm_v, full, 0, hk, r, b);
       }
+    }
+    if (tok) {
+      // Lane l copies the factors of keys j0 + l + 32 r (4 bytes each, zero past the sequence:
+      // those keys are masked), then its arrival once they land (cp.async.mbarrier.arrive.noinc:
+      // the full barrier counts the 32 lanes).
+#pragma unroll
+      for (int r = 0; r < kBlockN / 32; ++r) {
+        const int kk = lane + 32 * r, j = j0 + kk;
+        const bool in = j < sk;
+        if (P.k_tok)
+          ptx::cp_async_4(ptx::smem_u32(&sh.fk[st.index][kk]), P.k_descale + (in ? fk.row(j) : 0), in ? 4u : 0u);
+        if (P.v_tok)
+          ptx::cp_async_4(ptx::smem_u32(&sh.fv[st.index][kk]), P.v_descale + (in ? fv.row(j) : 0), in ? 4u : 0u);
+      }
+      ptx::cp_async_mbarrier_arrive_noinc(full);
     }
     __syncwarp();
     st.advance();
@@ -177,7 +203,12 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
   // scale_log2 x q.k, or softcap x log2(e) x tanh(q.k x scale / softcap).
   const bool softcap = a.softcap_log2 != 0.f;
   float kscale = softcap ? a.softcap_in : a.scale_log2;
-  if (P.k_descale) kscale *= P.k_descale[si.b * P.kd_s0 + hk * P.kd_sh];
+  if (P.k_descale && !P.k_tok) kscale *= P.k_descale[si.b * P.kd_s0 + hk * P.kd_sh];
+  const bool tok_k = P.k_tok != 0, tok_v = P.v_tok != 0;
+  // (tok_v) P x key j's v factor / vref, rounded to fp16 for P V: vref, a power of two >= the
+  // largest factor the warp has met (O^T rescaled exactly when it grows), keeps P's products in
+  // fp16's normal range whatever the factors' magnitude; the merge multiplies O^T back.
+  float vref = 0.f, vref_inv = 1.f;
   float col_scale[kNT][2];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
@@ -225,8 +256,19 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
           ptx::mma_16816<__half>(s[mt][nt], ar[1], qb[nt][p0 + 1][0], qb[nt][p0 + 1][1]);
         }
       }
+    // Per-token factors of this lane's keys 16 mt + g + 8 r of the warp's 32 (1 where none).
+    float kf[2][2], vf[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int kk = cw * kKeysPerWarp + 16 * mt + g + 8 * r;
+        kf[mt][r] = tok_k ? sh.fk[st.index][kk] : 1.f;
+        vf[mt][r] = tok_v ? sh.fv[st.index][kk] : 1.f;
+      }
     // Scores in the log2 domain, masked: element (mt, nt, i) is key key0 + 16 mt + g + 8 (i >> 1),
-    // row 8 nt + 2c + (i & 1).
+    // row 8 nt + 2c + (i & 1). (A per-token k factor multiplies the key's q . k first; a masked
+    // key's factor -- inf or NaN for all the reference knows -- is never used.)
     float mx[kNT][2];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -236,8 +278,9 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int key = key0 + 16 * mt + g + 8 * (i >> 1), h = i & 1;
-          const float x = softcap ? a.softcap_log2 * softcap_tanh(s[mt][nt][i], col_scale[nt][h], col_scale[nt][h] * 2.f * kLog2e)
-                                  : s[mt][nt][i] * col_scale[nt][h];
+          const float sk_ = s[mt][nt][i] * kf[mt][i >> 1];
+          const float x = softcap ? a.softcap_log2 * softcap_tanh(sk_, col_scale[nt][h], col_scale[nt][h] * 2.f * kLog2e)
+                                  : sk_ * col_scale[nt][h];
           s[mt][nt][i] = key >= key_lo[nt][h] && key < key_end[nt][h] ? x : -INFINITY;
           mx[nt][h] = fmaxf(mx[nt][h], s[mt][nt][i]);
         }
@@ -258,6 +301,33 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
         }
       }
     }
+    // (tok_v) The warp's largest factor of the slot's keys (masked ones too: a bound, not a fit),
+    // as a power of two >= it; O^T rescaled (exactly) where it grows. Keys past the sequence have
+    // factor 0.
+    if (tok_v) {
+      float vmax = 0.f;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) vmax = fmaxf(vmax, fabsf(vf[mt][r]));
+#pragma unroll
+      for (int x = 1; x < 32; x <<= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, x));
+      if (vmax > vref && vmax <= 3.4e38f) {  // (not Inf / NaN: those reach O through P as they are)
+        uint32_t e = __float_as_uint(vmax) >> 23;
+        if ((__float_as_uint(vmax) & 0x7fffffu) != 0u && e < 254u) ++e;  // (2^127 at most: P <= 2)
+        const float nref = e == 0u ? 1.1754944e-38f : __uint_as_float(e << 23);
+        if (nref > vref) {
+          const float f = vref * (1.f / nref);  // (exact: powers of two; 0 for the first)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int blk = 0; blk < kD / 16; ++blk)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) o[nt][blk][i] *= f;
+          vref = nref, vref_inv = 1.f / nref;
+        }
+      }
+    }
     // P, its B registers, and O^T += V^T P^T per M tile
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
@@ -271,6 +341,8 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
           // (a row without a visible key yet: masked scores are -inf -> 0, a NaN score stays NaN)
           p[i] = ptx::exp2_approx(s[mt][nt][i] - (m[nt][h] == -INFINITY ? 0.f : m[nt][h]));
           l[nt][h] += p[i];
+          // (a weight of exactly 0 -- a masked key inside the sequence -- stays 0, as sm80's)
+          if (tok_v) p[i] = p[i] == 0.f ? 0.f : p[i] * (vf[mt][i >> 1] * vref_inv);
         }
         p_b_regs(p, pb[nt], [](float x, float y) { return ptx::pack2<__half>(x, y); },
                  [](uint32_t x) { return movmatrix_trans(x); });
@@ -320,7 +392,8 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
 #pragma unroll
     for (int blk = 0; blk < kD / 16; ++blk)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ms.o[cw][8 * nt + 2 * c + (i & 1)][16 * blk + pv_dim(g + 8 * (i >> 1))] = o[nt][blk][i];
+      for (int i = 0; i < 4; ++i)
+        ms.o[cw][8 * nt + 2 * c + (i & 1)][16 * blk + pv_dim(g + 8 * (i >> 1))] = tok_v ? o[nt][blk][i] * vref : o[nt][blk][i];
   }
   ptx::named_barrier_sync(kConsumerBarrier, 32 * kConsumers);
 }
@@ -333,7 +406,7 @@ __device__ __forceinline__ void merge_store(const Sm90Params& P, const MergeSpac
   const FwdArgs& a = P.a;
   const int d0 = 8 * (tid % 16);
   float vscale = 1.f;
-  if (P.v_descale) vscale = P.v_descale[si.b * P.vd_s0 + hk * P.vd_sh];
+  if (P.v_descale && !P.v_tok) vscale = P.v_descale[si.b * P.vd_s0 + hk * P.vd_sh];
   for (int r = tid / 16; r < rows; r += 8) {
     // The consumers' (m, l) at one max, then common/softmax.cuh's finalize: the sink (split 0
     // only, as the other kernels: the combine adds each split once), 1 / l, lse; an empty row O =
@@ -387,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeKeysMCtasPerSm) decode_kv_ker
   key_tiles(P.a, si, 0, si.sq > 0 ? si.sq - 1 : 0, sk, kBlockN, split, &n_lo, &n_hi);
   if (rows == 0 || rows > kTileRows * kNT) return;  // (the launch chose kNT for the call's rows)
   if (threadIdx.x == 0) {
-    sh.ring.init(kConsumers);
+    sh.ring.init(kConsumers, (P.k_tok | P.v_tok) != 0 ? 1 + 32 : 1);  // (load_kv: the lanes' factor copies)
     ptx::fence_mbarrier_init();
   }
   __syncthreads();

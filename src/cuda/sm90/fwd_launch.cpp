@@ -123,6 +123,13 @@ bool make_params_fp8_kv(const FwdArgsFp8& a, DimPair dims, bool bf16, Sm90Params
   return true;
 }
 
+bool make_params_decode_kv(const FwdArgsFp8& a, DimPair dims, bool bf16, Sm90Params* P, std::string* why) {
+  if (!make_maps(a, dims, Tile::fp8_kv, elem16(bf16), elem8(kFp8KvByteCols), bf16, P, why)) return false;
+  P->k_descale = a.k_descale, P->kd_s0 = a.kd_s0, P->kd_s1 = a.kd_s1, P->kd_sh = a.kd_sh, P->k_tok = a.k_tok;
+  P->v_descale = a.v_descale, P->vd_s0 = a.vd_s0, P->vd_s1 = a.vd_s1, P->vd_sh = a.vd_sh, P->v_tok = a.v_tok;
+  return true;
+}
+
 bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, Tile tile, const void* vt, const Fp8VtLayout& vl, Sm90Params* P,
                      std::string* why) {
   if (!is_fp8_tile(tile) || !has_tile(tile, dims.dqk, dims.dv)) {

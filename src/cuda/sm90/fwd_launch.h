@@ -25,6 +25,9 @@ bool make_params_fp8(const FwdArgsFp8& a, DimPair dims, Tile tile, const void* v
 // cache (128-column boxes, 128-byte swizzle), and k / v_descale per (batch, kv head) of `a` (the
 // planner routes no per-token factors here: a.k_tok = a.v_tok = 0).
 bool make_params_fp8_kv(const FwdArgsFp8& a, DimPair dims, bool bf16, Sm90Params* out, std::string* why);
+// The keys-on-M decode kernel's (launch_decode_kv): the fp8_kv tile's maps, and the factors per
+// (batch, kv head) or per (token, kv head).
+bool make_params_decode_kv(const FwdArgsFp8& a, DimPair dims, bool bf16, Sm90Params* out, std::string* why);
 
 // Launches the kernel: grid = (persistent CTAs), which walk P.sched's tiles; a (dims, tile)
 // pair without an instance returns cudaErrorInvalidValue.

@@ -59,6 +59,11 @@ struct Sm90Params {
   // last arrival (cuda/tile_counters.h; fwd_epilogue.cuh merge_piece).
   float* piece_state = nullptr;
   uint32_t* piece_counter = nullptr;
+  // The keys-on-M decode kernel (decode_kv.cuh) only: factors per (token, kv head) (*_tok = 1;
+  // k_descale / v_descale then address key j's factor as k's rows are, with these strides and
+  // kd_s0 / kd_sh, vd_s0 / vd_sh: common/seq_info.cuh KvAddr).
+  int64_t kd_s1 = 0, vd_s1 = 0;
+  int32_t k_tok = 0, v_tok = 0;
 };
 
 }  // namespace fa4::cuda::sm90
