@@ -1294,6 +1294,12 @@ TEST(CudaPlan, Sm90DecodeKeysM) {
   s = dec, s.batch = 4;
   EXPECT_EQ(plan(s).splits, FA4_SM90_DECODE_KEYS_M ? 7 : 4);
   EXPECT_EQ(d.splits, 1);
+  // GQA 7 (28 / 4), which the fp8_kv tile cannot pack (sm80 without the kernel): its grid counts kv
+  // heads, B 4 x 4 = 16 CTAs a split -> 15 splits over 264 slots.
+  s = dec, s.batch = 4, s.hq = 28, s.hkv = 4;
+  EXPECT_EQ(plan(s).kernel, FA4_SM90_DECODE_KEYS_M ? Kernel::sm90 : Kernel::sm80);
+  EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
+  if (FA4_SM90_DECODE_KEYS_M) EXPECT_EQ(plan(s).splits, 15);
   s = dec, s.hq = 128;  // 16 rows
   EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
   s = dec, s.sq = 4, s.causal = true;  // 16 rows

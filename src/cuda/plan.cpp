@@ -211,8 +211,9 @@ bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   if (paged && !pb.kv_fp8 && !sm90_gathers(pb, d, tile) && (!FA4_SM90_PAGED || !sm90_pages_fit(pb.page_size, block_n)))
     return false;
   if (pb.p->num_splits > 1 && !FA4_SM90_DECODE) return false;
+  // (The keys-on-M decode kernel packs any group itself: GQA 5, 6, 7, 12, ...)
   if (pb.group > 1 && pb.max_sq < sm90::kRowsPerConsumer &&
-      !sm90_packs(pb, sm90::tile_cfg(d.dqk, d.dv, tile).block_m()))
+      !sm90_packs(pb, sm90::tile_cfg(d.dqk, d.dv, tile).block_m()) && !keys_m_takes(pb, d, 1))
     return false;
   const bool vq = pb.varlen_q, vk = pb.kv == core::KvLayout::varlen;
   const AttentionParams& p = *pb.p;
@@ -711,7 +712,7 @@ Plan plan_sm90(const Problem& pb, const DeviceLimits& dl) {
   // (FA4_SM90_DECODE_KEYS_M) Decode-sized fp8_kv calls on the keys-on-M kernel (sm90/decode_kv.h).
   pl.sm90_decode_keys_m = pl.sm90_tile == sm90::Tile::fp8_kv && keys_m_takes(pb, d, pl.splits);
   // Its grid is (batch, hkv, splits) whatever the fp8_kv tile's decomposition (which packs only
-  // groups dividing 64 -- today the only decode calls sm90 takes, sm80_takes_decode), and its
+  // groups dividing 64; this kernel takes the others too), and its
   // CTAs (5 warps, 99 KB of shared memory) run two per SM: the split heuristic fills twice the
   // slots (B 4 decode 32 / 8: 7 splits, not the fp8_kv tile's 4; B 32 fills them unsplit).
   if (pl.sm90_decode_keys_m && FA4_SM90_DECODE) {

@@ -1580,7 +1580,11 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
       const bool keys_m = FA4_SM90_DECODE_KEYS_M && fa4::cuda::sm90::decode_keys_m_fits(c.varlen_q, c.sq, c.hq / c.hkv, paged,
                                                                                       c.page_size, 128, 128, 128, c.hkv, 1);
       // (per-token factors: the keys-on-M kernel only)
-      const bool sm90 = FA4_SM90_FP8_KV && pref != "sm80" && pages_fit && (c.kv_scale != KvScaleMode::per_token || keys_m);
+      // (groups of <= 64 query rows the fp8_kv tile cannot pack -- not dividing 64: the keys-on-M kernel only)
+      const int64_t gr = c.hq / c.hkv;
+      const bool packs = gr == 1 || c.sq >= 64 || c.varlen_q || 64 % gr == 0 || keys_m;
+      const bool sm90 = FA4_SM90_FP8_KV && pref != "sm80" && pages_fit && packs &&
+                        (c.kv_scale != KvScaleMode::per_token || keys_m);
       EXPECT_EQ(info.kernel, sm90 ? "sm90" : "sm80") << c.describe();
       // The keys-on-M kernel reports its 8- or 16-row tile.
       if (sm90 && keys_m) EXPECT_EQ(info.tile_m, c.sq * (c.hq / c.hkv) <= 8 ? 8 : 16) << c.describe();
@@ -1665,6 +1669,12 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
     c.batch = 2, c.hq = 8, c.hkv = 2, c.sq = 3, c.sk = 901, c.causal = true;
     c.kv = KvMode::paged, c.page_size = 64;
+    run(c);
+    // GQA 6 (not a divisor of 64: sm80 without the keys-on-M kernel), Sq 2 = 12 rows, 32-row pages.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_head;
+    c.batch = 2, c.hq = 12, c.hkv = 2, c.sq = 2, c.sk = 700, c.causal = true;
+    c.kv = KvMode::paged, c.page_size = 32;
     run(c);
     // Pages no TMA box sequence takes (sm80's fp8 instances; the planner's choice checked in run):
     // 1 row (every row its own page), 3, 24 (does not divide the key tile), 192 (larger than the
