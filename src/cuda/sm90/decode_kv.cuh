@@ -149,6 +149,11 @@ __device__ __forceinline__ void load_kv(const Sm90Params& P, DecodeSmem& sh, con
     __syncwarp();
     st.advance();
   }
+  // (The lanes' last factor copies land before they exit: cp.async is per-thread, not bulk.)
+  if (tok) {
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
+  }
 }
 
 // One consumer warp over the CTA's key tiles; leaves its (O^T, m, l) in the merge space. kNT N
