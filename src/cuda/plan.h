@@ -88,7 +88,7 @@ struct Plan {
   // the TMA loads do not take, its K / V rows copied by the producer warpgroup
   bool sm90_gather = false;
   // sm90 fp8_kv (FA4_SM90_DECODE_KEYS_M): the keys-on-M decode kernel runs the call instead of the
-  // tile (sm90/decode_kv.h): its own grid (batch x hkv x splits); PlanInfo's tile is 8 x 128.
+  // tile (sm90/decode_kv.h): its own grid (batch x hkv x splits); PlanInfo's tile is 8 or 16 x 128.
   bool sm90_decode_keys_m = false;
 };
 

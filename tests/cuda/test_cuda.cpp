@@ -1208,11 +1208,14 @@ void set_fp8_kind(CaseConfig& c, int kind, int k) {
 }
 
 // sm80, or for an unsplit, unpaged all-fp8 case the sm90 fp8 tile, or for a D 128 fp8 cache with
-// factors per head (or none) the sm90 fp8_kv tile (cuda/plan.cpp sm90_supports).
+// factors per head (or none) the sm90 fp8_kv tile (cuda/plan.cpp sm90_supports); per token, only
+// decode-sized (<= 16 packed rows) calls on the keys-on-M kernel (FA4_SM90_DECODE_KEYS_M).
 void expect_fp8_kernel(const CaseConfig& c, uint64_t seed) {
   const fa4::PlanInfo info = planned(c, seed);
   const bool sm90_ok = (c.dtype == DType::float8_e4m3 && !c.fp8_kv && c.kv != KvMode::paged && c.num_splits <= 1) ||
-                       (c.fp8_kv && c.kv_scale != KvScaleMode::per_token && c.dqk == 128 && c.dv == 128);
+                       (c.fp8_kv && c.dqk == 128 && c.dv == 128 &&
+                        (c.kv_scale != KvScaleMode::per_token ||
+                         (FA4_SM90_DECODE_KEYS_M && !c.varlen_q && c.sq * (c.hq / c.hkv) <= 16)));
   EXPECT_TRUE(info.kernel == "sm80" || (sm90_ok && info.kernel == "sm90")) << info.kernel << " " << c.describe();
 }
 
@@ -1556,8 +1559,9 @@ TEST(CudaBackend, Sm90Fp8Prefill) {
 // 128-key tile, a contiguous cache with cache_batch_idx (and an append), dense k with seqused_k,
 // varlen k, paged caches of 16 / 64 / 256 rows (and of 1 / 3 / 24 / 192 rows: sm80), the split
 // heuristic and forced splits (through the combine kernel), causal, a window, softcap, sinks,
-// lse, factors per head (broadcast too) or none, outlier rows; per-token factors stay on sm80
-// (checked too). Poisoned outputs (compare_runs).
+// lse, factors per head (broadcast too) or none, outlier rows; per-token factors on sm80, or on the
+// keys-on-M decode kernel where built in (FA4_SM90_DECODE_KEYS_M; checked too, with every case that
+// kernel takes and the tile it reports). Poisoned outputs (compare_runs).
 // Prints how many cases ran on the sm90 kernel. FA4_CUDA_KERNEL=sm80 runs them all on sm80.
 // FA4_TEST_FP8KV_QUICK=1 (sanitizer runs): bf16 q only, without the chunked prefill.
 TEST(CudaBackend, Sm90Fp8KvDecode) {
@@ -1728,6 +1732,21 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
     c.dtype = dt, c.kv_scale = KvScaleMode::per_token;
     c.batch = 2, c.hq = 32, c.hkv = 2, c.sq = 1, c.sk = 2100, c.sinks = true, c.num_splits = 3;
     c.kv = KvMode::paged, c.page_size = 256;
+    run(c);
+    // ... through cache_batch_idx with an append; varlen k with a window; dense k with seqused_k.
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_token;
+    c.batch = 3, c.hq = 8, c.hkv = 2, c.sq = 1, c.sk = 800, c.kv = KvMode::cache, c.cache_batch_idx = true;
+    c.lens_k = {0, 300, 799}, c.snew = 1;
+    run(c);
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_token;
+    c.batch = 3, c.hq = 8, c.hkv = 2, c.sq = 1, c.sk = 900, c.kv = KvMode::varlen, c.window_left = 333;
+    c.lens_k = {900, 1, 450};
+    run(c);
+    c = CaseConfig{};
+    c.dtype = dt, c.kv_scale = KvScaleMode::per_token;
+    c.batch = 2, c.hq = 16, c.hkv = 2, c.sq = 1, c.sk = 1000, c.seqused_k = true;
     run(c);
     c = CaseConfig{};
     c.dtype = dt, c.kv_scale = KvScaleMode::per_token;

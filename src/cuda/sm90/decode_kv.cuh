@@ -14,13 +14,15 @@
 // bf16 q is computed in fp16 with a power of two per row (fwd_fp8_kv.h fp8_kv_q_shift), as the
 // fp8_kv tile does: every e4m3 value is an fp16 normal, so K and V widen exactly.
 //
-// What it takes (decode_kv.h decode_keys_m_fits): dense / varlen / cache K / V, the fp8_kv tile's pages, any
-// mask (per-row key ranges of core::SeqMask), sinks, softcap, factors per (batch, kv head).
+// What it takes (decode_kv.h decode_keys_m_fits): dense / varlen / cache K / V, the fp8_kv tile's
+// pages, any GQA group, any mask (per-row key ranges of core::SeqMask), sinks, softcap, factors per
+// (batch, kv head) or per (token, kv head).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cfloat>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -213,6 +215,7 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
   // (tok_v) P x key j's v factor / vref, rounded to fp16 for P V: vref, a power of two >= the
   // largest factor the warp has met (O^T rescaled exactly when it grows), keeps P's products in
   // fp16's normal range whatever the factors' magnitude; the merge multiplies O^T back.
+  uint32_t vref_e = 0;  // vref's exponent field, 1 .. 253 (0: no finite visible factor met yet)
   float vref = 0.f, vref_inv = 1.f;
   float col_scale[kNT][2];
 #pragma unroll
@@ -283,9 +286,9 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int key = key0 + 16 * mt + g + 8 * (i >> 1), h = i & 1;
-          const float sk_ = s[mt][nt][i] * kf[mt][i >> 1];
-          const float x = softcap ? a.softcap_log2 * softcap_tanh(sk_, col_scale[nt][h], col_scale[nt][h] * 2.f * kLog2e)
-                                  : sk_ * col_scale[nt][h];
+          const float cs = col_scale[nt][h] * kf[mt][i >> 1];  // (before the 2^s-scaled product: no fp32 overflow)
+          const float x =
+              softcap ? a.softcap_log2 * softcap_tanh(s[mt][nt][i], cs, cs * 2.f * kLog2e) : s[mt][nt][i] * cs;
           s[mt][nt][i] = key >= key_lo[nt][h] && key < key_end[nt][h] ? x : -INFINITY;
           mx[nt][h] = fmaxf(mx[nt][h], s[mt][nt][i]);
         }
@@ -306,30 +309,38 @@ __device__ __forceinline__ void consume(const Sm90Params& P, DecodeSmem& sh, con
         }
       }
     }
-    // (tok_v) The warp's largest factor of the slot's keys (masked ones too: a bound, not a fit),
-    // as a power of two >= it; O^T rescaled (exactly) where it grows. Keys past the sequence have
-    // factor 0.
+    // (tok_v) The warp's largest finite factor of the slot's visible keys (a key some row sees: the
+    // reference reads no other key's factor), as a power of two >= it; O^T rescaled exactly where it
+    // grows. Built from exponent bits (fast math flushes subnormal reciprocals): vref 2^-126 ..
+    // 2^126, so 1 / vref is normal and P x factor / vref <= 4.
     if (tok_v) {
       float vmax = 0.f;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) vmax = fmaxf(vmax, fabsf(vf[mt][r]));
+        for (int r = 0; r < 2; ++r) {
+          bool vis = false;  // (a NaN score counts as seen)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) vis |= s[mt][nt][2 * r] != -INFINITY || s[mt][nt][2 * r + 1] != -INFINITY;
+          const float av = fabsf(vf[mt][r]);
+          if (vis && av <= FLT_MAX) vmax = fmaxf(vmax, av);  // (an Inf / NaN factor reaches O through P as it is)
+        }
 #pragma unroll
       for (int x = 1; x < 32; x <<= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, x));
-      if (vmax > vref && vmax <= 3.4e38f) {  // (not Inf / NaN: those reach O through P as they are)
+      if (vmax > vref) {
         uint32_t e = __float_as_uint(vmax) >> 23;
-        if ((__float_as_uint(vmax) & 0x7fffffu) != 0u && e < 254u) ++e;  // (2^127 at most: P <= 2)
-        const float nref = e == 0u ? 1.1754944e-38f : __uint_as_float(e << 23);
-        if (nref > vref) {
-          const float f = vref * (1.f / nref);  // (exact: powers of two; 0 for the first)
+        if ((__float_as_uint(vmax) & 0x7fffffu) != 0u) ++e;
+        e = e < 1u ? 1u : e > 253u ? 253u : e;
+        if (e > vref_e) {
+          const int d = static_cast<int>(vref_e) - static_cast<int>(e);  // (< 0)
+          const float f = vref_e == 0u || d < -126 ? 0.f : __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
             for (int blk = 0; blk < kD / 16; ++blk)
 #pragma unroll
               for (int i = 0; i < 4; ++i) o[nt][blk][i] *= f;
-          vref = nref, vref_inv = 1.f / nref;
+          vref_e = e, vref = __uint_as_float(e << 23), vref_inv = __uint_as_float((254u - e) << 23);
         }
       }
     }

@@ -1,8 +1,9 @@
 // Host side of the keys-on-M fp8-KV decode kernel (decode_kv.cuh; FA4_SM90_DECODE_KEYS_M): which
 // fp8_kv-tile calls it takes -- the planner decides (Plan::sm90_decode_keys_m), cuda/backend.cpp
-// launches it (fwd_launch.h launch_decode_kv) with the fp8_kv tile's parameters as they are
-// (make_params_fp8_kv: 128-byte e4m3 rows in boxes of 128 keys, or of one page); it writes out /
-// lse, or the split partials the combine kernel merges. Host-only, CUDA-free: tests/test_plan.cpp checks the rule.
+// launches it (fwd_launch.h launch_decode_kv) with the fp8_kv tile's maps (make_params_decode_kv:
+// 128-byte e4m3 rows in boxes of 128 keys, or of one page) and the factors per (batch, kv head) or
+// per token; it writes out / lse, or the split partials the combine kernel merges. Host-only,
+// CUDA-free: tests/test_plan.cpp checks the rule.
 #pragma once
 
 #include <cstdint>
