@@ -1591,7 +1591,9 @@ TEST(CudaBackend, Sm90Fp8KvDecode) {
                         (c.kv_scale != KvScaleMode::per_token || keys_m);
       EXPECT_EQ(info.kernel, sm90 ? "sm90" : "sm80") << c.describe();
       // The keys-on-M kernel reports its 8- or 16-row tile.
-      if (sm90 && keys_m) EXPECT_EQ(info.tile_m, c.sq * (c.hq / c.hkv) <= 8 ? 8 : 16) << c.describe();
+      if (sm90 && keys_m) {
+        EXPECT_EQ(info.tile_m, c.sq * (c.hq / c.hkv) <= 8 ? 8 : 16) << c.describe();
+      }
       on_keys_m += sm90 && keys_m;
     }
     check_case(c, seed, determinism);
