@@ -1299,7 +1299,9 @@ TEST(CudaPlan, Sm90DecodeKeysM) {
   s = dec, s.batch = 4, s.hq = 28, s.hkv = 4;
   EXPECT_EQ(plan(s).kernel, FA4_SM90_DECODE_KEYS_M ? Kernel::sm90 : Kernel::sm80);
   EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
-  if (FA4_SM90_DECODE_KEYS_M) EXPECT_EQ(plan(s).splits, 15);
+  if (FA4_SM90_DECODE_KEYS_M) {
+    EXPECT_EQ(plan(s).splits, 15);
+  }
   s = dec, s.hq = 128;  // 16 rows
   EXPECT_EQ(plan(s).sm90_decode_keys_m, static_cast<bool>(FA4_SM90_DECODE_KEYS_M));
   s = dec, s.sq = 4, s.causal = true;  // 16 rows
@@ -1422,7 +1424,9 @@ TEST(CudaPlan, Sm90Fp8KvTile) {
   DeviceLimits pref90 = h200_auto();
   pref90.prefer = Kernel::sm90;
   EXPECT_EQ(Planned(tok).on(pref90).kernel, tok_kernel);  // FA4_CUDA_KERNEL=sm90 cannot take it either without it
-  if (!FA4_SM90_DECODE_KEYS_M) EXPECT_EQ(Planned(tok).on(pref90).sm80_fp8, Fp8::kv);
+  if (!FA4_SM90_DECODE_KEYS_M) {
+    EXPECT_EQ(Planned(tok).on(pref90).sm80_fp8, Fp8::kv);
+  }
   EXPECT_EQ(Planned(shape(32, 4096, 0)).on(h200()).kernel, Kernel::sm80);
   EXPECT_EQ(Planned(shape(32, 4096, 0)).on(h200()).sm80_fp8, Fp8::kv);
   EXPECT_EQ(Planned(shape(32, 4096, 0)).on(pref90).sm90_tile, kv_tile);

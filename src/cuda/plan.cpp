@@ -166,6 +166,14 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
   return t;
 }
 
+// Whether the keys-on-M decode kernel takes an fp8_kv call (FA4_SM90_DECODE_KEYS_M; sm90/decode_kv.h)
+// of `splits` splits.
+bool keys_m_takes(const Problem& pb, sm90::DimPair d, int64_t splits) {
+  return FA4_SM90_DECODE_KEYS_M && pb.kv_fp8 &&
+         sm90::decode_keys_m_fits(pb.varlen_q, pb.max_sq, pb.group, pb.kv == core::KvLayout::paged, pb.page_size, d.dqk,
+                                  d.dv, sm90::tile_cfg(d.dqk, d.dv, sm90::Tile::fp8_kv).block_n, pb.hkv, splits);
+}
+
 }  // namespace
 
 // The sm90 kernel's feature set: a compute capability 9.0 device (its sm_90a image runs there
@@ -180,14 +188,6 @@ sm90::Tile sm90_tile(const Problem& pb, sm90::DimPair d) {
 // unpadded: its TMA boxes are whole 128-byte e4m3 rows), factors per (batch, kv head) or none,
 // paged caches whose pages fit its boxes (sm90::fp8_kv_pages_fit); per-token factors only where
 // the keys-on-M decode kernel takes the call (FA4_SM90_DECODE_KEYS_M), else they stay on sm80.
-// Whether the keys-on-M decode kernel takes an fp8_kv call (FA4_SM90_DECODE_KEYS_M; sm90/decode_kv.h)
-// of `splits` splits.
-bool keys_m_takes(const Problem& pb, sm90::DimPair d, int64_t splits) {
-  return FA4_SM90_DECODE_KEYS_M && pb.kv_fp8 &&
-         sm90::decode_keys_m_fits(pb.varlen_q, pb.max_sq, pb.group, pb.kv == core::KvLayout::paged, pb.page_size, d.dqk,
-                                  d.dv, sm90::tile_cfg(d.dqk, d.dv, sm90::Tile::fp8_kv).block_n, pb.hkv, splits);
-}
-
 bool sm90_supports(const Problem& pb, const DeviceLimits& dl) {
   sm90::DimPair d{};
   const bool fp8 = is_fp8_all(pb);

@@ -5,8 +5,9 @@
 //
 // Roles (one CTA = 5 warps):
 //   warp 0     producer: walks the CTA's key tiles and TMAs each tile's 128 e4m3 K and V rows
-//              (one box, or one per page of pages smaller than the tile) into a ring slot (the fp8_kv tile's tensor maps: 128-byte rows, 128-byte
-//              swizzle).
+//              (one box, or one per page of pages smaller than the tile) into a ring slot (the
+//              fp8_kv tile's tensor maps: 128-byte rows, 128-byte swizzle); with per-token factors
+//              its lanes copy the slot's k / v factors beside it.
 //   warps 1-4  consumers: consumer w owns keys 32w .. 32w + 31 of every slot and keeps its own
 //              (O^T, m, l) over them -- S^T = K Q^T and O^T += V^T P^T with mma.sync m16n8k16 in
 //              fp16 from registers, softmax along M with three xor-shuffles per row; no consumer
